@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A project-local PostgreSQL 15 cluster with jobq preloaded.
+#   scripts/cluster.sh start        initdb (once), start it, create $JOBQ_DB (default jobq_demo) with jobq
+#   scripts/cluster.sh stop         stop it
+#   scripts/cluster.sh psql [ARGS]  psql into it
+# The data directory is .pgdata/ in the repository; the server runs as the OS user
+# `postgres` (initdb refuses root) and listens on 127.0.0.1:${JOBQ_PORT:-5499}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PGBIN=/usr/lib/postgresql/15/bin
+PORT=${JOBQ_PORT:-5499}
+DATA=$PWD/.pgdata
+DB=${JOBQ_DB:-jobq_demo}
+
+as_pg() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres "$@"; fi; }
+
+case "${1:-}" in
+start)
+  if [ ! -f "$DATA/PG_VERSION" ]; then
+    mkdir -p "$DATA" && chown postgres:postgres "$DATA" && chmod 700 "$DATA"
+    as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
+    cat >> "$DATA/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$DATA'
+shared_preload_libraries = 'jobq'
+jobq.database = '$DB'
+CONF
+  fi
+  if ! as_pg "$PGBIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+    as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+  fi
+  psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1 \
+    || psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qc "CREATE DATABASE $DB"
+  psql -h 127.0.0.1 -p "$PORT" -U postgres -d "$DB" -qc "CREATE EXTENSION IF NOT EXISTS jobq" 2>&1 | grep -v NOTICE || true
+  ;;
+stop)
+  [ -f "$DATA/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null || true
+  ;;
+psql)
+  shift; exec psql -h 127.0.0.1 -p "$PORT" -U postgres -d "$DB" "$@"
+  ;;
+*)
+  echo "usage: $0 start|stop|psql" >&2; exit 2 ;;
+esac

@@ -1,0 +1,69 @@
+//! The `jobq.*` settings. They are real GUCs with units, so `'200ms'`, `'2s'` and `'1d'`
+//! all work and out-of-range values are refused by PostgreSQL itself.
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
+
+pub static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
+pub static REAP_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+pub static HEARTBEAT_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000);
+/// Retention is in seconds: a day in milliseconds would still fit, a month would not.
+pub static RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+
+pub fn define() {
+    GucRegistry::define_string_guc(
+        c"jobq.database",
+        c"Database the jobq background worker serves.",
+        c"Only read at server start.",
+        &DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"jobq.reap_interval",
+        c"Time between two reap passes of the jobq background worker.",
+        c"",
+        &REAP_INTERVAL_MS,
+        10,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"jobq.heartbeat_timeout",
+        c"Heartbeat age after which a jobq worker is dead.",
+        c"",
+        &HEARTBEAT_TIMEOUT_MS,
+        100,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"jobq.retention",
+        c"How long completed, dead and cancelled jobs are kept before the reaper deletes them.",
+        c"",
+        &RETENTION_S,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+}
+
+/// SQL reads the settings through these functions rather than `current_setting()`:
+/// calling them loads the library (so the GUCs are defined, with their units, even in a
+/// session of a server without `shared_preload_libraries = 'jobq'`).
+#[pgrx::pg_schema]
+pub mod jobq {
+    use pgrx::prelude::*;
+
+    #[pg_extern(stable, parallel_safe)]
+    pub fn heartbeat_timeout_ms() -> i64 {
+        super::HEARTBEAT_TIMEOUT_MS.get() as i64
+    }
+
+    #[pg_extern(stable, parallel_safe)]
+    pub fn retention_ms() -> i64 {
+        super::RETENTION_S.get() as i64 * 1000
+    }
+}

@@ -1,0 +1,70 @@
+//! jobq: a PostgreSQL job queue whose whole coordination logic lives inside the database.
+//!
+//! Where things live:
+//! - `src/sql/*.sql`: the SQL surface (tables, `jobq_*` functions), embedded in order below.
+//!   Each file is named after the concern it holds: `schema`, `workers`, `enqueue`,
+//!   `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`, `reap`, `stats`.
+//! - `src/gucs.rs`: the `jobq.*` settings, and the tiny functions SQL uses to read them.
+//! - `src/bgworker.rs`: the background worker that runs the reap pass.
+use pgrx::prelude::*;
+
+mod bgworker;
+mod gucs;
+
+::pgrx::pg_module_magic!(name, version);
+
+#[pg_guard]
+#[allow(non_snake_case)]
+pub extern "C-unwind" fn _PG_init() {
+    if unsafe { pg_sys::IsBinaryUpgrade } {
+        return;
+    }
+    gucs::define();
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        bgworker::register();
+    }
+}
+
+// The hand-written SQL, in dependency order. `bootstrap` makes schema.sql run before the
+// objects pgrx generates (the settings functions in schema `jobq`), `finalize` runs last.
+extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!("sql/workers.sql", name = "workers", requires = [gucs::jobq::heartbeat_timeout_ms]);
+extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers"]);
+extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
+extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["locks"]);
+extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout"]);
+extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
+extension_sql_file!("sql/reap.sql", name = "reap", requires = ["pause", gucs::jobq::retention_ms]);
+extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"], finalize);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn settings_have_their_documented_defaults() {
+        assert_eq!(Spi::get_one::<String>("SHOW jobq.heartbeat_timeout").unwrap(), Some("30s".into()));
+        assert_eq!(Spi::get_one::<String>("SHOW jobq.reap_interval").unwrap(), Some("1s".into()));
+        assert_eq!(Spi::get_one::<String>("SHOW jobq.retention").unwrap(), Some("1d".into()));
+        assert_eq!(Spi::get_one::<String>("SHOW jobq.database").unwrap(), Some("postgres".into()));
+    }
+
+    #[pg_test]
+    fn settings_read_back_as_intervals() {
+        Spi::run("SET jobq.heartbeat_timeout = '1500ms'").unwrap();
+        let ok = Spi::get_one::<bool>("SELECT jobq._heartbeat_timeout() = interval '1.5 seconds'").unwrap();
+        assert_eq!(ok, Some(true));
+    }
+}
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

@@ -1,0 +1,177 @@
+-- Checkout: the hot path.
+--
+-- One statement per batch picks the first ready, due, unpaused jobs in claim order through
+-- a partial index (no sort), locks them with FOR UPDATE SKIP LOCKED (never waiting for
+-- another checkout) and, in the same statement, claims those that need no execution slot.
+-- Jobs that do (a concurrency key, a while_executing key) or that give up a key when they
+-- start (until_executing) are claimed one by one by jobq._claim_keyed; one that cannot
+-- start now has its key skipped for the rest of this call, and the next batch looks past it.
+-- PL/pgSQL prepares each statement once per backend and keeps the plan.
+
+-- Claims a job this checkout holds locked, taking its slots first. NULL when claimed;
+-- otherwise 'c' (its concurrency key is full) or 'u' (its while_executing key is busy).
+CREATE FUNCTION jobq._claim_keyed(job bigint, worker uuid, started timestamptz) RETURNS "char"
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j       record;
+    v_slot  integer;
+BEGIN
+    SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit INTO j
+      FROM jobq.jobs x WHERE x.id = job;
+    IF j.unique_strategy = 'while_executing' THEN
+        PERFORM 1 FROM jobq.slots s
+          WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1 AND s.job_id IS NULL
+          FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN 'u';
+        END IF;
+        UPDATE jobq.slots s SET job_id = job WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1;
+    END IF;
+    IF j.concurrency_key IS NOT NULL THEN
+        -- The highest free slot within this job's limit: jobs with a lower limit for the same
+        -- key find the low slots free as long as possible.
+        SELECT s.slot INTO v_slot FROM jobq.slots s
+         WHERE s.ns = 'c' AND s.key = j.concurrency_key AND s.slot <= j.concurrency_limit
+           AND s.job_id IS NULL
+         ORDER BY s.slot DESC LIMIT 1
+         FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF j.unique_strategy = 'while_executing' THEN
+                UPDATE jobq.slots s SET job_id = NULL WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1;
+            END IF;
+            RETURN 'c';
+        END IF;
+        UPDATE jobq.slots s SET job_id = job WHERE s.ns = 'c' AND s.key = j.concurrency_key AND s.slot = v_slot;
+    END IF;
+    IF j.unique_strategy = 'until_executing' THEN
+        DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
+    END IF;
+    UPDATE jobq.jobs x
+       SET state = 'executing', worker_id = _claim_keyed.worker, attempt = x.attempt + 1,
+           started_at = started, concurrency_slot = v_slot
+     WHERE x.id = job;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now      timestamptz := clock_timestamp();
+    v_queue    text;                 -- set when exactly one queue is asked for
+    v_paused   boolean;
+    v_claimed  bigint[] := '{}';
+    v_skip_c   text[] := '{}';       -- concurrency keys found full during this call
+    v_skip_u   text[] := '{}';       -- while_executing keys found busy during this call
+    v_want     integer;
+    v_seen     integer;
+    v_blocked  "char";
+    c          record;
+    cur        refcursor;
+BEGIN
+    IF max_jobs IS NULL THEN
+        RAISE EXCEPTION 'jobq: max_jobs must not be NULL' USING ERRCODE = '22004';
+    ELSIF max_jobs < 1 THEN
+        RAISE EXCEPTION 'jobq: max_jobs must be at least 1, got %', max_jobs USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._live_worker(worker);
+    IF cardinality(queues) = 1 THEN
+        v_queue := queues[1];
+    END IF;
+    v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
+
+    LOOP
+        v_want := max_jobs - cardinality(v_claimed);
+        v_seen := 0;
+        -- The two statements differ only in the queue condition, so that each gets the index
+        -- that serves its order: one queue, or any/several queues.
+        IF v_queue IS NOT NULL THEN
+            OPEN cur FOR
+            WITH cand AS (
+                SELECT j.id, j.priority, j.run_at, j.unique_key, j.unique_strategy, j.concurrency_key
+                  FROM jobq.jobs j
+                 WHERE j.state = 'ready' AND j.queue = v_queue AND j.run_at <= v_now
+                   AND (NOT v_paused OR NOT EXISTS (
+                           SELECT 1 FROM jobq.pauses p
+                            WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
+                               OR (p.queue IS NULL AND p.kind = j.kind)))
+                   AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_skip_c))
+                   AND (j.unique_strategy IS DISTINCT FROM 'while_executing' OR j.unique_key <> ALL (v_skip_u))
+                 ORDER BY j.priority, j.run_at, j.id
+                 LIMIT v_want
+                 FOR UPDATE SKIP LOCKED
+            ), claimed AS (
+                UPDATE jobq.jobs j
+                   SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                       started_at = v_now
+                  FROM cand
+                 WHERE j.id = cand.id AND cand.concurrency_key IS NULL
+                   AND cand.unique_strategy IS DISTINCT FROM 'while_executing'
+                   AND cand.unique_strategy IS DISTINCT FROM 'until_executing'
+                RETURNING j.id
+            )
+            SELECT cand.id, claimed.id IS NOT NULL AS claimed, cand.unique_key, cand.concurrency_key
+              FROM cand LEFT JOIN claimed ON claimed.id = cand.id
+             ORDER BY cand.priority, cand.run_at, cand.id;
+        ELSE
+            OPEN cur FOR
+            WITH cand AS (
+                SELECT j.id, j.priority, j.run_at, j.unique_key, j.unique_strategy, j.concurrency_key
+                  FROM jobq.jobs j
+                 WHERE j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= v_now
+                   AND (NOT v_paused OR NOT EXISTS (
+                           SELECT 1 FROM jobq.pauses p
+                            WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
+                               OR (p.queue IS NULL AND p.kind = j.kind)))
+                   AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_skip_c))
+                   AND (j.unique_strategy IS DISTINCT FROM 'while_executing' OR j.unique_key <> ALL (v_skip_u))
+                 ORDER BY j.priority, j.run_at, j.id
+                 LIMIT v_want
+                 FOR UPDATE SKIP LOCKED
+            ), claimed AS (
+                UPDATE jobq.jobs j
+                   SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                       started_at = v_now
+                  FROM cand
+                 WHERE j.id = cand.id AND cand.concurrency_key IS NULL
+                   AND cand.unique_strategy IS DISTINCT FROM 'while_executing'
+                   AND cand.unique_strategy IS DISTINCT FROM 'until_executing'
+                RETURNING j.id
+            )
+            SELECT cand.id, claimed.id IS NOT NULL AS claimed, cand.unique_key, cand.concurrency_key
+              FROM cand LEFT JOIN claimed ON claimed.id = cand.id
+             ORDER BY cand.priority, cand.run_at, cand.id;
+        END IF;
+
+        v_blocked := NULL;
+        LOOP
+            FETCH cur INTO c;
+            EXIT WHEN NOT FOUND;
+            v_seen := v_seen + 1;
+            IF c.claimed THEN
+                v_claimed := v_claimed || c.id;
+                CONTINUE;
+            END IF;
+            v_blocked := jobq._claim_keyed(c.id, worker, v_now);
+            IF v_blocked IS NULL THEN
+                v_claimed := v_claimed || c.id;
+            ELSIF v_blocked = 'c' THEN
+                v_skip_c := v_skip_c || c.concurrency_key;
+            ELSE
+                v_skip_u := v_skip_u || c.unique_key;
+            END IF;
+        END LOOP;
+        CLOSE cur;
+        -- Stop when enough were claimed, or when the batch came back short (nothing more is
+        -- available); otherwise look again past the keys that could not start.
+        EXIT WHEN cardinality(v_claimed) >= max_jobs OR v_seen < v_want;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
+           j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
+           j.unique_strategy, j.concurrency_limit, j.started_at
+      FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
+      JOIN jobq.jobs j ON j.id = k.id
+     ORDER BY k.ord;
+END $$;

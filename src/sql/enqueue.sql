@@ -1,0 +1,185 @@
+-- Enqueue: jobq_enqueue, jobq_enqueue_batch, and the unique-key and slot helpers they use.
+
+-- Takes `key` in jobq.locks for job `job`. A named lock whose ttl has passed or whose worker
+-- is dead is removed first. False when a live holder (a job or a worker) has it. Like any
+-- unique index, this waits for a concurrent, uncommitted taker of the same key and then
+-- sees its outcome: it conflicts if that one committed and succeeds if it rolled back.
+CREATE FUNCTION jobq._take_key(key text, job bigint) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    INSERT INTO jobq.locks (key, job_id, acquired_at) VALUES (key, job, clock_timestamp())
+    ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF jobq._remove_stale_lock(key) THEN
+        INSERT INTO jobq.locks (key, job_id, acquired_at) VALUES (key, job, clock_timestamp())
+        ON CONFLICT DO NOTHING;
+        RETURN FOUND;
+    END IF;
+    RETURN false;
+END $$;
+
+-- Deletes the named lock `key` if its ttl has passed or its worker is dead. Rows held by
+-- jobs are never touched (nor locked). Liveness is first judged on the snapshot, and only a
+-- holder that looks dead is re-judged under a row lock (jobq._worker_dead), so contention
+-- for a live lock takes no row lock at all.
+CREATE FUNCTION jobq._remove_stale_lock(key text) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    DELETE FROM jobq.locks l
+     WHERE l.key = _remove_stale_lock.key AND l.worker_id IS NOT NULL
+       AND (l.expires_at <= clock_timestamp()
+            OR (NOT EXISTS (SELECT 1 FROM jobq.workers w
+                             WHERE w.id = l.worker_id
+                               AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start))
+                AND jobq._worker_dead(l.worker_id)));
+    RETURN FOUND;
+END $$;
+
+-- Makes sure slots 1..limit exist for (ns, key). Slots are only ever added, all of a
+-- limit in one statement, so slot `limit` existing means all of them do.
+CREATE FUNCTION jobq._ensure_slots(ns "char", key text, slot_limit integer) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM jobq.slots s
+      WHERE s.ns = _ensure_slots.ns AND s.key = _ensure_slots.key AND s.slot = slot_limit;
+    IF NOT FOUND THEN
+        INSERT INTO jobq.slots (ns, key, slot)
+        SELECT _ensure_slots.ns, _ensure_slots.key, g FROM generate_series(1, slot_limit) g
+        ON CONFLICT DO NOTHING;
+    END IF;
+END $$;
+
+CREATE FUNCTION jobq_enqueue(
+    queue             text,
+    payload           jsonb       DEFAULT '{}',
+    kind              text        DEFAULT NULL,
+    priority          integer     DEFAULT 0,
+    run_at            timestamptz DEFAULT NULL,
+    max_attempts      integer     DEFAULT 25,
+    unique_key        text        DEFAULT NULL,
+    unique_strategy   text        DEFAULT 'until_executed',
+    on_conflict       text        DEFAULT 'reject',
+    concurrency_key   text        DEFAULT NULL,
+    concurrency_limit integer     DEFAULT 1
+) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+    v_run_at  timestamptz := coalesce(run_at, v_now);
+    v_id      bigint;
+    v_holder  record;
+BEGIN
+    IF queue IS NULL OR payload IS NULL OR priority IS NULL OR max_attempts IS NULL
+       OR unique_strategy IS NULL OR on_conflict IS NULL OR concurrency_limit IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue, payload, priority, max_attempts, unique_strategy, on_conflict and concurrency_limit must not be NULL'
+            USING ERRCODE = '22004';
+    ELSIF queue = '' THEN
+        RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
+    ELSIF max_attempts < 1 THEN
+        RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    ELSIF unique_strategy NOT IN ('until_executed', 'until_executing', 'while_executing') THEN
+        RAISE EXCEPTION 'jobq: unknown unique_strategy "%"', unique_strategy
+            USING ERRCODE = '22023', HINT = 'Use until_executed, until_executing or while_executing.';
+    ELSIF on_conflict NOT IN ('reject', 'discard', 'log', 'replace') THEN
+        RAISE EXCEPTION 'jobq: unknown on_conflict "%"', on_conflict
+            USING ERRCODE = '22023', HINT = 'Use reject, discard, log or replace.';
+    ELSIF concurrency_limit < 1 THEN
+        RAISE EXCEPTION 'jobq: concurrency_limit must be at least 1, got %', concurrency_limit USING ERRCODE = '22023';
+    ELSIF unique_key = '' THEN
+        RAISE EXCEPTION 'jobq: unique_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF concurrency_key = '' THEN
+        RAISE EXCEPTION 'jobq: concurrency_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    END IF;
+
+    v_id := nextval('jobq.jobs_id_seq');
+
+    IF unique_key IS NOT NULL AND unique_strategy <> 'while_executing' THEN
+        LOOP
+            EXIT WHEN jobq._take_key(unique_key, v_id);
+            SELECT l.job_id, l.worker_id INTO v_holder FROM jobq.locks l WHERE l.key = unique_key;
+            CONTINUE WHEN NOT FOUND;  -- the holder let go in between: try again
+            IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL THEN
+                -- Debounce: the waiting job takes the new payload, priority and run_at.
+                UPDATE jobq.jobs j
+                   SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
+                 WHERE j.id = v_holder.job_id AND j.state = 'ready';
+                IF FOUND THEN
+                    IF v_run_at <= v_now THEN
+                        PERFORM pg_notify('jobq', queue);
+                    END IF;
+                    RETURN v_holder.job_id;
+                END IF;
+            ELSIF on_conflict = 'discard' THEN
+                RETURN NULL;
+            ELSIF on_conflict = 'log' THEN
+                RAISE NOTICE 'jobq: unique key "%" is held by %; job not enqueued', unique_key,
+                    coalesce('job ' || v_holder.job_id, 'the lock of worker ' || v_holder.worker_id);
+                RETURN NULL;
+            END IF;
+            RAISE EXCEPTION 'jobq: unique key "%" is already taken', unique_key
+                USING ERRCODE = '23505',
+                      DETAIL = coalesce('existing job id: ' || v_holder.job_id,
+                                        'held by the lock of worker ' || v_holder.worker_id);
+        END LOOP;
+    ELSIF unique_key IS NOT NULL THEN
+        PERFORM jobq._ensure_slots('u', unique_key, 1);
+    END IF;
+    IF concurrency_key IS NOT NULL THEN
+        PERFORM jobq._ensure_slots('c', concurrency_key, concurrency_limit);
+    END IF;
+
+    INSERT INTO jobq.jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
+                           unique_key, unique_strategy, concurrency_key, concurrency_limit)
+    VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts,
+            unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
+            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END);
+
+    -- PostgreSQL folds identical notifications of one transaction into one.
+    IF v_run_at <= v_now THEN
+        PERFORM pg_notify('jobq', queue);
+    END IF;
+    RETURN v_id;
+END $$;
+
+CREATE FUNCTION jobq_enqueue_batch(
+    queue        text,
+    payloads     jsonb[],
+    kind         text        DEFAULT NULL,
+    priority     integer     DEFAULT 0,
+    run_at       timestamptz DEFAULT NULL,
+    max_attempts integer     DEFAULT 25
+) RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+    v_run_at  timestamptz := coalesce(run_at, v_now);
+BEGIN
+    IF queue IS NULL OR payloads IS NULL OR priority IS NULL OR max_attempts IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue, payloads, priority and max_attempts must not be NULL' USING ERRCODE = '22004';
+    ELSIF array_position(payloads, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'jobq: payloads must not contain NULL (element %)', array_position(payloads, NULL)
+            USING ERRCODE = '22004';
+    ELSIF queue = '' THEN
+        RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
+    ELSIF max_attempts < 1 THEN
+        RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(payloads) = 0 THEN
+        RETURN;
+    END IF;
+    -- Ids come from the sequence in row order, so ordering by id is payload order.
+    RETURN QUERY
+    WITH ins AS (
+        INSERT INTO jobq.jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
+        SELECT queue, kind, p.payload, priority, v_run_at, v_now, 'ready', max_attempts
+          FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
+         ORDER BY p.ord
+        RETURNING id
+    )
+    SELECT ins.id FROM ins ORDER BY ins.id;
+    IF v_run_at <= v_now THEN
+        PERFORM pg_notify('jobq', queue);
+    END IF;
+END $$;

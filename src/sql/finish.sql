@@ -1,0 +1,126 @@
+-- The end of an attempt (jobq_complete, jobq_fail) and what operators do to jobs
+-- (jobq_cancel, jobq_retry).
+--
+-- Fencing: complete and fail change a job only while it is 'executing' under the calling
+-- worker, judged on the job row under its row lock. A worker that was reaped, or whose job
+-- was cancelled or finished, gets false / NULL and changes nothing.
+
+CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    IF job_id IS NULL OR worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id and worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE jobq.jobs j
+       SET state = 'completed', finished_at = clock_timestamp(), result = jobq_complete.result
+     WHERE j.id = jobq_complete.job_id AND j.state = 'executing' AND j.worker_id = worker
+    RETURNING j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_slot INTO r;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF r.unique_key IS NOT NULL OR r.concurrency_key IS NOT NULL THEN
+        PERFORM jobq._release_keys(job_id, 'completed', r.unique_key, r.unique_strategy,
+                                   r.concurrency_key, r.concurrency_slot);
+    END IF;
+    RETURN true;
+END $$;
+
+-- The default retry delay: 2^attempt seconds, +/-25% jitter (so failed jobs of one burst do
+-- not come back together), capped at one hour.
+CREATE FUNCTION jobq._backoff(attempt integer) RETURNS interval
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT make_interval(secs => least(3600, power(2, least($1, 30)) * (0.75 + random() * 0.5)))
+$$;
+
+CREATE FUNCTION jobq_fail(job_id bigint, worker uuid, error jsonb DEFAULT NULL,
+                          retry_in interval DEFAULT NULL, discard boolean DEFAULT false)
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now    timestamptz := clock_timestamp();
+    j        record;
+    v_state  text;
+BEGIN
+    IF job_id IS NULL OR worker IS NULL OR discard IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id, worker and discard must not be NULL' USING ERRCODE = '22004';
+    ELSIF retry_in < interval '0' THEN
+        RAISE EXCEPTION 'jobq: retry_in must not be negative, got %', retry_in USING ERRCODE = '22023';
+    END IF;
+    SELECT x.queue, x.attempt, x.max_attempts, x.cancel_requested_at, x.unique_key, x.unique_strategy,
+           x.concurrency_key, x.concurrency_slot INTO j
+      FROM jobq.jobs x
+     WHERE x.id = jobq_fail.job_id AND x.state = 'executing' AND x.worker_id = worker
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_state := CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                    WHEN discard OR j.attempt >= j.max_attempts THEN 'dead'
+                    ELSE 'ready' END;
+    UPDATE jobq.jobs x
+       SET state = v_state,
+           last_error = error,
+           run_at = CASE WHEN v_state = 'ready' THEN v_now + coalesce(retry_in, jobq._backoff(x.attempt))
+                         ELSE x.run_at END,
+           finished_at = CASE WHEN v_state <> 'ready' THEN v_now END
+     WHERE x.id = jobq_fail.job_id;
+    PERFORM jobq._release_keys(job_id, v_state, j.unique_key, j.unique_strategy,
+                               j.concurrency_key, j.concurrency_slot);
+    IF v_state = 'ready' AND retry_in = interval '0' THEN
+        PERFORM pg_notify('jobq', j.queue);
+    END IF;
+    RETURN v_state;
+END $$;
+
+CREATE FUNCTION jobq_cancel(job_id bigint) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j record;
+BEGIN
+    IF job_id IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT x.state, x.unique_key, x.unique_strategy, x.concurrency_key INTO j
+      FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    ELSIF j.state = 'ready' THEN
+        UPDATE jobq.jobs x SET state = 'cancelled', finished_at = clock_timestamp()
+         WHERE x.id = jobq_cancel.job_id;
+        PERFORM jobq._release_keys(job_id, 'cancelled', j.unique_key, j.unique_strategy, j.concurrency_key, NULL);
+        RETURN 'cancelled';
+    ELSIF j.state = 'executing' THEN
+        -- The worker sees the request in jobq_heartbeat; the reaper cancels it if the worker dies.
+        UPDATE jobq.jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
+         WHERE x.id = jobq_cancel.job_id;
+    END IF;
+    RETURN j.state;
+END $$;
+
+CREATE FUNCTION jobq_retry(job_id bigint) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j record;
+BEGIN
+    IF job_id IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT x.queue, x.unique_key, x.unique_strategy INTO j
+      FROM jobq.jobs x
+     WHERE x.id = jobq_retry.job_id AND x.state IN ('dead', 'cancelled')
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF j.unique_key IS NOT NULL AND j.unique_strategy <> 'while_executing'
+       AND NOT jobq._take_key(j.unique_key, job_id) THEN
+        RETURN false;
+    END IF;
+    UPDATE jobq.jobs x
+       SET state = 'ready', attempt = 0, run_at = clock_timestamp(), finished_at = NULL,
+           cancel_requested_at = NULL, interrupted_at = NULL
+     WHERE x.id = jobq_retry.job_id;
+    PERFORM pg_notify('jobq', j.queue);
+    RETURN true;
+END $$;

@@ -1,0 +1,28 @@
+-- Pausing: checkout skips a paused queue, a paused kind (in every queue, or in one queue).
+-- Enqueue still works. Each pause is undone only by the resume with the same arguments.
+
+CREATE FUNCTION jobq_pause(queue text, kind text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF queue IS NULL AND kind IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue and kind must not both be NULL' USING ERRCODE = '22004';
+    ELSIF queue = '' OR kind = '' THEN
+        RAISE EXCEPTION 'jobq: queue and kind must not be empty (use NULL)' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO jobq.pauses (queue, kind, paused_at) VALUES (queue, kind, clock_timestamp())
+    ON CONFLICT DO NOTHING;
+END $$;
+
+CREATE FUNCTION jobq_resume(queue text, kind text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF queue IS NULL AND kind IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue and kind must not both be NULL' USING ERRCODE = '22004';
+    END IF;
+    DELETE FROM jobq.pauses p
+     WHERE p.queue IS NOT DISTINCT FROM jobq_resume.queue AND p.kind IS NOT DISTINCT FROM jobq_resume.kind;
+    -- Wake the workers of a resumed queue.
+    IF FOUND AND queue IS NOT NULL THEN
+        PERFORM pg_notify('jobq', queue);
+    END IF;
+END $$;

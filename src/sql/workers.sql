@@ -1,0 +1,163 @@
+-- Workers: registration, heartbeat, graceful shutdown, and the liveness rule every other
+-- function uses.
+
+CREATE FUNCTION jobq._heartbeat_timeout() RETURNS interval
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp
+AS $$ SELECT jobq.heartbeat_timeout_ms() * interval '1 millisecond' $$;
+
+-- The liveness rule: a worker is alive while its heartbeat is younger than
+-- jobq.heartbeat_timeout and, if it was bound to a session, while that very session
+-- (pid and start time, so a recycled pid does not count) still exists.
+CREATE FUNCTION jobq._alive(heartbeat_at timestamptz, backend_pid integer, backend_start timestamptz)
+RETURNS boolean LANGUAGE sql VOLATILE SET search_path = pg_catalog, jobq, pg_temp
+AS $$
+    SELECT $1 > clock_timestamp() - jobq._heartbeat_timeout()
+       AND ($2 IS NULL OR EXISTS (SELECT 1 FROM pg_stat_get_activity($2) a WHERE a.backend_start = $3))
+$$;
+
+-- Checks that `worker` is registered and alive (JQ001 otherwise) and holds a KEY SHARE
+-- lock on its row until the caller's transaction ends, so a concurrent reap pass cannot
+-- remove the worker while the caller is giving it jobs or locks.
+CREATE FUNCTION jobq._live_worker(worker uuid) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM 1 FROM jobq.workers w
+      WHERE w.id = worker AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+      FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM jobq._unknown_worker(worker);
+    END IF;
+END $$;
+
+-- True when `worker` is gone or dead, judged on its newest committed row: the FOR SHARE
+-- lock waits out a heartbeat in flight and makes a later heartbeat wait for the caller, so
+-- a worker is never declared dead while its own heartbeat is told it lives.
+CREATE FUNCTION jobq._worker_dead(worker uuid) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_alive boolean;
+BEGIN
+    SELECT jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start) INTO v_alive
+      FROM jobq.workers w WHERE w.id = worker FOR SHARE;
+    RETURN NOT coalesce(v_alive, false);
+END $$;
+
+CREATE FUNCTION jobq_register_worker(name text DEFAULT NULL, metadata jsonb DEFAULT '{}', bind_to_session boolean DEFAULT false)
+RETURNS uuid LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_id   uuid := gen_random_uuid();
+    v_now  timestamptz := clock_timestamp();
+BEGIN
+    IF bind_to_session IS NULL THEN
+        RAISE EXCEPTION 'jobq: bind_to_session must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    INSERT INTO jobq.workers (id, name, metadata, registered_at, heartbeat_at, backend_pid, backend_start)
+    SELECT v_id, name, coalesce(metadata, '{}'), v_now, v_now, a.pid, a.backend_start
+      FROM (SELECT NULL::integer AS pid, NULL::timestamptz AS backend_start WHERE NOT bind_to_session
+            UNION ALL
+            SELECT s.pid, s.backend_start FROM pg_stat_get_activity(pg_backend_pid()) s WHERE bind_to_session) a;
+    RETURN v_id;
+END $$;
+
+CREATE FUNCTION jobq_heartbeat(worker uuid) RETURNS bigint[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- One row write, however many jobs the worker holds.
+    UPDATE jobq.workers w SET heartbeat_at = clock_timestamp()
+     WHERE w.id = worker AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start);
+    IF NOT FOUND THEN
+        PERFORM jobq._unknown_worker(worker);
+    END IF;
+    RETURN ARRAY(SELECT j.id FROM jobq.jobs j
+                  WHERE j.worker_id = worker AND j.state = 'executing'
+                    AND j.cancel_requested_at IS NOT NULL
+                  ORDER BY j.id);
+END $$;
+
+-- Leaving 'executing' or 'ready' for `new_state`: frees the job's execution slots and
+-- releases or keeps its unique key as its strategy says. A job that waits again with an
+-- until_executing key takes the key back if it is free; if another job took the key in the
+-- meantime, it waits without it (it is not dropped: no job is lost).
+CREATE FUNCTION jobq._release_keys(job bigint, new_state text, unique_key text, unique_strategy text,
+                                   concurrency_key text, concurrency_slot integer)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF concurrency_slot IS NOT NULL THEN
+        UPDATE jobq.slots s SET job_id = NULL
+         WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
+    END IF;
+    IF unique_key IS NULL THEN
+        RETURN;
+    ELSIF unique_strategy = 'while_executing' THEN
+        UPDATE jobq.slots s SET job_id = NULL
+         WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
+    ELSIF new_state IN ('completed', 'dead', 'cancelled') THEN
+        DELETE FROM jobq.locks l WHERE l.key = unique_key AND l.job_id = job;
+    ELSIF new_state = 'ready' AND unique_strategy = 'until_executing' THEN
+        PERFORM jobq._take_key(unique_key, job);
+    END IF;
+END $$;
+
+-- Returns the executing jobs of `worker` to the queue. interrupted => true is the reaper's
+-- way (the attempt counts, interrupted_at is set, attempts exhausted make the job dead);
+-- false is a graceful unregister (the attempt is given back). A job whose cancellation was
+-- requested becomes cancelled either way.
+CREATE FUNCTION jobq._return_jobs(worker uuid, interrupted boolean, OUT requeued integer, OUT dead integer)
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    r     record;
+BEGIN
+    requeued := 0;
+    dead := 0;
+    FOR r IN
+        UPDATE jobq.jobs j SET
+            state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                         WHEN interrupted AND j.attempt >= j.max_attempts THEN 'dead'
+                         ELSE 'ready' END,
+            attempt = CASE WHEN interrupted OR j.cancel_requested_at IS NOT NULL THEN j.attempt
+                           ELSE j.attempt - 1 END,
+            interrupted_at = CASE WHEN interrupted THEN v_now ELSE j.interrupted_at END,
+            finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL
+                                 OR (interrupted AND j.attempt >= j.max_attempts) THEN v_now END
+         WHERE j.worker_id = worker AND j.state = 'executing'
+        RETURNING j.id, j.state, j.queue, j.unique_key, j.unique_strategy, j.concurrency_key,
+                  j.concurrency_slot
+    LOOP
+        PERFORM jobq._release_keys(r.id, r.state, r.unique_key, r.unique_strategy,
+                                   r.concurrency_key, r.concurrency_slot);
+        IF r.state = 'ready' THEN
+            requeued := requeued + 1;
+            PERFORM pg_notify('jobq', r.queue);
+        ELSIF r.state = 'dead' THEN
+            dead := dead + 1;
+        END IF;
+    END LOOP;
+END $$;
+
+CREATE FUNCTION jobq_unregister_worker(worker uuid) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_requeued integer;
+BEGIN
+    IF worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- Same lock order as the reaper (worker row, then its jobs): one of the two wins.
+    PERFORM 1 FROM jobq.workers w
+      WHERE w.id = worker AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+      FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM jobq._unknown_worker(worker);
+    END IF;
+    SELECT r.requeued INTO v_requeued FROM jobq._return_jobs(worker, false) r;
+    DELETE FROM jobq.locks l WHERE l.worker_id = worker;
+    DELETE FROM jobq.workers w WHERE w.id = worker;
+    RETURN v_requeued;
+END $$;

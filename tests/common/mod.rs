@@ -1,0 +1,179 @@
+//! Test clusters for the integration tests: real PostgreSQL 15 servers started by the tests
+//! themselves (initdb and pg_ctl run as the OS user `postgres` when the tests run as root,
+//! since initdb refuses root), each on a free loopback port, with jobq preloaded.
+//! They expect the extension to be installed already (`cargo pgrx test` / `cargo pgrx install`
+//! do that). Every cluster is stopped when the test process exits.
+#![allow(dead_code)]
+
+use postgres::{Client, NoTls};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+static STARTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static DB_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+pub struct Cluster {
+    pub port: u16,
+    pub data: PathBuf,
+}
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs a PostgreSQL program as the `postgres` OS user when we are root.
+pub fn pg_command(program: &str) -> Command {
+    let path = format!("{PG_BIN}/{program}");
+    if is_root() {
+        let mut c = Command::new("sudo");
+        c.args(["-u", "postgres", "--", &path]);
+        c
+    } else {
+        Command::new(path)
+    }
+}
+
+fn run(mut cmd: Command) {
+    let out = cmd.output().expect("spawn");
+    assert!(out.status.success(), "{cmd:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+extern "C" fn stop_all() {
+    for data in STARTED.lock().map(|v| v.clone()).unwrap_or_default() {
+        let _ = pg_command("pg_ctl").args(["-D"]).arg(&data).args(["-m", "immediate", "-w", "stop"]).output();
+    }
+}
+
+fn base_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jobq-clusters");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The postgres user must be able to create data directories here.
+    let _ = Command::new("chmod").arg("1777").arg(&dir).status();
+    dir
+}
+
+impl Cluster {
+    /// initdb + start a new cluster. `conf` lines are appended to postgresql.conf.
+    pub fn start(name: &str, conf: &[&str]) -> Cluster {
+        let data = base_dir().join(format!("{name}-{}", std::process::id()));
+        if data.exists() {
+            let _ = pg_command("pg_ctl").arg("-D").arg(&data).args(["-m", "immediate", "stop"]).output();
+            let _ = pg_command("rm").arg("-rf").arg(&data).output();
+            let _ = std::fs::remove_dir_all(&data);
+        }
+        run({
+            let mut c = pg_command("initdb");
+            c.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
+            c
+        });
+        let port = free_port();
+        let mut lines = vec![
+            "listen_addresses = '127.0.0.1'".to_string(),
+            format!("port = {port}"),
+            format!("unix_socket_directories = '{}'", data.display()),
+            "shared_preload_libraries = 'jobq'".to_string(),
+            "max_connections = 200".to_string(),
+            "fsync = off".to_string(),
+        ];
+        lines.extend(conf.iter().map(|s| s.to_string()));
+        append_conf(&data, &lines);
+        let cluster = Cluster { port, data };
+        cluster.pg_ctl_start();
+        {
+            let mut started = STARTED.lock().unwrap();
+            if started.is_empty() {
+                unsafe { libc::atexit(stop_all) };
+            }
+            started.push(cluster.data.clone());
+        }
+        cluster
+    }
+
+    pub fn pg_ctl_start(&self) {
+        run({
+            let mut c = pg_command("pg_ctl");
+            c.arg("-D").arg(&self.data).arg("-l").arg(self.data.join("server.log")).args(["-w", "-t", "120", "start"]);
+            c
+        });
+    }
+
+    pub fn pg_ctl_stop(&self, mode: &str) {
+        run({
+            let mut c = pg_command("pg_ctl");
+            c.arg("-D").arg(&self.data).args(["-m", mode, "-w", "-t", "120", "stop"]);
+            c
+        });
+    }
+
+    pub fn url(&self, db: &str) -> String {
+        format!("host=127.0.0.1 port={} user=postgres dbname={db} connect_timeout=10", self.port)
+    }
+
+    pub fn connect(&self, db: &str) -> Client {
+        Client::connect(&self.url(db), NoTls).unwrap_or_else(|e| panic!("connect to {db}: {e}"))
+    }
+
+    /// A new database with jobq created in it: each test gets its own.
+    pub fn fresh_db(&self) -> String {
+        let name = format!("t{}_{}", std::process::id(), DB_COUNTER.fetch_add(1, Ordering::SeqCst));
+        let mut admin = self.connect("postgres");
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        self.connect(&name).batch_execute("CREATE EXTENSION jobq").unwrap();
+        name
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data.join("server.log")).unwrap_or_default()
+    }
+}
+
+pub fn append_conf(data: &Path, lines: &[String]) {
+    use std::io::Write;
+    // The file belongs to postgres; root can still append to it.
+    let mut f = std::fs::OpenOptions::new().append(true).open(data.join("postgresql.conf")).unwrap();
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+}
+
+/// One cluster shared by the tests of a test binary (they use separate databases).
+pub fn shared() -> &'static Cluster {
+    static SHARED: OnceLock<Cluster> = OnceLock::new();
+    SHARED.get_or_init(|| Cluster::start("shared", &[]))
+}
+
+/// A fresh database on the shared cluster and a connection to it.
+pub fn db() -> (&'static Cluster, String, Client) {
+    let c = shared();
+    let name = c.fresh_db();
+    let client = c.connect(&name);
+    (c, name, client)
+}
+
+/// Polls `cond` until it holds, failing after `timeout`. For conditions that another
+/// process makes true (the background worker, a server restart): never a fixed sleep.
+pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The SQLSTATE of a failed statement.
+pub fn sqlstate(e: &postgres::Error) -> String {
+    e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("no db error: {e}"))
+}
+
+pub fn register(c: &mut Client) -> uuid::Uuid {
+    c.query_one("SELECT jobq_register_worker()", &[]).unwrap().get(0)
+}

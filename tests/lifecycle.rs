@@ -1,0 +1,534 @@
+//! The job lifecycle of SPEC over real connections: states, returns, ordering, pause,
+//! cancel, retry, backoff, fencing, bad input, search-path hijack, LISTEN/NOTIFY.
+mod common;
+
+use common::*;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::Client;
+use serde_json::{json, Value};
+use std::time::Duration;
+use uuid::Uuid;
+
+fn enqueue(c: &mut Client, sql_args: &str) -> i64 {
+    c.query_one(&format!("SELECT jobq_enqueue({sql_args})"), &[]).unwrap().get(0)
+}
+
+fn checkout(c: &mut Client, w: Uuid, queues: Option<&[&str]>, max: i32) -> Vec<i64> {
+    let queues: Option<Vec<String>> = queues.map(|q| q.iter().map(|s| s.to_string()).collect());
+    c.query("SELECT id FROM jobq_checkout($1, $2, $3)", &[&w, &queues, &max])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn state(c: &mut Client, id: i64) -> String {
+    c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0)
+}
+
+#[test]
+fn a_job_goes_from_ready_to_executing_to_completed() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let id = enqueue(&mut c, "'mail', '{\"to\": 1}', kind => 'Mailer', priority => 3, max_attempts => 4");
+    assert_eq!(state(&mut c, id), "ready");
+
+    let row = c.query_one("SELECT * FROM jobq_checkout($1)", &[&w]).unwrap();
+    assert_eq!(row.get::<_, i64>("id"), id);
+    assert_eq!(row.get::<_, String>("queue"), "mail");
+    assert_eq!(row.get::<_, Option<String>>("kind").as_deref(), Some("Mailer"));
+    assert_eq!(row.get::<_, Value>("payload"), json!({"to": 1}));
+    assert_eq!(row.get::<_, i32>("priority"), 3);
+    assert_eq!(row.get::<_, i32>("attempt"), 1);
+    assert_eq!(row.get::<_, i32>("max_attempts"), 4);
+    assert_eq!(row.get::<_, Option<Value>>("last_error"), None);
+    assert!(row.get::<_, Option<std::time::SystemTime>>("interrupted_at").is_none());
+    assert_eq!(state(&mut c, id), "executing");
+
+    let done: bool = c.query_one("SELECT jobq_complete($1, $2, '{\"ok\": true}')", &[&id, &w]).unwrap().get(0);
+    assert!(done);
+    let r = c.query_one("SELECT state, result, finished_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&id]).unwrap();
+    assert_eq!(r.get::<_, String>(0), "completed");
+    assert_eq!(r.get::<_, Value>(1), json!({"ok": true}));
+    assert!(r.get::<_, bool>(2));
+    // A second completion is refused: the job is no longer executing under this worker.
+    let again: bool = c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get(0);
+    assert!(!again);
+    // Nothing is left to check out.
+    assert!(checkout(&mut c, w, None, 10).is_empty());
+}
+
+#[test]
+fn checkout_orders_by_priority_then_run_at_then_id() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let a = enqueue(&mut c, "'q', priority => 5");
+    let b = enqueue(&mut c, "'q', priority => 1, run_at => now() - interval '1 minute'");
+    let d = enqueue(&mut c, "'q', priority => 1, run_at => now() - interval '2 minutes'");
+    let e = enqueue(&mut c, "'q', priority => -7");
+    let f = enqueue(&mut c, "'q', priority => 1, run_at => now() - interval '2 minutes'");
+    // One at a time and in one batch: the same order, and the batch comes back in claim order.
+    let one_by_one: Vec<i64> = (0..2).flat_map(|_| checkout(&mut c, w, Some(&["q"]), 1)).collect();
+    assert_eq!(one_by_one, vec![e, d]);
+    assert_eq!(checkout(&mut c, w, None, 10), vec![f, b, a]);
+}
+
+#[test]
+fn future_jobs_are_not_due_and_queue_filters_apply() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let later = enqueue(&mut c, "'q1', run_at => now() + interval '1 hour'");
+    let q1 = enqueue(&mut c, "'q1'");
+    let q2 = enqueue(&mut c, "'q2'");
+    let q3 = enqueue(&mut c, "'q3'");
+    assert_eq!(checkout(&mut c, w, Some(&["q2"]), 5), vec![q2]);
+    assert_eq!(checkout(&mut c, w, Some(&["nope"]), 5), Vec::<i64>::new());
+    assert_eq!(checkout(&mut c, w, Some(&[]), 5), Vec::<i64>::new());
+    assert_eq!(checkout(&mut c, w, Some(&["q1", "q3"]), 5), vec![q1, q3]);
+    assert!(checkout(&mut c, w, None, 5).is_empty(), "the future job is not due");
+    assert_eq!(state(&mut c, later), "ready");
+}
+
+#[test]
+fn max_jobs_takes_a_batch() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let ids: Vec<i64> = c
+        .query("SELECT jobq_enqueue_batch('b', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(1, 7) g))", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len(), 7);
+    assert!(ids.windows(2).all(|p| p[0] < p[1]), "ids come back in payload order");
+    let payloads: Vec<Value> = c
+        .query("SELECT payload FROM jobq.jobs WHERE id = ANY($1) ORDER BY id", &[&ids])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(payloads, (1..=7).map(|i| json!({"i": i})).collect::<Vec<_>>());
+    assert_eq!(checkout(&mut c, w, None, 3), ids[0..3].to_vec());
+    assert_eq!(checkout(&mut c, w, None, 10), ids[3..7].to_vec());
+    // An empty batch enqueues nothing.
+    let n = c.query("SELECT jobq_enqueue_batch('b', '{}')", &[]).unwrap().len();
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn pause_and_resume_queue_kind_and_kind_in_queue() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let a1 = enqueue(&mut c, "'a', kind => 'K1'");
+    let a2 = enqueue(&mut c, "'a', kind => 'K2'");
+    let b1 = enqueue(&mut c, "'b', kind => 'K1'");
+    let b2 = enqueue(&mut c, "'b', kind => 'K2'");
+
+    c.execute("SELECT jobq_pause('a')", &[]).unwrap();
+    c.execute("SELECT jobq_pause(NULL, 'K1')", &[]).unwrap();
+    c.execute("SELECT jobq_pause('b', 'K2')", &[]).unwrap();
+    // Enqueue still works while paused.
+    let a3 = enqueue(&mut c, "'a', kind => 'K3'");
+    assert!(checkout(&mut c, w, None, 10).is_empty());
+
+    // A resume with other arguments does not undo a pause.
+    c.execute("SELECT jobq_resume('a', 'K1')", &[]).unwrap();
+    c.execute("SELECT jobq_resume('b')", &[]).unwrap();
+    assert!(checkout(&mut c, w, None, 10).is_empty());
+
+    c.execute("SELECT jobq_resume('b', 'K2')", &[]).unwrap();
+    assert_eq!(checkout(&mut c, w, None, 10), vec![b2]);
+    c.execute("SELECT jobq_resume(NULL, 'K1')", &[]).unwrap();
+    assert_eq!(checkout(&mut c, w, None, 10), vec![b1]);
+    c.execute("SELECT jobq_resume('a')", &[]).unwrap();
+    assert_eq!(checkout(&mut c, w, Some(&["a"]), 10), vec![a1, a2, a3]);
+
+    let e = c.execute("SELECT jobq_pause(NULL, NULL)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "22004");
+    let e = c.execute("SELECT jobq_resume(NULL)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "22004");
+}
+
+#[test]
+fn cancel_of_ready_and_executing_jobs() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let ready = enqueue(&mut c, "'q', priority => 9");
+    let running = enqueue(&mut c, "'q'");
+    let running2 = enqueue(&mut c, "'q'");
+    assert_eq!(checkout(&mut c, w, None, 2), vec![running, running2]);
+
+    let s: String = c.query_one("SELECT jobq_cancel($1)", &[&ready]).unwrap().get(0);
+    assert_eq!(s, "cancelled");
+    assert_eq!(state(&mut c, ready), "cancelled");
+
+    let hb: Vec<i64> = c.query_one("SELECT jobq_heartbeat($1)", &[&w]).unwrap().get(0);
+    assert!(hb.is_empty(), "nothing requested yet: an empty array, not NULL");
+    for id in [running, running2] {
+        let s: String = c.query_one("SELECT jobq_cancel($1)", &[&id]).unwrap().get(0);
+        assert_eq!(s, "executing");
+    }
+    let hb: Vec<i64> = c.query_one("SELECT jobq_heartbeat($1)", &[&w]).unwrap().get(0);
+    assert_eq!(hb, vec![running, running2]);
+
+    // The worker stops the first (fail -> cancelled, never retried), finishes the second anyway.
+    let s: String = c.query_one("SELECT jobq_fail($1, $2, '{\"e\": \"stopped\"}')", &[&running, &w]).unwrap().get(0);
+    assert_eq!(s, "cancelled");
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&running2, &w]).unwrap().get::<_, bool>(0));
+    assert_eq!(state(&mut c, running2), "completed");
+    // A finished job keeps its state; an unknown id gives NULL.
+    let s: String = c.query_one("SELECT jobq_cancel($1)", &[&running2]).unwrap().get(0);
+    assert_eq!(s, "completed");
+    let s: Option<String> = c.query_one("SELECT jobq_cancel(987654321)", &[]).unwrap().get(0);
+    assert_eq!(s, None);
+    assert!(checkout(&mut c, w, None, 10).is_empty());
+}
+
+#[test]
+fn fail_retries_with_backoff_then_dies_and_retry_revives() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let id = enqueue(&mut c, "'q', max_attempts => 2");
+    assert_eq!(checkout(&mut c, w, None, 1), vec![id]);
+    let before: std::time::SystemTime = c.query_one("SELECT clock_timestamp()", &[]).unwrap().get(0);
+    let s: String = c.query_one("SELECT jobq_fail($1, $2, '{\"error\": \"boom\"}')", &[&id, &w]).unwrap().get(0);
+    assert_eq!(s, "ready");
+    // The default backoff pushed run_at into the future: not due now.
+    let run_at: std::time::SystemTime = c.query_one("SELECT run_at FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert!(run_at > before, "backoff moves run_at forward");
+    assert!(checkout(&mut c, w, None, 1).is_empty());
+    // Make it due (an operator could do the same with retry_in), and the error is visible.
+    c.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = $1", &[&id]).unwrap();
+    let row = c.query_one("SELECT id, attempt, last_error FROM jobq_checkout($1)", &[&w]).unwrap();
+    assert_eq!(row.get::<_, i64>(0), id);
+    assert_eq!(row.get::<_, i32>(1), 2);
+    assert_eq!(row.get::<_, Value>(2), json!({"error": "boom"}));
+    // Attempts exhausted: dead.
+    let s: String = c.query_one("SELECT jobq_fail($1, $2, '{\"error\": \"again\"}')", &[&id, &w]).unwrap().get(0);
+    assert_eq!(s, "dead");
+    assert_eq!(state(&mut c, id), "dead");
+
+    let ok: bool = c.query_one("SELECT jobq_retry($1)", &[&id]).unwrap().get(0);
+    assert!(ok);
+    let row = c.query_one("SELECT state, attempt FROM jobq.jobs WHERE id = $1", &[&id]).unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, i32>(1)), ("ready".into(), 0));
+    assert_eq!(checkout(&mut c, w, None, 1), vec![id]);
+    // Retry of a job in any other state: false.
+    assert!(!c.query_one("SELECT jobq_retry($1)", &[&id]).unwrap().get::<_, bool>(0));
+    // retry_in sets the delay exactly; discard kills at once.
+    let s: String = c.query_one("SELECT jobq_fail($1, $2, retry_in => interval '0')", &[&id, &w]).unwrap().get(0);
+    assert_eq!(s, "ready");
+    assert_eq!(checkout(&mut c, w, None, 1), vec![id]);
+    let s: String = c.query_one("SELECT jobq_fail($1, $2, discard => true)", &[&id, &w]).unwrap().get(0);
+    assert_eq!(s, "dead");
+    let cancelled = enqueue(&mut c, "'q'");
+    c.execute("SELECT jobq_cancel($1)", &[&cancelled]).unwrap();
+    assert!(c.query_one("SELECT jobq_retry($1)", &[&cancelled]).unwrap().get::<_, bool>(0));
+}
+
+#[test]
+fn default_backoff_grows_with_attempts_and_is_capped() {
+    let (_, _, mut c) = db();
+    // 2^attempt seconds with +/-25% jitter, capped at one hour.
+    let rows = c
+        .query(
+            "SELECT a, min(s), max(s) FROM (
+               SELECT a, extract(epoch FROM jobq._backoff(a))::float8 AS s
+                 FROM generate_series(1, 20) a, generate_series(1, 50) n) x
+             GROUP BY a ORDER BY a",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 20);
+    for r in rows {
+        let (a, lo, hi): (i32, f64, f64) = (r.get(0), r.get(1), r.get(2));
+        let base = 2f64.powi(a);
+        assert!(lo >= (base * 0.75).min(3600.0) - 1e-6, "attempt {a}: min {lo}");
+        assert!(hi <= (base * 1.25).min(3600.0) + 1e-6, "attempt {a}: max {hi}");
+    }
+}
+
+#[test]
+fn fencing_a_worker_cannot_finish_a_job_it_does_not_hold() {
+    let (_, _, mut c) = db();
+    let owner = register(&mut c);
+    let other = register(&mut c);
+    let id = enqueue(&mut c, "'q'");
+    assert_eq!(checkout(&mut c, owner, None, 1), vec![id]);
+    let snapshot = |c: &mut Client| -> String {
+        c.query_one("SELECT row_to_json(j)::text FROM jobq.jobs j WHERE id = $1", &[&id]).unwrap().get(0)
+    };
+    let before = snapshot(&mut c);
+    assert!(!c.query_one("SELECT jobq_complete($1, $2)", &[&id, &other]).unwrap().get::<_, bool>(0));
+    assert_eq!(c.query_one("SELECT jobq_fail($1, $2)", &[&id, &other]).unwrap().get::<_, Option<String>>(0), None);
+    let stranger = Uuid::new_v4();
+    assert!(!c.query_one("SELECT jobq_complete($1, $2)", &[&id, &stranger]).unwrap().get::<_, bool>(0));
+    assert_eq!(c.query_one("SELECT jobq_fail($1, $2)", &[&id, &stranger]).unwrap().get::<_, Option<String>>(0), None);
+    assert!(!c.query_one("SELECT jobq_complete(424242, $1)", &[&owner]).unwrap().get::<_, bool>(0));
+    assert_eq!(snapshot(&mut c), before, "nothing changed");
+    // After a graceful unregister the old owner is fenced off too.
+    let n: i32 = c.query_one("SELECT jobq_unregister_worker($1)", &[&owner]).unwrap().get(0);
+    assert_eq!(n, 1);
+    assert!(!c.query_one("SELECT jobq_complete($1, $2)", &[&id, &owner]).unwrap().get::<_, bool>(0));
+    assert_eq!(state(&mut c, id), "ready");
+}
+
+#[test]
+fn unregister_returns_jobs_without_counting_the_attempt() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let a = enqueue(&mut c, "'q'");
+    let b = enqueue(&mut c, "'q'");
+    c.execute("SELECT jobq_acquire_lock('some-lock', $1)", &[&w]).unwrap();
+    assert_eq!(checkout(&mut c, w, None, 2), vec![a, b]);
+    let n: i32 = c.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap().get(0);
+    assert_eq!(n, 2);
+    let rows = c.query("SELECT state, attempt, interrupted_at IS NULL FROM jobq.jobs ORDER BY id", &[]).unwrap();
+    for r in rows {
+        assert_eq!((r.get::<_, String>(0), r.get::<_, i32>(1), r.get::<_, bool>(2)), ("ready".into(), 0, true));
+    }
+    let locks: i64 = c.query_one("SELECT count(*) FROM jobq.locks", &[]).unwrap().get(0);
+    assert_eq!(locks, 0);
+    let workers: i64 = c.query_one("SELECT count(*) FROM jobq.workers", &[]).unwrap().get(0);
+    assert_eq!(workers, 0);
+    // Every worker function now answers JQ001 for it.
+    for sql in [
+        "SELECT jobq_heartbeat($1)",
+        "SELECT * FROM jobq_checkout($1)",
+        "SELECT jobq_unregister_worker($1)",
+        "SELECT jobq_acquire_lock('x', $1)",
+        "SELECT jobq_release_lock('x', $1)",
+    ] {
+        let e = c.query(sql, &[&w]).unwrap_err();
+        assert_eq!(sqlstate(&e), "JQ001", "{sql}");
+    }
+}
+
+#[test]
+fn register_stores_name_and_metadata() {
+    let (_, _, mut c) = db();
+    let w: Uuid = c.query_one("SELECT jobq_register_worker('billing-1', '{\"host\": \"a\"}')", &[]).unwrap().get(0);
+    let r = c.query_one("SELECT name, metadata, backend_pid FROM jobq.workers WHERE id = $1", &[&w]).unwrap();
+    assert_eq!(r.get::<_, Option<String>>(0).as_deref(), Some("billing-1"));
+    assert_eq!(r.get::<_, Value>(1), json!({"host": "a"}));
+    assert_eq!(r.get::<_, Option<i32>>(2), None);
+    let bound: Uuid = c.query_one("SELECT jobq_register_worker(bind_to_session => true)", &[]).unwrap().get(0);
+    let pid: Option<i32> = c.query_one("SELECT backend_pid FROM jobq.workers WHERE id = $1", &[&bound]).unwrap().get(0);
+    let me: i32 = c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    assert_eq!(pid, Some(me));
+}
+
+#[test]
+fn queue_stats_counts_per_queue() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    enqueue(&mut c, "'s1', run_at => now() - interval '10 minutes'");
+    enqueue(&mut c, "'s1'");
+    enqueue(&mut c, "'s1', run_at => now() + interval '1 day'");
+    let dead = enqueue(&mut c, "'s2', max_attempts => 1");
+    enqueue(&mut c, "'s2', priority => 5");
+    assert_eq!(checkout(&mut c, w, Some(&["s2"]), 1), vec![dead]);
+    let cols: Vec<String> = c
+        .query("SELECT column_name::text FROM information_schema.columns WHERE table_schema = 'jobq' AND table_name = 'queue_stats' ORDER BY ordinal_position", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(cols, ["queue", "ready", "scheduled", "executing", "dead", "oldest_ready_age"]);
+
+    let stats = |c: &mut Client, q: &str| -> (i64, i64, i64, i64, bool) {
+        let r = c
+            .query_one("SELECT ready, scheduled, executing, dead, oldest_ready_age >= interval '10 minutes' FROM jobq.queue_stats WHERE queue = $1", &[&q])
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3), r.get::<_, Option<bool>>(4).unwrap_or(false))
+    };
+    assert_eq!(stats(&mut c, "s1"), (2, 1, 0, 0, true));
+    assert_eq!(stats(&mut c, "s2"), (1, 0, 1, 0, false));
+    c.query_one("SELECT jobq_fail($1, $2)", &[&dead, &w]).unwrap();
+    assert_eq!(stats(&mut c, "s2"), (1, 0, 0, 1, false));
+    // A queue with only future jobs: no oldest ready age.
+    enqueue(&mut c, "'s3', run_at => now() + interval '1 hour'");
+    let age: Option<String> =
+        c.query_one("SELECT oldest_ready_age::text FROM jobq.queue_stats WHERE queue = 's3'", &[]).unwrap().get(0);
+    assert_eq!(age, None);
+}
+
+#[test]
+fn bad_input_is_refused_with_its_sqlstate_and_changes_nothing() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let job = enqueue(&mut c, "'q'");
+    let cases: &[(&str, &str)] = &[
+        ("SELECT jobq_enqueue(NULL)", "22004"),
+        ("SELECT jobq_enqueue('')", "22023"),
+        ("SELECT jobq_enqueue('q', NULL)", "22004"),
+        ("SELECT jobq_enqueue('q', priority => NULL)", "22004"),
+        ("SELECT jobq_enqueue('q', max_attempts => 0)", "22023"),
+        ("SELECT jobq_enqueue('q', max_attempts => -3)", "22023"),
+        ("SELECT jobq_enqueue('q', unique_key => 'k', unique_strategy => 'forever')", "22023"),
+        ("SELECT jobq_enqueue('q', unique_key => 'k', on_conflict => 'ignore')", "22023"),
+        ("SELECT jobq_enqueue('q', unique_key => '')", "22023"),
+        ("SELECT jobq_enqueue('q', concurrency_key => '')", "22023"),
+        ("SELECT jobq_enqueue('q', concurrency_key => 'c', concurrency_limit => 0)", "22023"),
+        ("SELECT jobq_enqueue('q', concurrency_key => 'c', concurrency_limit => -1)", "22023"),
+        ("SELECT jobq_enqueue('q', concurrency_key => 'c', concurrency_limit => NULL)", "22004"),
+        ("SELECT jobq_enqueue_batch(NULL, ARRAY['{}'::jsonb])", "22004"),
+        ("SELECT jobq_enqueue_batch('', ARRAY['{}'::jsonb])", "22023"),
+        ("SELECT jobq_enqueue_batch('q', NULL)", "22004"),
+        ("SELECT jobq_enqueue_batch('q', ARRAY['{}'::jsonb, NULL])", "22004"),
+        ("SELECT jobq_enqueue_batch('q', ARRAY['{}'::jsonb], max_attempts => 0)", "22023"),
+        ("SELECT * FROM jobq_checkout(NULL)", "22004"),
+        ("SELECT jobq_heartbeat(NULL)", "22004"),
+        ("SELECT jobq_complete(NULL, gen_random_uuid())", "22004"),
+        ("SELECT jobq_fail(1, NULL)", "22004"),
+        ("SELECT jobq_cancel(NULL)", "22004"),
+        ("SELECT jobq_retry(NULL)", "22004"),
+        ("SELECT jobq_pause('')", "22023"),
+        ("SELECT jobq_acquire_lock(NULL, gen_random_uuid())", "22004"),
+        ("SELECT jobq_heartbeat(gen_random_uuid())", "JQ001"),
+        ("SELECT * FROM jobq_checkout(gen_random_uuid())", "JQ001"),
+        ("SELECT jobq_unregister_worker(gen_random_uuid())", "JQ001"),
+        ("SELECT jobq_acquire_lock('k', gen_random_uuid())", "JQ001"),
+    ];
+    let worker_cases: &[(&str, &str)] = &[
+        ("SELECT * FROM jobq_checkout($1, max_jobs => 0)", "22023"),
+        ("SELECT * FROM jobq_checkout($1, max_jobs => NULL)", "22004"),
+        ("SELECT jobq_acquire_lock('', $1)", "22023"),
+        ("SELECT jobq_acquire_lock('k', $1, interval '-1 second')", "22023"),
+        ("SELECT jobq_acquire_lock('k', $1, NULL)", "22004"),
+        ("SELECT jobq_fail(1, $1, retry_in => interval '-5 seconds')", "22023"),
+        ("SELECT jobq_fail(1, $1, discard => NULL)", "22004"),
+    ];
+    let fingerprint = |c: &mut Client| -> String {
+        c.query_one(
+            "SELECT (SELECT coalesce(string_agg(row_to_json(j)::text, ',' ORDER BY id), '') FROM jobq.jobs j)
+                 || (SELECT count(*) FROM jobq.locks)::text || (SELECT count(*) FROM jobq.slots)::text
+                 || (SELECT count(*) FROM jobq.pauses)::text || (SELECT count(*) FROM jobq.workers)::text",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let before = fingerprint(&mut c);
+    for (sql, code) in cases {
+        let e = c.query(*sql, &[]).expect_err(sql);
+        assert_eq!(sqlstate(&e), *code, "{sql}: {e:?}");
+        let msg = e.as_db_error().unwrap().message().to_string();
+        assert!(msg.starts_with("jobq: "), "{sql}: a clear jobq message, got {msg}");
+    }
+    for (sql, code) in worker_cases {
+        let e = c.query(*sql, &[&w]).expect_err(sql);
+        assert_eq!(sqlstate(&e), *code, "{sql}: {e:?}");
+    }
+    assert_eq!(fingerprint(&mut c), before, "bad input changed nothing");
+    assert_eq!(state(&mut c, job), "ready");
+}
+
+#[test]
+fn a_hostile_search_path_changes_nothing() {
+    let (_, _, mut c) = db();
+    // Objects with the names the implementation uses, first on the search_path, ahead of
+    // pg_catalog: tables, functions and even an `=` operator that would corrupt any query
+    // of a function that did not pin its search_path.
+    c.batch_execute(
+        "CREATE SCHEMA evil;
+         CREATE TABLE evil.hits (what text);
+         CREATE TABLE evil.jobs (id bigint, queue text, state text, priority int, run_at timestamptz);
+         CREATE TABLE evil.workers (id uuid, heartbeat_at timestamptz);
+         CREATE TABLE evil.locks (key text PRIMARY KEY, job_id bigint, worker_id uuid);
+         CREATE TABLE evil.slots (ns \"char\", key text, slot int, job_id bigint);
+         CREATE TABLE evil.pauses (queue text, kind text);
+         CREATE FUNCTION evil.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS
+           $$ INSERT INTO evil.hits VALUES ('clock_timestamp') RETURNING '2000-01-01'::timestamptz $$;
+         CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql AS
+           $$ INSERT INTO evil.hits VALUES ('now') RETURNING '2000-01-01'::timestamptz $$;
+         CREATE FUNCTION evil.gen_random_uuid() RETURNS uuid LANGUAGE sql AS
+           $$ INSERT INTO evil.hits VALUES ('uuid') RETURNING '00000000-0000-0000-0000-000000000000'::uuid $$;
+         CREATE FUNCTION evil.pg_notify(text, text) RETURNS void LANGUAGE sql AS
+           $$ INSERT INTO evil.hits VALUES ('notify') $$;
+         CREATE FUNCTION evil.nextval(regclass) RETURNS bigint LANGUAGE sql AS
+           $$ INSERT INTO evil.hits VALUES ('nextval') RETURNING 1::bigint $$;
+         CREATE FUNCTION evil.eq(bigint, bigint) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$;
+         CREATE OPERATOR evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.eq);
+         CREATE FUNCTION evil.teq(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$;
+         CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.teq);
+         SET search_path = evil, pg_catalog, public;",
+    )
+    .unwrap();
+    let w: Uuid = c.query_one("SELECT public.jobq_register_worker()", &[]).unwrap().get(0);
+    let a: i64 = c.query_one("SELECT public.jobq_enqueue('q1', unique_key => 'u', concurrency_key => 'c')", &[]).unwrap().get(0);
+    let b: i64 = c.query_one("SELECT public.jobq_enqueue('q2')", &[]).unwrap().get(0);
+    let got: Vec<i64> = c
+        .query("SELECT id FROM public.jobq_checkout($1, ARRAY['q1'], 5)", &[&w])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(got, vec![a]);
+    assert!(c.query_one("SELECT public.jobq_complete($1, $2)", &[&a, &w]).unwrap().get::<_, bool>(0));
+    assert!(c.query_one("SELECT public.jobq_acquire_lock('L', $1)", &[&w]).unwrap().get::<_, bool>(0));
+    c.query("SELECT * FROM public.jobq_heartbeat($1)", &[&w]).unwrap();
+    c.query("SELECT * FROM public.jobq_reap()", &[]).unwrap();
+    c.query("SELECT public.jobq_cancel($1)", &[&b]).unwrap();
+    c.query("SELECT public.jobq_pause('q9'), public.jobq_resume('q9')", &[]).unwrap();
+    c.batch_execute("RESET search_path").unwrap();
+    let hits: i64 = c.query_one("SELECT count(*) FROM evil.hits", &[]).unwrap().get(0);
+    assert_eq!(hits, 0, "no hostile function was called");
+    for t in ["jobs", "workers", "locks", "slots", "pauses"] {
+        let n: i64 = c.query_one(&format!("SELECT count(*) FROM evil.{t}"), &[]).unwrap().get(0);
+        assert_eq!(n, 0, "evil.{t} untouched");
+    }
+    let states: Vec<String> = c.query("SELECT state FROM jobq.jobs ORDER BY id", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(states, ["completed", "cancelled"]);
+    assert_ne!(w, Uuid::nil());
+}
+
+#[test]
+fn every_function_pins_its_search_path() {
+    let (_, _, mut c) = db();
+    let unpinned: Vec<String> = c
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p
+               JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'jobq'
+              WHERE p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
+                AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, jobq, pg_temp'], false)",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(unpinned.is_empty(), "functions without a pinned search_path: {unpinned:?}");
+}
+
+#[test]
+fn listen_gets_the_queue_name_once_per_transaction() {
+    let (cluster, name, mut c) = db();
+    let mut listener = cluster.connect(&name);
+    listener.batch_execute("LISTEN jobq").unwrap();
+    // One transaction that enqueues three due jobs in 'mail', one in 'sms' and one future job
+    // in 'later': one notification per queue with a due job.
+    c.batch_execute(
+        "BEGIN;
+         SELECT jobq_enqueue('mail'); SELECT jobq_enqueue('mail'); SELECT jobq_enqueue('mail');
+         SELECT jobq_enqueue_batch('sms', ARRAY['{}'::jsonb, '{}'::jsonb]);
+         SELECT jobq_enqueue('later', run_at => now() + interval '1 hour');
+         COMMIT;
+         NOTIFY jobq, 'end-marker';",
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut n = listener.notifications();
+    let mut it = n.timeout_iter(Duration::from_secs(10));
+    loop {
+        let note = it.next().unwrap().expect("a notification within 10 s");
+        assert_eq!(note.channel(), "jobq");
+        if note.payload() == "end-marker" {
+            break;
+        }
+        got.push(note.payload().to_string());
+    }
+    got.sort();
+    assert_eq!(got, ["mail", "sms"]);
+}
