@@ -9,15 +9,20 @@ pub static HEARTBEAT_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000
 /// Retention is in seconds: a day in milliseconds would still fit, a month would not.
 pub static RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
 
-pub fn define() {
-    GucRegistry::define_string_guc(
-        c"jobq.database",
-        c"Database the jobq background worker serves.",
-        c"Only read at server start.",
-        &DATABASE,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
+/// Defines the settings. `jobq.database` only exists with `shared_preload_libraries = 'jobq'`:
+/// it is read once at server start, and PostgreSQL refuses to define such a setting in a
+/// backend that loads the library later (as every backend does without the preload).
+pub fn define(preloading: bool) {
+    if preloading {
+        GucRegistry::define_string_guc(
+            c"jobq.database",
+            c"Database the jobq background worker serves.",
+            c"Only read at server start.",
+            &DATABASE,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+    }
     GucRegistry::define_int_guc(
         c"jobq.reap_interval",
         c"Time between two reap passes of the jobq background worker.",

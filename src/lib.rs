@@ -19,8 +19,9 @@ pub extern "C-unwind" fn _PG_init() {
     if unsafe { pg_sys::IsBinaryUpgrade } {
         return;
     }
-    gucs::define();
-    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+    let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    gucs::define(preloading);
+    if preloading {
         bgworker::register();
     }
 }
@@ -42,12 +43,27 @@ extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"], finali
 mod tests {
     use pgrx::prelude::*;
 
+    // These run on the cluster of `cargo pgrx test`, which does NOT preload jobq: they show
+    // that everything but the background worker works without the preload. (The
+    // integration tests in tests/ all run with the preload.)
+
     #[pg_test]
     fn settings_have_their_documented_defaults() {
         assert_eq!(Spi::get_one::<String>("SHOW jobq.heartbeat_timeout").unwrap(), Some("30s".into()));
         assert_eq!(Spi::get_one::<String>("SHOW jobq.reap_interval").unwrap(), Some("1s".into()));
         assert_eq!(Spi::get_one::<String>("SHOW jobq.retention").unwrap(), Some("1d".into()));
-        assert_eq!(Spi::get_one::<String>("SHOW jobq.database").unwrap(), Some("postgres".into()));
+    }
+
+    #[pg_test]
+    fn the_lifecycle_works_without_the_preload() {
+        let w = Spi::get_one::<pgrx::Uuid>("SELECT jobq_register_worker()").unwrap().unwrap();
+        let id = Spi::get_one::<i64>("SELECT jobq_enqueue('q', '{\"a\": 1}')").unwrap().unwrap();
+        let got = Spi::get_one_with_args::<i64>("SELECT id FROM jobq_checkout($1)", &[w.into()]).unwrap();
+        assert_eq!(got, Some(id));
+        let ok = Spi::get_one_with_args::<bool>("SELECT jobq_complete($1, $2)", &[id.into(), w.into()]).unwrap();
+        assert_eq!(ok, Some(true));
+        let reaped = Spi::get_one::<i32>("SELECT workers_reaped FROM jobq_reap()").unwrap();
+        assert_eq!(reaped, Some(0));
     }
 
     #[pg_test]
