@@ -5,7 +5,8 @@
 -- another checkout) and, in the same statement, claims those that need no execution slot.
 -- Jobs that do (a concurrency key, a while_executing key) or that give up a key when they
 -- start (until_executing) are claimed one by one by jobq._claim_keyed; one that cannot
--- start now has its key skipped for the rest of this call, and the next batch looks past it.
+-- start now has its key (for a concurrency key: its key up to its limit) skipped for the
+-- rest of this call, and the next batch looks past it.
 -- PL/pgSQL prepares each statement once per backend and keeps the plan.
 
 -- Claims a job this checkout holds locked, taking its slots first. NULL when claimed;
@@ -53,6 +54,79 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- The claimed jobs as jobq.job rows, in the order they were claimed.
+CREATE FUNCTION jobq._jobs_in_order(ids bigint[]) RETURNS SETOF jobq.job
+LANGUAGE sql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
+           j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
+           j.unique_strategy, j.concurrency_limit, j.started_at
+      FROM unnest($1) WITH ORDINALITY AS k(id, ord)
+      JOIN jobq.jobs j ON j.id = k.id
+     ORDER BY k.ord
+$$;
+
+-- Checkout inside a REPEATABLE READ or SERIALIZABLE client transaction. There, locking a
+-- row that another transaction changed after our snapshot raises 40001 instead of being
+-- skipped; a job another checkout claimed meanwhile (or a slot it took) is exactly such a
+-- row. So candidates are locked one at a time, each in its own subtransaction, and one
+-- that changed under us is skipped like a locked one: the caller sees no serialization
+-- failure that skipping would have avoided. The guarantees are the same rows and locks as
+-- in READ COMMITTED; only the cost per candidate is higher.
+CREATE FUNCTION jobq._checkout_in_snapshot(worker uuid, queues text[], max_jobs integer,
+                                           now timestamptz, paused boolean)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_claimed  bigint[] := '{}';
+    v_skip_c   text[] := '{}';
+    v_skip_l   integer[] := '{}';
+    v_skip_u   text[] := '{}';
+    v_blocked  "char";
+    c          record;
+BEGIN
+    FOR c IN
+        SELECT j.id, j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_limit
+          FROM jobq.jobs j
+         WHERE j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= now
+           AND (NOT paused OR NOT EXISTS (
+                   SELECT 1 FROM jobq.pauses p
+                    WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
+                       OR (p.queue IS NULL AND p.kind = j.kind)))
+         ORDER BY j.priority, j.run_at, j.id
+    LOOP
+        EXIT WHEN cardinality(v_claimed) >= max_jobs;
+        CONTINUE WHEN c.unique_strategy = 'while_executing' AND c.unique_key = ANY (v_skip_u);
+        CONTINUE WHEN c.concurrency_key IS NOT NULL AND EXISTS (
+            SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+             WHERE s.key = c.concurrency_key AND c.concurrency_limit <= s.lim);
+        BEGIN
+            PERFORM 1 FROM jobq.jobs x WHERE x.id = c.id AND x.state = 'ready' FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF c.concurrency_key IS NULL AND c.unique_strategy IS DISTINCT FROM 'while_executing'
+               AND c.unique_strategy IS DISTINCT FROM 'until_executing' THEN
+                UPDATE jobq.jobs x
+                   SET state = 'executing', worker_id = _checkout_in_snapshot.worker,
+                       attempt = x.attempt + 1, started_at = now
+                 WHERE x.id = c.id;
+                v_blocked := NULL;
+            ELSE
+                v_blocked := jobq._claim_keyed(c.id, worker, now);
+            END IF;
+            IF v_blocked IS NULL THEN
+                v_claimed := v_claimed || c.id;
+            ELSIF v_blocked = 'c' THEN
+                v_skip_c := v_skip_c || c.concurrency_key;
+                v_skip_l := v_skip_l || c.concurrency_limit;
+            ELSE
+                v_skip_u := v_skip_u || c.unique_key;
+            END IF;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- changed since our snapshot: skip it, as if it were locked
+        END;
+    END LOOP;
+    RETURN QUERY SELECT * FROM jobq._jobs_in_order(v_claimed);
+END $$;
+
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
 RETURNS SETOF jobq.job
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -61,7 +135,8 @@ DECLARE
     v_queue    text;                 -- set when exactly one queue is asked for
     v_paused   boolean;
     v_claimed  bigint[] := '{}';
-    v_skip_c   text[] := '{}';       -- concurrency keys found full during this call
+    v_skip_c   text[] := '{}';       -- concurrency keys found full during this call,
+    v_skip_l   integer[] := '{}';    -- for jobs with this limit or a lower one
     v_skip_u   text[] := '{}';       -- while_executing keys found busy during this call
     v_want     integer;
     v_seen     integer;
@@ -79,6 +154,10 @@ BEGIN
         v_queue := queues[1];
     END IF;
     v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN QUERY SELECT * FROM jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused);
+        RETURN;
+    END IF;
 
     LOOP
         v_want := max_jobs - cardinality(v_claimed);
@@ -88,14 +167,17 @@ BEGIN
         IF v_queue IS NOT NULL THEN
             OPEN cur FOR
             WITH cand AS (
-                SELECT j.id, j.priority, j.run_at, j.unique_key, j.unique_strategy, j.concurrency_key
+                SELECT j.id, j.priority, j.run_at, j.unique_key, j.unique_strategy, j.concurrency_key,
+                       j.concurrency_limit
                   FROM jobq.jobs j
                  WHERE j.state = 'ready' AND j.queue = v_queue AND j.run_at <= v_now
                    AND (NOT v_paused OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
                             WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
                                OR (p.queue IS NULL AND p.kind = j.kind)))
-                   AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_skip_c))
+                   AND (j.concurrency_key IS NULL OR cardinality(v_skip_c) = 0 OR NOT EXISTS (
+                           SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                            WHERE s.key = j.concurrency_key AND j.concurrency_limit <= s.lim))
                    AND (j.unique_strategy IS DISTINCT FROM 'while_executing' OR j.unique_key <> ALL (v_skip_u))
                  ORDER BY j.priority, j.run_at, j.id
                  LIMIT v_want
@@ -110,20 +192,24 @@ BEGIN
                    AND cand.unique_strategy IS DISTINCT FROM 'until_executing'
                 RETURNING j.id
             )
-            SELECT cand.id, claimed.id IS NOT NULL AS claimed, cand.unique_key, cand.concurrency_key
+            SELECT cand.id, claimed.id IS NOT NULL AS claimed, cand.unique_key, cand.concurrency_key,
+                   cand.concurrency_limit
               FROM cand LEFT JOIN claimed ON claimed.id = cand.id
              ORDER BY cand.priority, cand.run_at, cand.id;
         ELSE
             OPEN cur FOR
             WITH cand AS (
-                SELECT j.id, j.priority, j.run_at, j.unique_key, j.unique_strategy, j.concurrency_key
+                SELECT j.id, j.priority, j.run_at, j.unique_key, j.unique_strategy, j.concurrency_key,
+                       j.concurrency_limit
                   FROM jobq.jobs j
                  WHERE j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= v_now
                    AND (NOT v_paused OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
                             WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
                                OR (p.queue IS NULL AND p.kind = j.kind)))
-                   AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (v_skip_c))
+                   AND (j.concurrency_key IS NULL OR cardinality(v_skip_c) = 0 OR NOT EXISTS (
+                           SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                            WHERE s.key = j.concurrency_key AND j.concurrency_limit <= s.lim))
                    AND (j.unique_strategy IS DISTINCT FROM 'while_executing' OR j.unique_key <> ALL (v_skip_u))
                  ORDER BY j.priority, j.run_at, j.id
                  LIMIT v_want
@@ -138,7 +224,8 @@ BEGIN
                    AND cand.unique_strategy IS DISTINCT FROM 'until_executing'
                 RETURNING j.id
             )
-            SELECT cand.id, claimed.id IS NOT NULL AS claimed, cand.unique_key, cand.concurrency_key
+            SELECT cand.id, claimed.id IS NOT NULL AS claimed, cand.unique_key, cand.concurrency_key,
+                   cand.concurrency_limit
               FROM cand LEFT JOIN claimed ON claimed.id = cand.id
              ORDER BY cand.priority, cand.run_at, cand.id;
         END IF;
@@ -156,7 +243,10 @@ BEGIN
             IF v_blocked IS NULL THEN
                 v_claimed := v_claimed || c.id;
             ELSIF v_blocked = 'c' THEN
+                -- No free slot up to this job's limit: jobs of this key with a limit no
+                -- higher are blocked too; a job with a higher limit may still find one.
                 v_skip_c := v_skip_c || c.concurrency_key;
+                v_skip_l := v_skip_l || c.concurrency_limit;
             ELSE
                 v_skip_u := v_skip_u || c.unique_key;
             END IF;
@@ -167,11 +257,5 @@ BEGIN
         EXIT WHEN cardinality(v_claimed) >= max_jobs OR v_seen < v_want;
     END LOOP;
 
-    RETURN QUERY
-    SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
-           j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-           j.unique_strategy, j.concurrency_limit, j.started_at
-      FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
-      JOIN jobq.jobs j ON j.id = k.id
-     ORDER BY k.ord;
+    RETURN QUERY SELECT * FROM jobq._jobs_in_order(v_claimed);
 END $$;
