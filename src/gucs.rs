@@ -55,17 +55,13 @@ pub fn define(preloading: bool) {
     );
 }
 
-/// SQL reads the settings through these functions rather than `current_setting()`:
-/// calling them loads the library (so the GUCs are defined, with their units, even in a
-/// session of a server without `shared_preload_libraries = 'jobq'`).
+/// SQL reads the settings through Rust functions rather than `current_setting()`: calling
+/// them loads the library, so the GUCs are defined, with their units, even in a session of a
+/// server without `shared_preload_libraries = 'jobq'`. (`jobq.heartbeat_timeout` is read by
+/// `jobq.worker_alive()` in liveness.rs.)
 #[pgrx::pg_schema]
 pub mod jobq {
     use pgrx::prelude::*;
-
-    #[pg_extern(stable, parallel_safe)]
-    pub fn heartbeat_timeout_ms() -> i64 {
-        super::HEARTBEAT_TIMEOUT_MS.get() as i64
-    }
 
     #[pg_extern(stable, parallel_safe)]
     pub fn retention_ms() -> i64 {

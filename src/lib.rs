@@ -5,11 +5,13 @@
 //!   Each file is named after the concern it holds: `schema`, `workers`, `enqueue`,
 //!   `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`, `reap`, `stats`.
 //! - `src/gucs.rs`: the `jobq.*` settings, and the tiny functions SQL uses to read them.
+//! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
 //! - `src/bgworker.rs`: the background worker that runs the reap pass.
 use pgrx::prelude::*;
 
 mod bgworker;
 mod gucs;
+mod liveness;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -29,7 +31,7 @@ pub extern "C-unwind" fn _PG_init() {
 // The hand-written SQL, in dependency order. `bootstrap` makes schema.sql run before the
 // objects pgrx generates (the settings functions in schema `jobq`), `finalize` runs last.
 extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("sql/workers.sql", name = "workers", requires = [gucs::jobq::heartbeat_timeout_ms]);
+extension_sql_file!("sql/workers.sql", name = "workers", requires = [liveness::jobq::worker_alive]);
 extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers"]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["locks"]);
@@ -67,10 +69,24 @@ mod tests {
     }
 
     #[pg_test]
-    fn settings_read_back_as_intervals() {
+    fn liveness_follows_the_heartbeat_timeout() {
         Spi::run("SET jobq.heartbeat_timeout = '1500ms'").unwrap();
-        let ok = Spi::get_one::<bool>("SELECT jobq._heartbeat_timeout() = interval '1.5 seconds'").unwrap();
-        assert_eq!(ok, Some(true));
+        let alive = |age: &str| {
+            Spi::get_one::<bool>(&format!("SELECT jobq.worker_alive(clock_timestamp() - interval '{age}', NULL, NULL)"))
+                .unwrap()
+                .unwrap()
+        };
+        assert!(alive("1 second"));
+        assert!(!alive("2 seconds"));
+        // Bound to this very session: alive; to a pid that exists with another start time,
+        // or to a pid that does not exist: dead.
+        let own = "(SELECT pid, backend_start FROM pg_stat_get_activity(pg_backend_pid()))";
+        let q = |pid: &str, start: &str| {
+            Spi::get_one::<bool>(&format!("SELECT jobq.worker_alive(clock_timestamp(), {pid}, {start}) FROM {own} s")).unwrap().unwrap()
+        };
+        assert!(q("s.pid", "s.backend_start"));
+        assert!(!q("s.pid", "s.backend_start - interval '1 second'"));
+        assert!(!q("-1", "s.backend_start"));
     }
 }
 

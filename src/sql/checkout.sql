@@ -56,14 +56,17 @@ END $$;
 
 -- The claimed jobs as jobq.job rows, in the order they were claimed.
 CREATE FUNCTION jobq._jobs_in_order(ids bigint[]) RETURNS SETOF jobq.job
-LANGUAGE sql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: a SQL function with a pinned search_path is re-planned per call.
+    RETURN QUERY
     SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
            j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
            j.unique_strategy, j.concurrency_limit, j.started_at
-      FROM unnest($1) WITH ORDINALITY AS k(id, ord)
+      FROM unnest(ids) WITH ORDINALITY AS k(id, ord)
       JOIN jobq.jobs j ON j.id = k.id
-     ORDER BY k.ord
-$$;
+     ORDER BY k.ord;
+END $$;
 
 -- Checkout inside a REPEATABLE READ or SERIALIZABLE client transaction. There, locking a
 -- row that another transaction changed after our snapshot raises 40001 instead of being

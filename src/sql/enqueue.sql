@@ -32,7 +32,7 @@ BEGIN
        AND (l.expires_at <= clock_timestamp()
             OR (NOT EXISTS (SELECT 1 FROM jobq.workers w
                              WHERE w.id = l.worker_id
-                               AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start))
+                               AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start))
                 AND jobq._worker_dead(l.worker_id)));
     RETURN FOUND;
 END $$;

@@ -52,5 +52,5 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
     SELECT l.worker_id
       FROM jobq.locks l JOIN jobq.workers w ON w.id = l.worker_id
      WHERE l.key = $1 AND l.expires_at > clock_timestamp()
-       AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+       AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
 $$;

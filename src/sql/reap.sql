@@ -24,7 +24,7 @@ BEGIN
     -- an unregister or a checkout holds to them.
     FOR w IN
         SELECT x.id FROM jobq.workers x
-         WHERE NOT jobq._alive(x.heartbeat_at, x.backend_pid, x.backend_start)
+         WHERE NOT jobq.worker_alive(x.heartbeat_at, x.backend_pid, x.backend_start)
          ORDER BY x.id
            FOR UPDATE SKIP LOCKED
     LOOP

@@ -1,19 +1,8 @@
 -- Workers: registration, heartbeat, graceful shutdown, and the liveness rule every other
 -- function uses.
 
-CREATE FUNCTION jobq._heartbeat_timeout() RETURNS interval
-LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp
-AS $$ SELECT jobq.heartbeat_timeout_ms() * interval '1 millisecond' $$;
-
--- The liveness rule: a worker is alive while its heartbeat is younger than
--- jobq.heartbeat_timeout and, if it was bound to a session, while that very session
--- (pid and start time, so a recycled pid does not count) still exists.
-CREATE FUNCTION jobq._alive(heartbeat_at timestamptz, backend_pid integer, backend_start timestamptz)
-RETURNS boolean LANGUAGE sql VOLATILE SET search_path = pg_catalog, jobq, pg_temp
-AS $$
-    SELECT $1 > clock_timestamp() - jobq._heartbeat_timeout()
-       AND ($2 IS NULL OR EXISTS (SELECT 1 FROM pg_stat_get_activity($2) a WHERE a.backend_start = $3))
-$$;
+-- The liveness rule is jobq.worker_alive(heartbeat_at, backend_pid, backend_start), in Rust
+-- (src/liveness.rs): a fresh heartbeat and, for a worker bound to a session, that session.
 
 -- Checks that `worker` is registered and alive (JQ001 otherwise) and holds a KEY SHARE
 -- lock on its row until the caller's transaction ends, so a concurrent reap pass cannot
@@ -25,7 +14,7 @@ BEGIN
         RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
     END IF;
     PERFORM 1 FROM jobq.workers w
-      WHERE w.id = worker AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
       FOR KEY SHARE;
     IF NOT FOUND THEN
         PERFORM jobq._unknown_worker(worker);
@@ -40,7 +29,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_alive boolean;
 BEGIN
-    SELECT jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start) INTO v_alive
+    SELECT jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) INTO v_alive
       FROM jobq.workers w WHERE w.id = worker FOR SHARE;
     RETURN NOT coalesce(v_alive, false);
 END $$;
@@ -70,7 +59,7 @@ BEGIN
     END IF;
     -- One row write, however many jobs the worker holds.
     UPDATE jobq.workers w SET heartbeat_at = clock_timestamp()
-     WHERE w.id = worker AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start);
+     WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start);
     IF NOT FOUND THEN
         PERFORM jobq._unknown_worker(worker);
     END IF;
@@ -151,7 +140,7 @@ BEGIN
     END IF;
     -- Same lock order as the reaper (worker row, then its jobs): one of the two wins.
     PERFORM 1 FROM jobq.workers w
-      WHERE w.id = worker AND jobq._alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
       FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM jobq._unknown_worker(worker);

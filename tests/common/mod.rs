@@ -177,3 +177,53 @@ pub fn sqlstate(e: &postgres::Error) -> String {
 pub fn register(c: &mut Client) -> uuid::Uuid {
     c.query_one("SELECT jobq_register_worker()", &[]).unwrap().get(0)
 }
+
+impl Cluster {
+    /// A streaming replica of `primary` (pg_basebackup -R), started, with extra `conf` lines.
+    pub fn replica_of(primary: &Cluster, name: &str, conf: &[&str]) -> Cluster {
+        let data = base_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = pg_command("rm").arg("-rf").arg(&data).output();
+        run({
+            let mut c = pg_command("pg_basebackup");
+            c.args(["-h", "127.0.0.1", "-p", &primary.port.to_string(), "-U", "postgres", "-X", "stream", "-R", "-D"]).arg(&data);
+            c
+        });
+        let port = free_port();
+        let mut lines = vec![format!("port = {port}"), format!("unix_socket_directories = '{}'", data.display())];
+        lines.extend(conf.iter().map(|s| s.to_string()));
+        append_conf(&data, &lines);
+        let cluster = Cluster { port, data };
+        cluster.pg_ctl_start();
+        STARTED.lock().unwrap().push(cluster.data.clone());
+        cluster
+    }
+
+    pub fn promote(&self) {
+        run({
+            let mut c = pg_command("pg_ctl");
+            c.arg("-D").arg(&self.data).args(["-w", "promote"]);
+            c
+        });
+    }
+
+    /// Pids of this cluster's processes of a `backend_type` (from pg_stat_activity).
+    pub fn pids_of(&self, backend_type: &str) -> Vec<i32> {
+        match postgres::Client::connect(&self.url("postgres"), NoTls) {
+            Ok(mut c) => c
+                .query("SELECT pid FROM pg_stat_activity WHERE backend_type = $1", &[&backend_type])
+                .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Connects, waiting for the server to accept connections (after a restart).
+    pub fn connect_when_up(&self, db: &str) -> Client {
+        let mut client = None;
+        wait_until("the server to accept connections", Duration::from_secs(60), || {
+            client = Client::connect(&self.url(db), NoTls).ok();
+            client.is_some()
+        });
+        client.unwrap()
+    }
+}

@@ -1,0 +1,351 @@
+//! Reaping and the background worker: crash recovery inside Postgres, over real clusters
+//! started by the tests.
+mod common;
+
+use common::*;
+use postgres::Client;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+use uuid::Uuid;
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn expired(c: &mut Client, w: Uuid) -> bool {
+    c.query_one("SELECT NOT jobq.worker_alive(heartbeat_at, backend_pid, backend_start) FROM jobq.workers WHERE id = $1", &[&w])
+        .unwrap()
+        .get(0)
+}
+
+fn reap(c: &mut Client) -> (i32, i32, i32, i32, i32) {
+    let r = c.query_one("SELECT * FROM jobq_reap()", &[]).unwrap();
+    (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
+}
+
+#[test]
+fn a_silent_worker_is_reaped_and_fenced() {
+    let (cluster, name, mut old) = db();
+    let zombie = register(&mut old);
+    old.execute("SELECT jobq_acquire_lock('its-lock', $1)", &[&zombie]).unwrap();
+    let job: i64 = old
+        .query_one("SELECT jobq_enqueue('q', unique_key => 'U', concurrency_key => 'C', concurrency_limit => 1)", &[])
+        .unwrap()
+        .get(0);
+    let got: i64 = old.query_one("SELECT id FROM jobq_checkout($1)", &[&zombie]).unwrap().get(0);
+    assert_eq!(got, job);
+
+    // The reaper's session judges with a short timeout; the zombie just stops calling.
+    let mut r = cluster.connect(&name);
+    r.batch_execute("SET jobq.heartbeat_timeout = '300ms'").unwrap();
+    wait_until("the zombie's heartbeat to expire", PATIENCE, || expired(&mut r, zombie));
+    assert_eq!(reap(&mut r), (1, 1, 0, 1, 0), "one worker, one job, its lock");
+    assert_eq!(reap(&mut r), (0, 0, 0, 0, 0), "a second pass finds nothing");
+
+    // The unique key stays with the job; the concurrency slot is free.
+    let holder: i64 = r.query_one("SELECT job_id FROM jobq.locks WHERE key = 'U'", &[]).unwrap().get(0);
+    assert_eq!(holder, job);
+    let busy: i64 = r.query_one("SELECT count(*) FROM jobq.slots WHERE job_id IS NOT NULL", &[]).unwrap().get(0);
+    assert_eq!(busy, 0);
+
+    let w2 = register(&mut r);
+    let row = r.query_one("SELECT id, attempt, interrupted_at IS NOT NULL FROM jobq_checkout($1)", &[&w2]).unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)), (job, 2, true));
+
+    // The old worker is fenced off.
+    assert!(!old.query_one("SELECT jobq_complete($1, $2)", &[&job, &zombie]).unwrap().get::<_, bool>(0));
+    assert_eq!(old.query_one("SELECT jobq_fail($1, $2)", &[&job, &zombie]).unwrap().get::<_, Option<String>>(0), None);
+    for sql in ["SELECT jobq_heartbeat($1)", "SELECT * FROM jobq_checkout($1)"] {
+        assert_eq!(sqlstate(&old.query(sql, &[&zombie]).unwrap_err()), "JQ001", "{sql}");
+    }
+    assert!(r.query_one("SELECT jobq_complete($1, $2)", &[&job, &w2]).unwrap().get::<_, bool>(0));
+}
+
+#[test]
+fn a_job_that_keeps_killing_workers_ends_dead() {
+    let (cluster, name, mut c) = db();
+    let job: i64 = c.query_one("SELECT jobq_enqueue('q', max_attempts => 2, unique_key => 'poison')", &[]).unwrap().get(0);
+    let mut r = cluster.connect(&name);
+    r.batch_execute("SET jobq.heartbeat_timeout = '300ms'").unwrap();
+    for attempt in 1..=2 {
+        let w = register(&mut c);
+        let got: i64 = c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().get(0);
+        assert_eq!(got, job);
+        wait_until("the worker to expire", PATIENCE, || expired(&mut r, w));
+        let expect = if attempt == 1 { (1, 1, 0, 0, 0) } else { (1, 0, 1, 0, 0) };
+        assert_eq!(reap(&mut r), expect, "attempt {attempt}: dead jobs count only in jobs_dead");
+    }
+    let row = r.query_one("SELECT state, interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&job]).unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, bool>(1)), ("dead".into(), true));
+    let keys: i64 = r.query_one("SELECT count(*) FROM jobq.locks", &[]).unwrap().get(0);
+    assert_eq!(keys, 0, "a dead job gives its unique key back");
+}
+
+#[test]
+fn concurrent_reap_passes_requeue_each_job_exactly_once() {
+    let (cluster, name, mut c) = db();
+    let workers: Vec<Uuid> = (0..5).map(|_| register(&mut c)).collect();
+    c.execute("SELECT jobq_enqueue_batch('q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 20)))", &[]).unwrap();
+    for w in &workers {
+        assert_eq!(c.query("SELECT id FROM jobq_checkout($1, max_jobs => 4)", &[w]).unwrap().len(), 4);
+    }
+    c.execute("SELECT jobq_acquire_lock('z-' || g, $1) FROM generate_series(1, 3) g", &[&workers[0]]).unwrap();
+    let mut judge = cluster.connect(&name);
+    judge.batch_execute("SET jobq.heartbeat_timeout = '300ms'").unwrap();
+    wait_until("all five workers to expire", PATIENCE, || workers.iter().all(|w| expired(&mut judge, *w)));
+
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, barrier) = (cluster.url(&name), barrier.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+                c.batch_execute("SET jobq.heartbeat_timeout = '300ms'").unwrap();
+                barrier.wait();
+                reap(&mut c)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let sum = |f: fn(&(i32, i32, i32, i32, i32)) -> i32| results.iter().map(f).sum::<i32>();
+    assert_eq!(sum(|r| r.0), 5, "workers reaped, over all passes: {results:?}");
+    assert_eq!(sum(|r| r.1), 20, "jobs requeued, over all passes: {results:?}");
+    assert_eq!(sum(|r| r.3), 3, "locks released, over all passes: {results:?}");
+    let r = c
+        .query_one("SELECT count(*) FILTER (WHERE state = 'ready' AND interrupted_at IS NOT NULL AND attempt = 1), count(*) FROM jobq.jobs", &[])
+        .unwrap();
+    assert_eq!((r.get::<_, i64>(0), r.get::<_, i64>(1)), (20, 20));
+}
+
+#[test]
+fn a_worker_bound_to_a_session_dies_with_it() {
+    let (cluster, name, mut c) = db();
+    let job: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let mut bound = cluster.connect(&name);
+    let w: Uuid = bound.query_one("SELECT jobq_register_worker(bind_to_session => true)", &[]).unwrap().get(0);
+    let pid: i32 = bound.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    bound.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+    // Alive while the session is; the default 30 s heartbeat timeout is far away.
+    assert_eq!(reap(&mut c), (0, 0, 0, 0, 0));
+    c.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+    wait_until("the session to be gone", PATIENCE, || {
+        c.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&pid]).unwrap().is_empty()
+    });
+    assert_eq!(reap(&mut c), (1, 1, 0, 0, 0), "reaped at once, long before the heartbeat timeout");
+    assert_eq!(c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&job]).unwrap().get::<_, String>(0), "ready");
+    drop(bound);
+}
+
+#[test]
+fn expired_locks_are_released_and_old_jobs_pruned() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    c.execute("SELECT jobq_acquire_lock('short', $1, interval '100 milliseconds')", &[&w]).unwrap();
+    c.execute("SELECT jobq_acquire_lock('long', $1)", &[&w]).unwrap();
+    let done: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+    c.execute("SELECT jobq_complete($1, $2)", &[&done, &w]).unwrap();
+    let waiting: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    wait_until("the short lock to expire", PATIENCE, || {
+        c.query_one("SELECT expires_at < clock_timestamp() FROM jobq.locks WHERE key = 'short'", &[]).unwrap().get(0)
+    });
+    // Retention 1 day: nothing pruned; retention 0: the completed job goes, the waiting one stays.
+    assert_eq!(reap(&mut c), (0, 0, 0, 1, 0));
+    c.batch_execute("SET jobq.retention = 0").unwrap();
+    assert_eq!(reap(&mut c), (0, 0, 0, 0, 1));
+    let left: Vec<i64> = c.query("SELECT id FROM jobq.jobs", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(left, vec![waiting]);
+    let locks: Vec<String> = c.query("SELECT key FROM jobq.locks", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(locks, vec!["long".to_string()]);
+}
+
+#[test]
+fn settings_are_gucs_with_units() {
+    let (cluster, name, mut c) = db();
+    c.batch_execute("SET jobq.heartbeat_timeout = '2s'; SET jobq.retention = '2h'").unwrap();
+    assert_eq!(c.query_one("SHOW jobq.heartbeat_timeout", &[]).unwrap().get::<_, String>(0), "2s");
+    assert_eq!(c.query_one("SHOW jobq.retention", &[]).unwrap().get::<_, String>(0), "2h");
+    assert_eq!(sqlstate(&c.batch_execute("SET jobq.heartbeat_timeout = 'soon'").unwrap_err()), "22023");
+    assert_eq!(sqlstate(&c.batch_execute("SET jobq.heartbeat_timeout = '1ms'").unwrap_err()), "22023", "below the minimum");
+    assert_eq!(sqlstate(&c.batch_execute("SET jobq.reap_interval = '5s'").unwrap_err()), "55P02", "reload-only");
+    assert_eq!(sqlstate(&c.batch_execute("SET jobq.database = 'x'").unwrap_err()), "55P02", "start-only");
+    c.batch_execute("ALTER SYSTEM SET jobq.retention = '3d'").unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until("the reload to reach new sessions", PATIENCE, || {
+        let mut fresh = cluster.connect(&name);
+        // The library loads (and defines the setting) with the first jobq call of a session.
+        fresh.query_one("SELECT jobq.worker_alive(NULL, NULL, NULL)", &[]).unwrap();
+        fresh.query_one("SHOW jobq.retention", &[]).unwrap().get::<_, String>(0) == "3d"
+    });
+    c.batch_execute("ALTER SYSTEM RESET jobq.retention").unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+}
+
+/// The background worker, on its own cluster: waits out a missing database and extension,
+/// reaps by itself, survives SIGKILL, follows SIGHUP.
+#[test]
+fn the_background_worker_reaps_by_itself() {
+    let cluster = Cluster::start(
+        "bgworker",
+        &["jobq.database = 'reapdb'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1s'"],
+    );
+    wait_until("the launcher to notice the missing database", PATIENCE, || cluster.log().contains("\"reapdb\" (jobq.database) does not exist yet"));
+    assert!(!cluster.pids_of("jobq launcher").is_empty(), "the launcher shows in pg_stat_activity");
+    let mut admin = cluster.connect("postgres");
+    admin.batch_execute("CREATE DATABASE reapdb").unwrap();
+    wait_until("the launcher to start the reaper", PATIENCE, || cluster.log().contains("extension jobq is not created in \"reapdb\" yet"));
+    assert_eq!(cluster.log().matches("does not exist yet").count(), 1, "the missing database is logged once");
+    let mut c = cluster.connect("reapdb");
+    c.batch_execute("CREATE EXTENSION jobq").unwrap();
+
+    // A worker dies silently: the background worker requeues its job, no client reaps.
+    // Each round uses its own queue, so it checks out its own job.
+    let round = std::cell::Cell::new(0);
+    let requeued_by_itself = |c: &mut Client| {
+        round.set(round.get() + 1);
+        let queue = format!("round{}", round.get());
+        let w = register(c);
+        let job: i64 = c.query_one("SELECT jobq_enqueue($1)", &[&queue]).unwrap().get(0);
+        let got: i64 = c.query_one("SELECT id FROM jobq_checkout($1, ARRAY[$2])", &[&w, &queue]).unwrap().get(0);
+        assert_eq!(got, job);
+        wait_until("the background worker to requeue the job", PATIENCE, || {
+            c.query_one("SELECT state = 'ready' AND interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&job]).unwrap().get(0)
+        });
+        assert!(c.query("SELECT 1 FROM jobq.workers WHERE id = $1", &[&w]).unwrap().is_empty(), "the worker was removed");
+    };
+    requeued_by_itself(&mut c);
+    assert_eq!(cluster.pids_of("jobq reaper").len(), 1, "one reaper");
+
+    // SIGKILL the reaper: the postmaster restarts the server's processes; reaping resumes.
+    let old_pid = cluster.pids_of("jobq reaper")[0];
+    assert_eq!(unsafe { libc::kill(old_pid, libc::SIGKILL) }, 0);
+    wait_until("a new reaper", PATIENCE, || cluster.pids_of("jobq reaper").iter().any(|p| *p != old_pid));
+    let mut c = cluster.connect_when_up("reapdb");
+    requeued_by_itself(&mut c);
+
+    // pg_terminate_backend of the reaper: the launcher starts another.
+    let pid = cluster.pids_of("jobq reaper")[0];
+    let terminated: bool = c.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap().get(0);
+    assert!(terminated);
+    wait_until("the launcher to restart the reaper", PATIENCE, || cluster.pids_of("jobq reaper").iter().any(|p| *p != pid));
+    requeued_by_itself(&mut c);
+
+    // SIGHUP: a new interval is picked up by the running reaper.
+    c.batch_execute("ALTER SYSTEM SET jobq.reap_interval = '350ms'").unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until("the reaper to pick up the new interval", PATIENCE, || cluster.log().contains("jobq reaper: reap interval is now 350 ms"));
+    requeued_by_itself(&mut c);
+    cluster.pg_ctl_stop("fast");
+}
+
+/// Kill the whole server mid-run: nothing committed is lost, nothing completes twice, and the
+/// jobs that were executing come back through the reaper and complete.
+#[test]
+fn an_immediate_shutdown_loses_no_committed_job() {
+    let cluster = Cluster::start("crash", &["jobq.database = 'crashdb'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1s'"]);
+    cluster.connect("postgres").batch_execute("CREATE DATABASE crashdb").unwrap();
+    cluster.connect("crashdb").batch_execute("CREATE EXTENSION jobq").unwrap();
+
+    let enqueued = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let completed = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for i in 0..8 {
+        let (url, enqueued, completed, stop) = (cluster.url("crashdb"), enqueued.clone(), completed.clone(), stop.clone());
+        handles.push(std::thread::spawn(move || {
+            let Ok(mut c) = Client::connect(&url, postgres::NoTls) else { return };
+            if i < 4 {
+                while !stop.load(Ordering::SeqCst) {
+                    match c.query_one("SELECT jobq_enqueue('crash', jsonb_build_object('by', $1::int))", &[&i]) {
+                        Ok(r) => enqueued.lock().unwrap().push(r.get(0)),
+                        Err(_) => return, // the server went away
+                    }
+                }
+            } else {
+                let Ok(r) = c.query_one("SELECT jobq_register_worker()", &[]) else { return };
+                let w: Uuid = r.get(0);
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok(rows) = c.query("SELECT id FROM jobq_checkout($1, max_jobs => 3)", &[&w]) else { return };
+                    for r in rows {
+                        let id: i64 = r.get(0);
+                        match c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]) {
+                            Ok(r) if r.get::<_, bool>(0) => completed.lock().unwrap().push(id),
+                            Ok(_) => panic!("complete of a job this worker holds returned false"),
+                            Err(_) => return,
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    wait_until("some work to be done", PATIENCE, || completed.lock().unwrap().len() > 300);
+    cluster.pg_ctl_stop("immediate");
+    stop.store(true, Ordering::SeqCst);
+    for h in handles {
+        h.join().unwrap();
+    }
+    cluster.pg_ctl_start();
+    let mut c = cluster.connect_when_up("crashdb");
+
+    let enqueued: HashSet<i64> = enqueued.lock().unwrap().iter().copied().collect();
+    let present: HashSet<i64> = c.query("SELECT id FROM jobq.jobs", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let lost: Vec<_> = enqueued.difference(&present).collect();
+    assert!(lost.is_empty(), "enqueues the client saw committed are gone: {lost:?}");
+    let mut before = completed.lock().unwrap().clone();
+    let n = before.len();
+    before.sort();
+    before.dedup();
+    assert_eq!(before.len(), n, "a job was completed twice before the crash");
+    let states: Vec<(i64, String)> = c.query("SELECT id, state FROM jobq.jobs WHERE id = ANY($1)", &[&before]).unwrap().iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert!(states.iter().all(|(_, s)| s == "completed"), "every completion the client saw survived");
+
+    // Drain after the restart: executing jobs of the dead workers come back through the
+    // background worker's reaping and complete, each exactly once.
+    let w = register(&mut c);
+    let mut after = Vec::new();
+    wait_until("every job to complete after the restart", PATIENCE, || {
+        c.query_one("SELECT jobq_heartbeat($1)", &[&w]).unwrap();
+        for r in c.query("SELECT id FROM jobq_checkout($1, max_jobs => 100)", &[&w]).unwrap() {
+            let id: i64 = r.get(0);
+            assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+            after.push(id);
+        }
+        c.query_one("SELECT count(*) = 0 FROM jobq.jobs WHERE state <> 'completed'", &[]).unwrap().get(0)
+    });
+    let before: HashSet<i64> = before.into_iter().collect();
+    assert!(after.iter().all(|id| !before.contains(id)), "a job completed before the crash ran again");
+    let interrupted: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE interrupted_at IS NOT NULL", &[]).unwrap().get(0);
+    let total: i64 = c.query_one("SELECT count(*) FROM jobq.jobs", &[]).unwrap().get(0);
+    assert_eq!(total as usize, present.len());
+    eprintln!("crash test: {} enqueued, {} completed before, {} after, {} interrupted", present.len(), n, after.len(), interrupted);
+    cluster.pg_ctl_stop("fast");
+}
+
+/// A streaming replica with the preload: its background worker does nothing while in
+/// recovery; promoted, it reaps.
+#[test]
+fn a_standby_reaps_only_once_promoted() {
+    let primary = Cluster::start("primary", &["jobq.database = 'repdb'", "jobq.heartbeat_timeout = '1h'"]);
+    primary.connect("postgres").batch_execute("CREATE DATABASE repdb").unwrap();
+    let mut p = primary.connect("repdb");
+    p.batch_execute("CREATE EXTENSION jobq").unwrap();
+    let w = register(&mut p);
+    let job: i64 = p.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    p.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+
+    let standby = Cluster::replica_of(&primary, "standby", &["jobq.heartbeat_timeout = '1s'", "jobq.reap_interval = '200ms'"]);
+    let mut s = standby.connect_when_up("repdb");
+    wait_until("the standby to replay the checkout", PATIENCE, || {
+        s.query("SELECT 1 FROM jobq.jobs WHERE id = $1 AND state = 'executing'", &[&job]).map(|r| r.len() == 1).unwrap_or(false)
+    });
+    assert!(s.query_one("SELECT pg_is_in_recovery()", &[]).unwrap().get::<_, bool>(0));
+    assert!(standby.pids_of("jobq reaper").is_empty() && standby.pids_of("jobq launcher").is_empty(), "no jobq worker runs in recovery");
+
+    primary.pg_ctl_stop("fast");
+    standby.promote();
+    wait_until("the promoted server to reap the dead worker's job", PATIENCE, || {
+        s.query_one("SELECT state = 'ready' AND interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&job]).unwrap().get(0)
+    });
+    assert_eq!(standby.pids_of("jobq reaper").len(), 1);
+    standby.pg_ctl_stop("fast");
+}
