@@ -492,7 +492,7 @@ fn every_function_pins_its_search_path() {
                JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
                JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'jobq'
               WHERE p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
-                AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, jobq, pg_temp'], false)",
+                AND NOT coalesce('search_path=pg_catalog, jobq, pg_temp' = ANY (p.proconfig), false)",
             &[],
         )
         .unwrap()

@@ -12,8 +12,9 @@ CREATE FUNCTION jobq._reap(
     OUT locks_released integer, OUT jobs_pruned integer)
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_now  timestamptz := clock_timestamp();
-    w      record;
+    v_now     timestamptz := clock_timestamp();
+    v_cutoff  timestamptz := v_now - jobq._retention();  -- once, not per row scanned
+    w         record;
     r      record;
     n      integer;
 BEGIN
@@ -52,7 +53,7 @@ BEGIN
     DELETE FROM jobq.jobs j
      WHERE j.id IN (SELECT f.id FROM jobq.jobs f
                      WHERE f.state IN ('completed', 'dead', 'cancelled')
-                       AND f.finished_at < v_now - jobq._retention()
+                       AND f.finished_at < v_cutoff
                      ORDER BY f.finished_at
                      LIMIT 10000
                        FOR UPDATE SKIP LOCKED)
