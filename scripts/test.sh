@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# cargo pgrx test initdb's as `postgres` under this directory, so postgres must own it.
-install -d -o postgres -g postgres target/pgrx
-rm -rf target/pgrx/data
-cargo pgrx test pg15 --runas postgres --pgdata "$PWD/target/pgrx/data" "$@"
+# cargo pgrx test initdb's as `postgres` under this directory, so postgres must own it; it
+# lives under /tmp so that postgres can reach it whatever the permissions above the clone.
+PGDATA_PARENT=/tmp/jobq-pgrx-test
+rm -rf "$PGDATA_PARENT"
+install -d -o postgres -g postgres "$PGDATA_PARENT"
+cargo pgrx test pg15 --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"

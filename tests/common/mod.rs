@@ -53,8 +53,10 @@ extern "C" fn stop_all() {
     }
 }
 
+/// Under the system temp directory rather than the checkout: the `postgres` user must be
+/// able to reach it, whatever the permissions of the directories above the clone.
 fn base_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jobq-clusters");
+    let dir = std::env::temp_dir().join("jobq-test-clusters");
     std::fs::create_dir_all(&dir).unwrap();
     // The postgres user must be able to create data directories here.
     let _ = Command::new("chmod").arg("1777").arg(&dir).status();
