@@ -187,7 +187,7 @@ impl Cluster {
         let _ = pg_command("rm").arg("-rf").arg(&data).output();
         run({
             let mut c = pg_command("pg_basebackup");
-            c.args(["-h", "127.0.0.1", "-p", &primary.port.to_string(), "-U", "postgres", "-X", "stream", "-R", "-D"]).arg(&data);
+            c.args(["-h", "127.0.0.1", "-p", &primary.port.to_string(), "-U", "postgres", "-X", "stream", "-R", "--checkpoint=fast", "-D"]).arg(&data);
             c
         });
         let port = free_port();
