@@ -1,0 +1,51 @@
+# Shared by the benchmark scripts: a throwaway PostgreSQL 15 cluster on loopback with jobq
+# (release build) preloaded, and helpers to run pgbench against it. Source it from the repo root.
+PGBIN=/usr/lib/postgresql/15/bin
+DATA=$PWD/target/bench-data
+PORT=${BENCH_PORT:-5488}
+PSQL=(psql -h 127.0.0.1 -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qtA)
+
+as_pg() { if [ "$(id -u)" = 0 ]; then sudo -u postgres "$@"; else "$@"; fi; }
+
+# start_cluster SYNC: initdb and start, synchronous_commit=SYNC, database `bench`.
+start_cluster() {
+  ./scripts/setup.sh >/dev/null
+  cargo pgrx install --release --pg-config "$PGBIN/pg_config" >/dev/null
+  as_pg "$PGBIN/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$DATA"; install -d -o postgres -g postgres "$DATA"
+  as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
+  cat >> "$DATA/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$DATA'
+max_connections = 200
+shared_buffers = '1GB'
+synchronous_commit = $1
+shared_preload_libraries = 'jobq'
+jobq.database = 'bench'
+CONF
+  as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+  trap 'as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || true' EXIT
+  "${PSQL[@]}" -d postgres -c "CREATE DATABASE bench"
+}
+
+# A fresh jobq with one registered worker per pgbench client (table bench_workers).
+reset_jobq() {
+  "${PSQL[@]}" -d bench <<SQL
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS jobq CASCADE; DROP TABLE IF EXISTS bench_workers;
+CREATE EXTENSION jobq;
+CREATE TABLE bench_workers AS SELECT c AS client, jobq_register_worker('bench-' || c) AS w FROM generate_series(0, 255) c;
+UPDATE jobq.workers SET heartbeat_at = clock_timestamp() + interval '1 day';
+SQL
+}
+
+# tps SCRIPT CLIENTS SECONDS: jobs/s of one pgbench run.
+tps() {
+  pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c "$2" -j "$2" -T "$3" -f "bench/scripts/$1" bench 2>&1 \
+    | awk '/^tps = /{print int($3)}'
+}
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "-" }'; }
+machine() { echo "$(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo), PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}')"; }
