@@ -1,7 +1,7 @@
 # Shared by the benchmark scripts: a throwaway PostgreSQL 15 cluster on loopback with jobq
 # (release build) preloaded, and helpers to run pgbench against it. Source it from the repo root.
 PGBIN=/usr/lib/postgresql/15/bin
-DATA=$PWD/target/bench-data
+DATA=${BENCH_DATA:-$PWD/target/bench-data}
 PORT=${BENCH_PORT:-5488}
 PSQL=(psql -h 127.0.0.1 -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qtA)
 

@@ -3,13 +3,13 @@
 #   scripts/cluster.sh start        initdb (once), start it, create $JOBQ_DB (default jobq_demo) with jobq
 #   scripts/cluster.sh stop         stop it
 #   scripts/cluster.sh psql [ARGS]  psql into it
-# The data directory is .pgdata/ in the repository; the server runs as the OS user
+# The data directory is .pgdata/ in the repository (or $JOBQ_DATA); the server runs as the OS user
 # `postgres` (initdb refuses root) and listens on 127.0.0.1:${JOBQ_PORT:-5499}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PGBIN=/usr/lib/postgresql/15/bin
 PORT=${JOBQ_PORT:-5499}
-DATA=$PWD/.pgdata
+DATA=${JOBQ_DATA:-$PWD/.pgdata}
 DB=${JOBQ_DB:-jobq_demo}
 
 as_pg() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres "$@"; fi; }
