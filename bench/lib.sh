@@ -36,6 +36,7 @@ SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS jobq CASCADE; DROP TABLE IF EXISTS bench_workers;
 CREATE EXTENSION jobq;
 CREATE TABLE bench_workers AS SELECT c AS client, jobq_register_worker('bench-' || c) AS w FROM generate_series(0, 255) c;
+ALTER TABLE bench_workers ADD PRIMARY KEY (client);
 UPDATE jobq.workers SET heartbeat_at = clock_timestamp() + interval '1 day';
 SQL
 }

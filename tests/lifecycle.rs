@@ -532,3 +532,19 @@ fn listen_gets_the_queue_name_once_per_transaction() {
     got.sort();
     assert_eq!(got, ["mail", "sms"]);
 }
+
+#[test]
+fn with_zero_retention_a_completed_job_is_deleted_at_once() {
+    let (_cluster, _name, mut c) = db();
+    c.batch_execute("SET jobq.retention = 0").unwrap();
+    let w = register(&mut c);
+    let job = enqueue(&mut c, "'q', unique_key => 'only-one'");
+    assert_eq!(checkout(&mut c, w, None, 1), vec![job]);
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&job, &w]).unwrap().get::<_, bool>(0));
+    let left: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE id = $1", &[&job]).unwrap().get(0);
+    assert_eq!(left, 0, "nothing is kept, so nothing waits for the reaper");
+    // Fencing and the key are as with any retention.
+    assert!(!c.query_one("SELECT jobq_complete($1, $2)", &[&job, &w]).unwrap().get::<_, bool>(0));
+    let again = enqueue(&mut c, "'q', unique_key => 'only-one'");
+    assert_ne!(again, job, "the until_executed key was released");
+}

@@ -62,6 +62,33 @@ fn a_silent_worker_is_reaped_and_fenced() {
 }
 
 #[test]
+fn a_checkout_that_overlaps_the_reaping_of_its_worker_is_requeued() {
+    // Checkout does not lock the worker's row, so a pass can reap the worker while one of
+    // its checkouts is still open; the claim commits afterwards, orphaned, and the next pass
+    // must requeue it.
+    let (cluster, name, mut a) = db();
+    let job: i64 = a.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let w = register(&mut a);
+    let mut tx = a.transaction().unwrap();
+    let got: i64 = tx.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().get(0);
+    assert_eq!(got, job);
+
+    let mut r = cluster.connect(&name);
+    r.batch_execute("SET jobq.heartbeat_timeout = '300ms'").unwrap();
+    wait_until("the worker's heartbeat to expire", PATIENCE, || expired(&mut r, w));
+    assert_eq!(reap(&mut r), (1, 0, 0, 0, 0), "the worker goes; its claim is not committed yet");
+    tx.commit().unwrap();
+
+    let state: String = r.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&job]).unwrap().get(0);
+    assert_eq!(state, "executing", "claimed by a worker that no longer exists");
+    assert_eq!(reap(&mut r), (0, 1, 0, 0, 0), "the orphaned claim is requeued");
+    let row = r.query_one("SELECT state, interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&job]).unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, bool>(1)), ("ready".into(), true));
+    assert_eq!(sqlstate(&a.query("SELECT jobq_heartbeat($1)", &[&w]).unwrap_err()), "JQ001");
+    assert!(!a.query_one("SELECT jobq_complete($1, $2)", &[&job, &w]).unwrap().get::<_, bool>(0));
+}
+
+#[test]
 fn a_job_that_keeps_killing_workers_ends_dead() {
     let (cluster, name, mut c) = db();
     let job: i64 = c.query_one("SELECT jobq_enqueue('q', max_attempts => 2, unique_key => 'poison')", &[]).unwrap().get(0);

@@ -149,9 +149,11 @@ BEGIN
     IF worker IS NULL THEN
         RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
     END IF;
+    -- No row lock on the worker (it would cost a WAL record per checkout): a reap pass that
+    -- deletes this worker while we claim leaves our claims orphaned, and the next pass
+    -- requeues them (jobq._reap, orphaned jobs).
     PERFORM 1 FROM jobq.workers w
-      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
-      FOR KEY SHARE;
+      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start);
     IF NOT FOUND THEN
         PERFORM jobq._unknown_worker(worker);
     END IF;
@@ -162,6 +164,73 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused);
     ELSE
+        -- Fast path: one statement locks the first max_jobs candidates and, if none of them
+        -- needs a slot or gives up a key when it starts, claims them all and returns them.
+        -- Otherwise it claims nothing (the candidates stay locked by us) and the general
+        -- loop below takes over, claiming in order. An empty queue also falls through.
+        -- Plan shape: the claim goes through the primary key with id = ANY (ARRAY(...)); a
+        -- join with `cand` gets a hash join over the whole table in the generic plan (which
+        -- guesses LIMIT max_jobs at 10% of the table).
+        IF v_queue IS NOT NULL THEN
+            RETURN QUERY
+            WITH cand AS (
+                SELECT j.id, (j.concurrency_key IS NOT NULL
+                              OR j.unique_strategy IN ('while_executing', 'until_executing')) AS keyed
+                  FROM jobq.jobs j
+                 WHERE j.state = 'ready' AND j.queue = v_queue AND j.run_at <= v_now
+                   AND (NOT v_paused OR NOT EXISTS (
+                           SELECT 1 FROM jobq.pauses p
+                            WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
+                               OR (p.queue IS NULL AND p.kind = j.kind)))
+                 ORDER BY j.priority, j.run_at, j.id
+                 LIMIT max_jobs
+                 FOR UPDATE SKIP LOCKED
+            ), claimed AS (
+                UPDATE jobq.jobs j
+                   SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                       started_at = v_now
+                 WHERE j.id = ANY (ARRAY(SELECT cand.id FROM cand))
+                   AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
+                RETURNING j.*
+            )
+            SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
+                   j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
+                   j.unique_strategy, j.concurrency_limit, j.started_at
+              FROM claimed j
+             ORDER BY j.priority, j.run_at, j.id;
+        ELSE
+            RETURN QUERY
+            WITH cand AS (
+                SELECT j.id, (j.concurrency_key IS NOT NULL
+                              OR j.unique_strategy IN ('while_executing', 'until_executing')) AS keyed
+                  FROM jobq.jobs j
+                 WHERE j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= v_now
+                   AND (NOT v_paused OR NOT EXISTS (
+                           SELECT 1 FROM jobq.pauses p
+                            WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
+                               OR (p.queue IS NULL AND p.kind = j.kind)))
+                 ORDER BY j.priority, j.run_at, j.id
+                 LIMIT max_jobs
+                 FOR UPDATE SKIP LOCKED
+            ), claimed AS (
+                UPDATE jobq.jobs j
+                   SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                       started_at = v_now
+                 WHERE j.id = ANY (ARRAY(SELECT cand.id FROM cand))
+                   AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
+                RETURNING j.*
+            )
+            SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
+                   j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
+                   j.unique_strategy, j.concurrency_limit, j.started_at
+              FROM claimed j
+             ORDER BY j.priority, j.run_at, j.id;
+        END IF;
+        GET DIAGNOSTICS v_seen = ROW_COUNT;
+        IF v_seen > 0 THEN
+            RETURN;
+        END IF;
+
         LOOP
             v_want := max_jobs - cardinality(v_claimed);
             v_seen := 0;

@@ -39,25 +39,40 @@ BEGIN
         workers_reaped := workers_reaped + 1;
     END LOOP;
 
+    -- Orphaned jobs: executing under a worker that no longer exists. Checkout does not lock
+    -- the worker's row, so a checkout that overlapped the pass that reaped its worker can
+    -- commit its claims after that pass; they are interrupted attempts like any other.
+    FOR w IN
+        SELECT DISTINCT j.worker_id AS id FROM jobq.jobs j
+         WHERE j.state = 'executing'
+           AND NOT EXISTS (SELECT 1 FROM jobq.workers x WHERE x.id = j.worker_id)
+    LOOP
+        SELECT * INTO r FROM jobq._return_jobs(w.id, true);
+        jobs_requeued := jobs_requeued + r.requeued;
+        jobs_dead := jobs_dead + r.dead;
+    END LOOP;
+
     -- Locks past their ttl.
     DELETE FROM jobq.locks l
-     WHERE l.key IN (SELECT k.key FROM jobq.locks k
-                      WHERE k.worker_id IS NOT NULL AND k.expires_at <= v_now
-                        FOR UPDATE SKIP LOCKED)
+     WHERE l.key = ANY (ARRAY(SELECT k.key FROM jobq.locks k
+                               WHERE k.worker_id IS NOT NULL AND k.expires_at <= v_now
+                                 FOR UPDATE SKIP LOCKED))
        AND l.expires_at <= v_now;
     GET DIAGNOSTICS n = ROW_COUNT;
     locks_released := locks_released + n;
 
     -- Finished jobs past retention, oldest first, in one bounded batch per pass so a pass
     -- never holds many row locks for long.
+    -- The outer statement has nothing but id = ANY (ARRAY(...)), so its only plan is the
+    -- primary key: with IN (...), or with a state condition, the planner could walk every
+    -- finished job kept (jobs_finished) per pass. The rows are ours, locked by the subquery.
     DELETE FROM jobq.jobs j
-     WHERE j.id IN (SELECT f.id FROM jobq.jobs f
-                     WHERE f.state IN ('completed', 'dead', 'cancelled')
-                       AND f.finished_at < v_cutoff
-                     ORDER BY f.finished_at
-                     LIMIT 10000
-                       FOR UPDATE SKIP LOCKED)
-       AND j.state IN ('completed', 'dead', 'cancelled');
+     WHERE j.id = ANY (ARRAY(SELECT f.id FROM jobq.jobs f
+                              WHERE f.state IN ('completed', 'dead', 'cancelled')
+                                AND f.finished_at < v_cutoff
+                              ORDER BY f.finished_at
+                              LIMIT 10000
+                                FOR UPDATE SKIP LOCKED));
     GET DIAGNOSTICS jobs_pruned = ROW_COUNT;
 END $$;
 

@@ -1,0 +1,245 @@
+#!/usr/bin/env node
+/*
+ * jobq reference worker in Node.js (pg).
+ *
+ * What it does
+ *   Registers a jobq worker, then loops: check out up to JOBQ_BATCH jobs, run a
+ *   handler on each, and report jobq_complete (the handler's return value is the
+ *   result) or jobq_fail (error = {message, type} of what it threw). When the queue
+ *   is empty it waits for NOTIFY jobq (sent on enqueue) for up to 1 s, then polls
+ *   anyway. A timer heartbeats on its own connection every heartbeat_timeout / 3
+ *   and logs cancellation requests; a cancelled job that has not started yet is
+ *   failed (it becomes `cancelled`) instead of run.
+ *
+ *   SIGTERM / SIGINT: take no more work, finish the jobs in hand, unregister, exit 0.
+ *   SQLSTATE JQ001 (this worker was reaped or unregistered): drop the jobs in hand
+ *   without reporting them (they run again elsewhere), register again, go on.
+ *   Connection lost: the worker is registered with bind_to_session, so the server
+ *   treats it as dead as soon as its session ends and the reaper requeues its jobs;
+ *   the worker reconnects with exponential backoff (1 s .. 30 s) and registers again.
+ *
+ * How to run (Node 20)
+ *   cd examples/node && npm ci
+ *   JOBQ_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo node worker.js
+ *
+ *   Enqueue from psql:  SELECT jobq_enqueue('default', '{"sleep_ms": 200}');
+ *
+ * Environment
+ *   JOBQ_DSN          connection string          (postgresql://postgres@127.0.0.1:5499/jobq_demo)
+ *   JOBQ_QUEUES       comma-separated queues     (empty: every queue)
+ *   JOBQ_BATCH        jobs per checkout          (10)
+ *   JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
+ *   JOBQ_HANDLER      path of a module exporting the handler, instead of the demo one
+ *   JOBQ_LOG_JSON     1: one JSON line per event on stdout (for test harnesses)
+ *
+ * The handler is an (async) function taking the job row ({id, queue, kind, payload,
+ * attempt, ...}; id is a string, as pg returns bigint) and returning a JSON-serialisable
+ * result; throwing fails the job. The demo handler reads the payload: {"sleep_ms": N}
+ * sleeps N ms, {"fail": true} throws, anything else (e.g. {"crash_hint": true}) just
+ * completes; its result is {"worker": <name>, "lang": "node"}.
+ */
+'use strict';
+const os = require('node:os');
+const path = require('node:path');
+const { Client, DatabaseError } = require('pg');
+
+const DSN = process.env.JOBQ_DSN || 'postgresql://postgres@127.0.0.1:5499/jobq_demo';
+const queueList = (process.env.JOBQ_QUEUES || '').split(',').map((q) => q.trim()).filter(Boolean);
+const QUEUES = queueList.length ? queueList : null;
+const BATCH = Number(process.env.JOBQ_BATCH || 10);
+const HEARTBEAT_S = Number(process.env.JOBQ_HEARTBEAT_S) || null;
+const LOG_JSON = process.env.JOBQ_LOG_JSON === '1';
+const NAME = `node-${os.hostname()}-${process.pid}`;
+const POLL_MS = 1000;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function log(event, fields = {}) {
+  // Writes to pipes and files are synchronous on Linux: each line is out when this returns.
+  if (LOG_JSON) {
+    process.stdout.write(JSON.stringify({ ts: Date.now() / 1000, event, worker: NAME, lang: 'node', ...fields }) + '\n');
+  } else {
+    const kv = Object.entries(fields).map(([k, v]) => `${k}=${v}`).join(' ');
+    process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${NAME} ${event} ${kv}\n`);
+  }
+}
+
+async function demoHandler(job) {
+  const payload = job.payload && typeof job.payload === 'object' ? job.payload : {};
+  if (payload.sleep_ms) await sleep(payload.sleep_ms);
+  if (payload.fail) throw new Error(`job ${job.id} failed on purpose`);
+  return { worker: NAME, lang: 'node' };
+}
+
+// A server error is a bug or bad input, except connection / shutdown classes;
+// anything else (ECONNRESET, "Connection terminated", ...) is the network.
+const isConnectionError = (e) => !(e instanceof DatabaseError) || /^(08|57)/.test(e.code);
+const newClient = (role) => {
+  const client = new Client({ connectionString: DSN, connectionTimeoutMillis: 5000, application_name: NAME + role });
+  client.on('error', () => {}); // a dead connection also fails the next query, handled there
+  return client;
+};
+
+let handler = demoHandler;
+let stopping = false; // SIGTERM/SIGINT: take no more work
+let workerId = null; // current registration; null while (re)connecting
+let reapedId = null; // a worker id that got JQ001
+let heartbeatMs = 10000;
+let heartbeatTimer = null;
+let hbConn = null;
+const cancelled = new Set(); // job ids whose cancellation was requested
+const reaped = () => workerId !== null && reapedId === workerId;
+
+// Idle wait, cut short by a NOTIFY (even one that arrived just before) or by stop().
+let notified = false;
+let wakeUp = () => {};
+function idle(ms) {
+  if (notified || stopping) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => wakeUp(), ms);
+    wakeUp = () => { clearTimeout(timer); wakeUp = () => {}; resolve(); };
+  });
+}
+function stop() { stopping = true; wakeUp(); }
+
+async function run(h = demoHandler) {
+  handler = h;
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  let backoff = 1000;
+  while (!stopping) {
+    const conn = newClient('');
+    conn.on('notification', () => { notified = true; wakeUp(); });
+    try {
+      await conn.connect();
+      await conn.query('LISTEN jobq');
+      await register(conn, 'registered');
+      backoff = 1000;
+      await work(conn);
+      await unregister(conn);
+    } catch (e) {
+      if (!isConnectionError(e)) throw e;
+      workerId = null; // our session is gone, so is the registration
+      log('disconnected', { error: e.message, retry_in: backoff / 1000 });
+      notified = false; // so that only stop() cuts the backoff short
+      await idle(backoff);
+      backoff = Math.min(backoff * 2, 30000);
+    } finally {
+      await conn.end().catch(() => {});
+    }
+  }
+  clearTimeout(heartbeatTimer);
+  if (hbConn) await hbConn.end().catch(() => {});
+  log('stopped');
+}
+
+async function work(conn) {
+  while (!stopping) {
+    notified = false;
+    let jobs = [];
+    try {
+      ({ rows: jobs } = await conn.query('SELECT * FROM jobq_checkout($1, $2, $3)', [workerId, QUEUES, BATCH]));
+    } catch (e) {
+      if (e.code !== 'JQ001') throw e;
+      reapedId = workerId;
+    }
+    for (const job of jobs) log('claimed', { id: Number(job.id), attempt: job.attempt });
+    for (const job of jobs) await runOne(conn, job);
+    if (reaped()) await register(conn, 'reregistered'); // JQ001: our jobs run elsewhere
+    else if (jobs.length === 0) await idle(POLL_MS); // wait for an enqueue's NOTIFY, or poll
+  }
+}
+
+async function runOne(conn, job) {
+  const id = Number(job.id);
+  if (reaped()) return log('dropped', { id });
+  if (cancelled.has(job.id)) {
+    const state = await fail(conn, job, { message: 'cancelled before start', type: 'Cancelled' });
+    return log('failed', { id, state });
+  }
+  let result;
+  try {
+    result = await handler(job);
+  } catch (e) {
+    if (reaped()) return log('dropped', { id });
+    const error = { message: String(e?.message ?? e), type: e?.constructor?.name ?? typeof e };
+    const state = await fail(conn, job, error);
+    return log('failed', { id, state, error: error.message });
+  }
+  if (reaped()) return log('dropped', { id });
+  const { rows: [{ ok }] } = await conn.query('SELECT jobq_complete($1, $2, $3) AS ok',
+    [job.id, workerId, result === undefined ? null : JSON.stringify(result)]);
+  log(ok ? 'completed' : 'lost', { id }); // lost: not ours any more
+}
+
+async function fail(conn, job, error) {
+  const { rows: [{ state }] } = await conn.query('SELECT jobq_fail($1, $2, $3) AS state',
+    [job.id, workerId, JSON.stringify(error)]);
+  cancelled.delete(job.id);
+  return state; // ready (retried later), dead, cancelled, or null (not ours any more)
+}
+
+async function register(conn, event) {
+  const { rows: [row] } = await conn.query(
+    `SELECT jobq_register_worker($1, $2, bind_to_session => true) AS id,
+            extract(epoch FROM current_setting('jobq.heartbeat_timeout', true)::interval) AS timeout`,
+    [NAME, JSON.stringify({ lang: 'node', pid: process.pid, host: os.hostname() })]);
+  heartbeatMs = (HEARTBEAT_S || Number(row.timeout || 30) / 3) * 1000;
+  cancelled.clear();
+  workerId = row.id;
+  log(event, { worker_id: workerId });
+  if (!heartbeatTimer) heartbeatTimer = setTimeout(heartbeat, heartbeatMs);
+}
+
+async function unregister(conn) {
+  try {
+    const { rows: [{ n }] } = await conn.query('SELECT jobq_unregister_worker($1) AS n', [workerId]);
+    log('unregistered', { worker_id: workerId, returned: n });
+  } catch (e) {
+    if (e.code !== 'JQ001') throw e;
+  }
+  workerId = null;
+}
+
+// Heartbeat: its own connection, on a timer, independent of the job loop.
+async function heartbeat() {
+  const wid = workerId;
+  if (wid !== null && wid !== reapedId) {
+    try {
+      if (!hbConn) {
+        hbConn = newClient('-hb');
+        await hbConn.connect();
+      }
+      const { rows: [{ ids }] } = await hbConn.query('SELECT jobq_heartbeat($1) AS ids', [wid]);
+      const fresh = ids.filter((id) => !cancelled.has(id));
+      if (fresh.length) log('cancel_requested', { ids: fresh.map(Number) });
+      for (const id of fresh) cancelled.add(id);
+    } catch (e) {
+      if (e.code === 'JQ001') {
+        reapedId = wid; // the job loop drops its jobs and registers again
+        log('heartbeat_reaped', { worker_id: wid });
+      } else {
+        log('heartbeat_error', { error: e.message });
+        hbConn?.end().catch(() => {});
+        hbConn = null;
+      }
+    }
+  }
+  if (!stopping || workerId !== null) heartbeatTimer = setTimeout(heartbeat, heartbeatMs);
+}
+
+function loadHandler() {
+  const spec = process.env.JOBQ_HANDLER;
+  if (!spec) return demoHandler;
+  const mod = require(path.resolve(spec));
+  return typeof mod === 'function' ? mod : mod.handle;
+}
+
+module.exports = { run, demoHandler };
+
+if (require.main === module) {
+  run(loadHandler()).then(
+    () => process.exit(0),
+    (e) => { console.error(e); process.exit(1); },
+  );
+}

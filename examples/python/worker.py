@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""jobq reference worker in Python (psycopg 3).
+
+What it does
+    Registers a jobq worker, then loops: check out up to JOBQ_BATCH jobs, run a
+    handler on each, and report jobq_complete (the handler's return value is the
+    result) or jobq_fail (error = {"message", "type"} of the exception). When the
+    queue is empty it waits for NOTIFY jobq (sent on enqueue) for up to 1 s, then
+    polls anyway. A background thread heartbeats on its own connection every
+    heartbeat_timeout / 3 and logs cancellation requests; a cancelled job that has
+    not started yet is failed (it becomes `cancelled`) instead of run.
+
+    SIGTERM / SIGINT: take no more work, finish the jobs in hand, unregister, exit 0.
+    SQLSTATE JQ001 (this worker was reaped or unregistered): drop the jobs in hand
+    without reporting them (they run again elsewhere), register again, go on.
+    Connection lost: the worker is registered with bind_to_session, so the server
+    treats it as dead as soon as its session ends and the reaper requeues its jobs;
+    the worker reconnects with exponential backoff (1 s .. 30 s) and registers again.
+
+How to run
+    pip install -r examples/python/requirements.txt
+    JOBQ_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo python3 examples/python/worker.py
+
+    Enqueue from psql:  SELECT jobq_enqueue('default', '{"sleep_ms": 200}');
+
+Environment
+    JOBQ_DSN          libpq connection string   (postgresql://postgres@127.0.0.1:5499/jobq_demo)
+    JOBQ_QUEUES       comma-separated queues     (empty: every queue)
+    JOBQ_BATCH        jobs per checkout          (10)
+    JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
+    JOBQ_HANDLER      "module:function" to run instead of the demo handler
+    JOBQ_LOG_JSON     1: one JSON line per event on stdout, flushed (for test harnesses)
+
+The handler is any callable taking the job (a dict: id, queue, kind, payload,
+attempt, ...) and returning a JSON-serialisable result; raising fails the job.
+The demo handler reads the payload: {"sleep_ms": N} sleeps N ms, {"fail": true}
+raises, anything else (e.g. {"crash_hint": true}) just completes; its result is
+{"worker": <name>, "lang": "python"}.
+"""
+
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+DSN = os.environ.get("JOBQ_DSN", "postgresql://postgres@127.0.0.1:5499/jobq_demo")
+QUEUES = [q.strip() for q in os.environ.get("JOBQ_QUEUES", "").split(",") if q.strip()] or None
+BATCH = int(os.environ.get("JOBQ_BATCH", "10"))
+HEARTBEAT_S = float(os.environ["JOBQ_HEARTBEAT_S"]) if os.environ.get("JOBQ_HEARTBEAT_S") else None
+LOG_JSON = os.environ.get("JOBQ_LOG_JSON") == "1"
+NAME = f"py-{socket.gethostname()}-{os.getpid()}"
+POLL_S = 1.0
+
+_log_lock = threading.Lock()
+
+
+def log(event, **fields):
+    if LOG_JSON:
+        line = json.dumps({"ts": round(time.time(), 3), "event": event, "worker": NAME, "lang": "python", **fields}, default=str)
+        out = sys.stdout
+    else:
+        line = f"{time.strftime('%H:%M:%S')} {NAME} {event} " + " ".join(f"{k}={v}" for k, v in fields.items())
+        out = sys.stderr
+    with _log_lock:
+        out.write(line + "\n")
+        out.flush()
+
+
+def demo_handler(job):
+    payload = job["payload"] if isinstance(job["payload"], dict) else {}
+    if payload.get("sleep_ms"):
+        time.sleep(payload["sleep_ms"] / 1000)
+    if payload.get("fail"):
+        raise RuntimeError(f"job {job['id']} failed on purpose")
+    return {"worker": NAME, "lang": "python"}
+
+
+class Worker:
+    def __init__(self, handler):
+        self.handler = handler
+        self.stopping = threading.Event()  # SIGTERM/SIGINT: take no more work
+        self.done = threading.Event()  # unregistered: stop heartbeating
+        self.worker_id = None  # current registration; None while (re)connecting
+        self.reaped_id = None  # a worker id that got JQ001
+        self.cancelled = set()  # job ids whose cancellation was requested
+        self.heartbeat_s = None
+        self.heartbeat = threading.Thread(target=self.heartbeat_loop, daemon=True)
+
+    def reaped(self):
+        return self.reaped_id == self.worker_id
+
+    # -- main loop ---------------------------------------------------------
+    def run(self):
+        signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
+        backoff = 1
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(DSN, autocommit=True, row_factory=dict_row, connect_timeout=5, application_name=NAME) as conn:
+                    conn.execute("LISTEN jobq")
+                    self.register(conn, "registered")
+                    backoff = 1
+                    self.work(conn)
+                    self.unregister(conn)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                self.worker_id = None  # our session is gone, so is the registration
+                log("disconnected", error=str(e).strip(), retry_in=backoff)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 30)
+        self.done.set()
+        log("stopped")
+        return 0
+
+    def work(self, conn):
+        while not self.stopping.is_set():
+            try:
+                jobs = conn.execute(
+                    "SELECT * FROM jobq_checkout(%s, %s, %s)", (self.worker_id, QUEUES, BATCH)
+                ).fetchall()
+            except psycopg.Error as e:
+                if e.sqlstate != "JQ001":
+                    raise
+                self.reaped_id, jobs = self.worker_id, []
+            for job in jobs:
+                log("claimed", id=job["id"], attempt=job["attempt"])
+            for job in jobs:
+                self.run_one(conn, job)
+            if self.reaped():  # JQ001 from checkout or heartbeat: our jobs run elsewhere
+                self.register(conn, "reregistered")
+            elif not jobs:  # idle: wait for an enqueue's NOTIFY, or poll after POLL_S
+                for _ in conn.notifies(timeout=POLL_S, stop_after=1):
+                    pass
+
+    def run_one(self, conn, job):
+        if self.reaped():
+            return log("dropped", id=job["id"])
+        if job["id"] in self.cancelled:
+            state = self.fail(conn, job, {"message": "cancelled before start", "type": "Cancelled"})
+            return log("failed", id=job["id"], state=state)
+        try:
+            result = self.handler(job)
+        except Exception as e:
+            if self.reaped():
+                return log("dropped", id=job["id"])
+            state = self.fail(conn, job, {"message": str(e), "type": type(e).__name__})
+            return log("failed", id=job["id"], state=state, error=str(e))
+        if self.reaped():
+            return log("dropped", id=job["id"])
+        done = conn.execute(
+            "SELECT jobq_complete(%s, %s, %s) AS ok",
+            (job["id"], self.worker_id, None if result is None else Jsonb(result)),
+        ).fetchone()["ok"]
+        log("completed" if done else "lost", id=job["id"])  # lost: not ours any more
+
+    def fail(self, conn, job, error):
+        state = conn.execute(
+            "SELECT jobq_fail(%s, %s, %s) AS state", (job["id"], self.worker_id, Jsonb(error))
+        ).fetchone()["state"]
+        self.cancelled.discard(job["id"])
+        return state  # ready (retried later), dead, cancelled, or None (not ours any more)
+
+    # -- registration ------------------------------------------------------
+    def register(self, conn, event):
+        row = conn.execute(
+            """SELECT jobq_register_worker(%s, %s, bind_to_session => true) AS id,
+                      extract(epoch FROM current_setting('jobq.heartbeat_timeout', true)::interval) AS timeout""",
+            (NAME, Jsonb({"lang": "python", "pid": os.getpid(), "host": socket.gethostname()})),
+        ).fetchone()
+        self.heartbeat_s = HEARTBEAT_S or float(row["timeout"] or 30) / 3
+        self.cancelled.clear()
+        self.worker_id = row["id"]
+        log(event, worker_id=self.worker_id)
+        if not self.heartbeat.is_alive():
+            self.heartbeat.start()
+
+    def unregister(self, conn):
+        try:
+            n = conn.execute("SELECT jobq_unregister_worker(%s) AS n", (self.worker_id,)).fetchone()["n"]
+            log("unregistered", worker_id=self.worker_id, returned=n)
+        except psycopg.Error as e:
+            if e.sqlstate != "JQ001":
+                raise
+        self.worker_id = None
+
+    # -- heartbeat thread: its own connection, independent of the job loop --
+    def heartbeat_loop(self):
+        conn = None
+        while not self.done.wait(self.heartbeat_s):
+            wid = self.worker_id
+            if wid is None or wid == self.reaped_id:
+                continue
+            try:
+                if conn is None:
+                    conn = psycopg.connect(DSN, autocommit=True, connect_timeout=5, application_name=NAME + "-hb")
+                ids = set(conn.execute("SELECT jobq_heartbeat(%s)", (wid,)).fetchone()[0])
+                if ids - self.cancelled:
+                    log("cancel_requested", ids=sorted(ids - self.cancelled))
+                    self.cancelled.update(ids)
+            except psycopg.Error as e:
+                if e.sqlstate == "JQ001":
+                    self.reaped_id = wid  # the main loop drops its jobs and registers again
+                    log("heartbeat_reaped", worker_id=wid)
+                else:
+                    log("heartbeat_error", error=str(e).strip())
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+
+
+def load_handler():
+    spec = os.environ.get("JOBQ_HANDLER")
+    if not spec:
+        return demo_handler
+    module, _, func = spec.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+if __name__ == "__main__":
+    sys.exit(Worker(load_handler()).run())
