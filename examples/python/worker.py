@@ -64,7 +64,8 @@ _log_lock = threading.Lock()
 
 def log(event, **fields):
     if LOG_JSON:
-        line = json.dumps({"ts": round(time.time(), 3), "event": event, "worker": NAME, "lang": "python", **fields}, default=str)
+        record = {"ts": round(time.time(), 3), "event": event, "worker": NAME, "lang": "python", **fields}
+        line = json.dumps(record, default=str)
         out = sys.stdout
     else:
         line = f"{time.strftime('%H:%M:%S')} {NAME} {event} " + " ".join(f"{k}={v}" for k, v in fields.items())
@@ -95,7 +96,7 @@ class Worker:
         self.heartbeat = threading.Thread(target=self.heartbeat_loop, daemon=True)
 
     def reaped(self):
-        return self.reaped_id == self.worker_id
+        return self.worker_id is not None and self.reaped_id == self.worker_id
 
     # -- main loop ---------------------------------------------------------
     def run(self):
@@ -104,7 +105,10 @@ class Worker:
         backoff = 1
         while not self.stopping.is_set():
             try:
-                with psycopg.connect(DSN, autocommit=True, row_factory=dict_row, connect_timeout=5, application_name=NAME) as conn:
+                conn = psycopg.connect(
+                    DSN, autocommit=True, row_factory=dict_row, connect_timeout=5, application_name=NAME
+                )
+                with conn:
                     conn.execute("LISTEN jobq")
                     self.register(conn, "registered")
                     backoff = 1
@@ -199,7 +203,7 @@ class Worker:
                 continue
             try:
                 if conn is None:
-                    conn = psycopg.connect(DSN, autocommit=True, connect_timeout=5, application_name=NAME + "-hb")
+                    conn = psycopg.connect(DSN, autocommit=True, connect_timeout=5, application_name=f"{NAME}-hb")
                 ids = set(conn.execute("SELECT jobq_heartbeat(%s)", (wid,)).fetchone()[0])
                 if ids - self.cancelled:
                     log("cancel_requested", ids=sorted(ids - self.cancelled))
