@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine of this kind (Debian 12, Rust 1.95, root):
 # Debian packages, cargo-pgrx 0.18.0, and `cargo pgrx init` against the system PostgreSQL 15.
-# Every step checks first and skips what is already there.
+# Then the reference workers' dependencies. Every step checks first and skips what is already there.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 PKGS=(build-essential clang libclang-dev postgresql-15 postgresql-server-dev-15 sudo)
@@ -29,4 +30,15 @@ if ! grep -qs "pg15 = \"$PG_CONFIG\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; t
   echo "setup: cargo pgrx init --pg15 $PG_CONFIG"
   cargo pgrx init --pg15 "$PG_CONFIG"
 fi
+# The reference workers of examples/ (used by tests/cross_language.rs and the demo): Python's
+# psycopg, Node's pg, and the Rust worker's release build. Each skipped when already there.
+if ! python3 -c "import psycopg" 2>/dev/null; then
+  echo "setup: pip install -r examples/python/requirements.txt"
+  python3 -m pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+fi
+if [ ! -d examples/node/node_modules/pg ]; then
+  echo "setup: npm ci in examples/node"
+  (cd examples/node && npm ci --silent --no-audit --no-fund)
+fi
+cargo build -q --release --manifest-path examples/rust/Cargo.toml
 echo "setup: ok"

@@ -1,2 +1,4 @@
+-- The hand-written queue: claim with UPDATE ... (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)
+-- RETURNING, then DELETE; two transactions per job.
 UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id = (SELECT id FROM baseline_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id AS jid \gset
 DELETE FROM baseline_jobs WHERE id = :jid;

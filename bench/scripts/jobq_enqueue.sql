@@ -1,1 +1,2 @@
+-- jobq, one job per transaction.
 SELECT jobq_enqueue('bench', '{"n": 1}');

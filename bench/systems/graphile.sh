@@ -13,7 +13,8 @@ graphile_install() {
   npm install --loglevel=error --no-audit --no-fund --prefix "$GRAPHILE_DIR" "graphile-worker@$GRAPHILE_VERSION" >&2
 }
 graphile_version() {
-  echo "graphile-worker $(node -p "require('./$GRAPHILE_DIR/node_modules/graphile-worker/package.json').version")"
+  echo "graphile-worker $(node -p 'require(require("path").resolve(process.argv[1])).version' \
+    "$GRAPHILE_DIR/node_modules/graphile-worker/package.json")"
 }
 
 # graphile_reset BACKLOG: a fresh schema from its own migrations (`graphile-worker --schema-only`),

@@ -9,7 +9,7 @@ PROCRASTINATE_DIR=target/bench-peers/procrastinate
 procrastinate_install() {
   [ -d "$PROCRASTINATE_DIR/procrastinate-$PROCRASTINATE_VERSION.dist-info" ] && return
   rm -rf "$PROCRASTINATE_DIR"
-  pip install -q --disable-pip-version-check --no-warn-conflicts \
+  pip install -q --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore \
     --target "$PROCRASTINATE_DIR" "procrastinate==$PROCRASTINATE_VERSION" >&2
 }
 procrastinate_cli() { PYTHONPATH="$PROCRASTINATE_DIR" python3 -m procrastinate "$@"; }

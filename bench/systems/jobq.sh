@@ -1,0 +1,25 @@
+# jobq as a row of the benchmark. Source after bench/lib.sh, from the repo root. The extension
+# (release build) is installed and preloaded by start_cluster. pgbench client c is the worker
+# registered in row c of bench_workers. Scripts: bench/scripts/jobq_*.sql.
+jobq_install() { :; }
+jobq_version() { echo "jobq $(awk -F'"' '/^version/{print $2; exit}' Cargo.toml) ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"; }
+
+# jobq_reset BACKLOG [plain|ckey]: a fresh extension, 256 workers, BACKLOG ready jobs in queue
+# 'bench' through jobq_enqueue_batch in transactions of 1,000,000 (ckey: through jobq_enqueue, each
+# job with one of 100 concurrency keys of limit 5).
+jobq_reset() {
+  reset_jobq >/dev/null
+  if [ "${2:-plain}" = ckey ]; then
+    "${PSQL[@]}" -d bench -c "SELECT count(jobq_enqueue('bench', concurrency_key => 'k' || (g % 100), concurrency_limit => 5)) FROM generate_series(1, $1) g" >/dev/null
+  else
+    "${PSQL[@]}" -d bench >/dev/null <<SQL
+DO \$\$ BEGIN
+  FOR c IN 0 .. ($1 - 1) / 1000000 LOOP
+    PERFORM count(*) FROM jobq_enqueue_batch('bench', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, least(1000000, $1 - c * 1000000))));
+    COMMIT;
+  END LOOP;
+END \$\$;
+SQL
+  fi
+  "${PSQL[@]}" -d bench -c "VACUUM ANALYZE" >/dev/null
+}

@@ -1,0 +1,289 @@
+//! jobq reference worker in Rust (tokio-postgres).
+//!
+//! What it does
+//!   Registers a jobq worker, then loops: check out up to JOBQ_BATCH jobs, run `handle` on
+//!   each, and report jobq_complete (the handler's value is the result) or jobq_fail (error =
+//!   {"message", "type"}). When the queue is empty it waits for NOTIFY jobq (sent on enqueue)
+//!   for up to 1 s, then polls anyway. A task heartbeats on its own connection every
+//!   heartbeat_timeout / 3 and logs cancellation requests; a cancelled job that has not
+//!   started yet is failed (it becomes `cancelled`) instead of run.
+//!
+//!   SIGTERM / SIGINT: take no more work, finish the jobs in hand, unregister, exit 0.
+//!   SQLSTATE JQ001 (this worker was reaped or unregistered): drop the jobs in hand without
+//!   reporting them (they run again elsewhere), register again, go on.
+//!   Connection lost: the worker is registered with bind_to_session, so the server treats it
+//!   as dead as soon as its session ends and the reaper requeues its jobs; the worker
+//!   reconnects with exponential backoff (1 s .. 30 s) and registers again.
+//!
+//! How to run
+//!   cargo run --release --manifest-path examples/rust/Cargo.toml
+//!   Enqueue from psql:  SELECT jobq_enqueue('default', '{"sleep_ms": 200}');
+//!
+//! Environment
+//!   JOBQ_DSN          connection string          (postgresql://postgres@127.0.0.1:5499/jobq_demo)
+//!   JOBQ_QUEUES       comma-separated queues     (empty: every queue)
+//!   JOBQ_BATCH        jobs per checkout          (10)
+//!   JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
+//!   JOBQ_LOG_JSON     1: one JSON line per event on stdout (for test harnesses)
+//!
+//! The handler is `handle` below: replace it with your own. The demo one reads the payload:
+//! {"sleep_ms": N} sleeps N ms, {"fail": true} fails, anything else completes; its result is
+//! {"worker": <name>, "lang": "rust"}.
+use futures_util::{stream, StreamExt};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::{AsyncMessage, Client, Error, NoTls};
+use uuid::Uuid;
+
+const POLL: Duration = Duration::from_secs(1);
+
+struct Job {
+    id: i64,
+    attempt: i32,
+    payload: Value,
+}
+
+/// The work. Ok(result) completes the job, Err((type, message)) fails it.
+async fn handle(job: &Job, name: &str) -> Result<Value, (String, String)> {
+    if let Some(ms) = job.payload.get("sleep_ms").and_then(Value::as_u64) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if job.payload.get("fail").and_then(Value::as_bool) == Some(true) {
+        return Err(("DemoFailure".into(), format!("job {} failed on purpose", job.id)));
+    }
+    Ok(json!({"worker": name, "lang": "rust"}))
+}
+
+struct Shared {
+    name: String,
+    log_json: bool,
+    worker: Mutex<Option<Uuid>>,      // the current registration
+    reaped: Mutex<Option<Uuid>>,      // a registration that got JQ001
+    cancelled: Mutex<HashSet<i64>>,   // jobs whose cancellation was requested
+    heartbeat: Mutex<Duration>,
+}
+
+impl Shared {
+    fn log(&self, event: &str, fields: Value) {
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        let mut line = json!({"ts": ts, "event": event, "worker": self.name, "lang": "rust"});
+        line.as_object_mut().unwrap().extend(fields.as_object().cloned().unwrap_or_default());
+        if self.log_json {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        } else {
+            eprintln!("{} {event} {fields}", self.name);
+        }
+    }
+    fn reaped(&self) -> bool {
+        let w = *self.worker.lock().unwrap();
+        w.is_some() && w == *self.reaped.lock().unwrap()
+    }
+}
+
+fn is_reaped(e: &Error) -> bool {
+    e.code().map(|c| c.code()) == Some("JQ001")
+}
+
+/// A connection whose notifications go to `notify` (LISTEN works on it).
+async fn connect(dsn: &str, app: &str, notify: Option<mpsc::UnboundedSender<()>>) -> Result<Client, Error> {
+    let mut config: tokio_postgres::Config = dsn.parse()?;
+    config.application_name(app).connect_timeout(Duration::from_secs(5));
+    let (client, mut connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let (AsyncMessage::Notification(_), Some(tx)) = (message, &notify) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    Ok(client)
+}
+
+async fn register(db: &Client, s: &Shared, event: &str, fixed_heartbeat: Option<Duration>) -> Result<(), Error> {
+    let row = db
+        .query_one(
+            "SELECT jobq_register_worker($1, $2, bind_to_session => true),
+                    extract(epoch FROM current_setting('jobq.heartbeat_timeout', true)::interval)::float8",
+            &[&s.name, &json!({"lang": "rust", "pid": std::process::id()})],
+        )
+        .await?;
+    let id: Uuid = row.get(0);
+    let timeout: Option<f64> = row.get(1);
+    *s.heartbeat.lock().unwrap() = fixed_heartbeat.unwrap_or(Duration::from_secs_f64(timeout.unwrap_or(30.0) / 3.0));
+    s.cancelled.lock().unwrap().clear();
+    *s.worker.lock().unwrap() = Some(id);
+    s.log(event, json!({"worker_id": id}));
+    Ok(())
+}
+
+/// One connection's life: register, work until stopped, unregister.
+async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared, fixed_hb: Option<Duration>,
+                 stop: &mut watch::Receiver<bool>) -> Result<(), Error> {
+    let (tx, mut notified) = mpsc::unbounded_channel();
+    let db = connect(dsn, &s.name, Some(tx)).await?;
+    db.batch_execute("LISTEN jobq").await?;
+    register(&db, s, "registered", fixed_hb).await?;
+    while !*stop.borrow() {
+        let worker = s.worker.lock().unwrap().unwrap();
+        let jobs: Vec<Job> = match db
+            .query("SELECT id, attempt, payload FROM jobq_checkout($1, $2, $3)", &[&worker, queues, &batch])
+            .await
+        {
+            Ok(rows) => rows.iter().map(|r| Job { id: r.get(0), attempt: r.get(1), payload: r.get(2) }).collect(),
+            Err(e) if is_reaped(&e) => {
+                *s.reaped.lock().unwrap() = Some(worker);
+                vec![]
+            }
+            Err(e) => return Err(e),
+        };
+        for job in &jobs {
+            s.log("claimed", json!({"id": job.id, "attempt": job.attempt}));
+        }
+        for job in &jobs {
+            run_one(&db, s, worker, job).await?;
+        }
+        if s.reaped() {
+            register(&db, s, "reregistered", fixed_hb).await?;
+        } else if jobs.is_empty() {
+            while notified.try_recv().is_ok() {} // wake-ups from before this checkout
+            tokio::select! {
+                _ = notified.recv() => {}
+                _ = tokio::time::sleep(POLL) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+    let worker = s.worker.lock().unwrap().take().unwrap();
+    match db.query_one("SELECT jobq_unregister_worker($1)", &[&worker]).await {
+        Ok(row) => s.log("unregistered", json!({"worker_id": worker, "returned": row.get::<_, i32>(0)})),
+        Err(e) if is_reaped(&e) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
+async fn run_one(db: &Client, s: &Shared, worker: Uuid, job: &Job) -> Result<(), Error> {
+    if s.reaped() {
+        s.log("dropped", json!({"id": job.id}));
+        return Ok(());
+    }
+    let outcome = if s.cancelled.lock().unwrap().contains(&job.id) {
+        Err(("Cancelled".to_string(), "cancelled before start".to_string()))
+    } else {
+        handle(job, &s.name).await
+    };
+    if s.reaped() {
+        s.log("dropped", json!({"id": job.id}));
+        return Ok(());
+    }
+    match outcome {
+        Ok(result) => {
+            let ok: bool = db.query_one("SELECT jobq_complete($1, $2, $3)", &[&job.id, &worker, &result]).await?.get(0);
+            s.log(if ok { "completed" } else { "lost" }, json!({"id": job.id})); // lost: not ours any more
+        }
+        Err((kind, message)) => {
+            let error = json!({"type": kind, "message": message});
+            let state: Option<String> = db.query_one("SELECT jobq_fail($1, $2, $3)", &[&job.id, &worker, &error]).await?.get(0);
+            s.cancelled.lock().unwrap().remove(&job.id);
+            s.log("failed", json!({"id": job.id, "state": state, "error": message}));
+        }
+    }
+    Ok(())
+}
+
+/// Heartbeats on its own connection, so a long job never starves them.
+async fn heartbeat_loop(dsn: String, s: Arc<Shared>, mut done: watch::Receiver<bool>) {
+    let mut db: Option<Client> = None;
+    loop {
+        let period = *s.heartbeat.lock().unwrap();
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = done.changed() => return,
+        }
+        let Some(worker) = *s.worker.lock().unwrap() else { continue };
+        if Some(worker) == *s.reaped.lock().unwrap() {
+            continue;
+        }
+        if db.as_ref().is_none_or(|c| c.is_closed()) {
+            db = connect(&dsn, &format!("{}-hb", s.name), None).await.ok();
+        }
+        let Some(c) = &db else { continue };
+        match c.query_one("SELECT jobq_heartbeat($1)", &[&worker]).await {
+            Ok(row) => {
+                let ids: Vec<i64> = row.get(0);
+                let mut cancelled = s.cancelled.lock().unwrap();
+                let new: Vec<i64> = ids.into_iter().filter(|id| cancelled.insert(*id)).collect();
+                drop(cancelled);
+                if !new.is_empty() {
+                    s.log("cancel_requested", json!({"ids": new}));
+                }
+            }
+            Err(e) if is_reaped(&e) => {
+                *s.reaped.lock().unwrap() = Some(worker); // the main loop drops its jobs and registers again
+                s.log("heartbeat_reaped", json!({"worker_id": worker}));
+            }
+            Err(e) => {
+                s.log("heartbeat_error", json!({"error": e.to_string()}));
+                db = None;
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let dsn = env("JOBQ_DSN").unwrap_or_else(|| "postgresql://postgres@127.0.0.1:5499/jobq_demo".into());
+    let queues: Option<Vec<String>> = env("JOBQ_QUEUES").map(|q| q.split(',').map(|x| x.trim().to_string()).collect());
+    let batch: i32 = env("JOBQ_BATCH").map_or(10, |b| b.parse().expect("JOBQ_BATCH"));
+    let fixed_hb = env("JOBQ_HEARTBEAT_S").map(|h| Duration::from_secs_f64(h.parse().expect("JOBQ_HEARTBEAT_S")));
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
+    let s = Arc::new(Shared {
+        name: format!("rust-{host}-{}", std::process::id()),
+        log_json: env("JOBQ_LOG_JSON").as_deref() == Some("1"),
+        worker: Mutex::new(None),
+        reaped: Mutex::new(None),
+        cancelled: Mutex::new(HashSet::new()),
+        heartbeat: Mutex::new(Duration::from_secs(10)),
+    });
+
+    let (stop_tx, mut stop) = watch::channel(false);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (mut term, mut int) = (signal(SignalKind::terminate()).unwrap(), signal(SignalKind::interrupt()).unwrap());
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        let _ = stop_tx.send(true);
+    });
+    let (done_tx, done) = watch::channel(false);
+    let hb = tokio::spawn(heartbeat_loop(dsn.clone(), s.clone(), done));
+
+    let mut backoff = 1;
+    while !*stop.borrow() {
+        match session(&dsn, &queues, batch, &s, fixed_hb, &mut stop).await {
+            Ok(()) => break,
+            Err(e) if e.code().is_some() => {
+                s.log("error", json!({"error": e.to_string()}));
+                std::process::exit(1); // a database error that is not a lost connection: a bug
+            }
+            Err(e) => {
+                *s.worker.lock().unwrap() = None; // our session is gone, so is the registration
+                s.log("disconnected", json!({"error": e.to_string(), "retry_in": backoff}));
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(backoff)) => {}
+                    _ = stop.changed() => {}
+                }
+                backoff = (backoff * 2).min(30);
+            }
+        }
+    }
+    let _ = done_tx.send(true);
+    let _ = hb.await;
+    s.log("stopped", json!({}));
+}

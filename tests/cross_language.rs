@@ -1,0 +1,210 @@
+//! Any client, any language: the reference workers of examples/ (Python psycopg 3, Node pg,
+//! Rust tokio-postgres) as real processes against one cluster with the background worker.
+//! scripts/setup.sh installs their dependencies and builds the Rust one.
+mod common;
+
+use common::*;
+use postgres::Client;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+const PATIENCE: Duration = Duration::from_secs(90);
+const DB: &str = "xlang";
+
+/// One cluster for this file, its background worker serving database `xlang`.
+fn cluster() -> &'static Cluster {
+    static C: OnceLock<Cluster> = OnceLock::new();
+    C.get_or_init(|| {
+        let c = Cluster::start("xlang", &["jobq.database = 'xlang'", "jobq.reap_interval = '200ms'"]);
+        let mut admin = c.connect("postgres");
+        admin.batch_execute("CREATE DATABASE xlang").unwrap();
+        c.connect(DB).batch_execute("CREATE EXTENSION jobq").unwrap();
+        c
+    })
+}
+
+fn dsn() -> String {
+    format!("postgresql://postgres@127.0.0.1:{}/{DB}", cluster().port)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Lang {
+    Python,
+    Node,
+    Rust,
+}
+
+fn command(lang: Lang, program: &str) -> Command {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = match lang {
+        Lang::Python => {
+            let mut c = Command::new("python3");
+            c.arg(root.join(format!("examples/python/{program}.py")));
+            c
+        }
+        Lang::Node => {
+            let mut c = Command::new("node");
+            c.arg(root.join(format!("examples/node/{program}.js")));
+            c
+        }
+        Lang::Rust => {
+            assert_eq!(program, "worker", "the Rust example is a worker only");
+            Command::new(root.join("examples/rust/target/release/jobq-worker"))
+        }
+    };
+    cmd.env("JOBQ_DSN", dsn());
+    cmd
+}
+
+/// A worker process and the JSON events it printed so far.
+struct Worker {
+    lang: Lang,
+    child: Child,
+    events: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Worker {
+    fn start(lang: Lang, queue: &str) -> Worker {
+        let mut child = command(lang, "worker")
+            .env("JOBQ_QUEUES", queue)
+            .env("JOBQ_BATCH", "5")
+            .env("JOBQ_HEARTBEAT_S", "0.5")
+            .env("JOBQ_LOG_JSON", "1")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start the {lang:?} worker (did scripts/setup.sh run?): {e}"));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    sink.lock().unwrap().push(v);
+                }
+            }
+        });
+        let w = Worker { lang, child, events };
+        wait_until(&format!("the {lang:?} worker to register"), PATIENCE, || w.saw("registered", None));
+        w
+    }
+
+    fn saw(&self, event: &str, id: Option<i64>) -> bool {
+        self.events.lock().unwrap().iter().any(|e| e["event"] == event && id.is_none_or(|id| e["id"] == id))
+    }
+
+    fn ids(&self, event: &str) -> Vec<i64> {
+        self.events.lock().unwrap().iter().filter(|e| e["event"] == event).filter_map(|e| e["id"].as_i64()).collect()
+    }
+
+    fn name(&self) -> String {
+        self.events.lock().unwrap()[0]["worker"].as_str().unwrap().to_string()
+    }
+
+    /// SIGTERM: it must finish its jobs, unregister and exit 0.
+    fn stop(mut self) -> Worker {
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{:?} worker exit after SIGTERM: {status}", self.lang);
+        assert!(self.saw("unregistered", None), "{:?} worker unregistered", self.lang);
+        self
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn enqueue(lang: Lang, queue: &str, count: usize, payload: &str) -> Vec<i64> {
+    let out = command(lang, "enqueue").args([queue, &count.to_string(), payload]).output().unwrap();
+    assert!(out.status.success(), "{lang:?} enqueue: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect()
+}
+
+/// Jobs of `queue` by state, and which worker completed each.
+fn outcome(c: &mut Client, queue: &str) -> (HashMap<String, i64>, HashMap<i64, String>) {
+    let mut states = HashMap::new();
+    for r in c.query("SELECT state, count(*) FROM jobq.jobs WHERE queue = $1 GROUP BY 1", &[&queue]).unwrap() {
+        states.insert(r.get(0), r.get(1));
+    }
+    let by = c
+        .query("SELECT id, result->>'worker' FROM jobq.jobs WHERE queue = $1 AND state = 'completed'", &[&queue])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, Option<String>>(1).unwrap_or_default()))
+        .collect();
+    (states, by)
+}
+
+/// Enqueue from one language, work with two others at once; every job completed exactly once.
+fn exactly_once_across(queue: &str, producer: Lang, workers: [Lang; 2]) {
+    const N: usize = 200;
+    let mut c = cluster().connect(DB);
+    let a = Worker::start(workers[0], queue);
+    let b = Worker::start(workers[1], queue);
+    let ids = enqueue(producer, queue, N, r#"{"sleep_ms": 10}"#);
+    assert_eq!(ids.len(), N);
+    wait_until("every job to complete", PATIENCE, || outcome(&mut c, queue).0.get("completed") == Some(&(N as i64)));
+    let (a, b) = (a.stop(), b.stop());
+
+    let (states, by) = outcome(&mut c, queue);
+    assert_eq!(states, HashMap::from([("completed".to_string(), N as i64)]));
+    // Each job completed once: in the database, and in the workers' own logs.
+    let mut logged: Vec<i64> = a.ids("completed").into_iter().chain(b.ids("completed")).collect();
+    logged.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(logged, expected, "every job reported completed by exactly one worker, once");
+    for w in [&a, &b] {
+        let name = w.name();
+        let mine: Vec<i64> = w.ids("completed");
+        assert!(!mine.is_empty(), "the {:?} worker did some of the work", w.lang);
+        assert!(mine.iter().all(|id| by[id] == name), "the result names the worker that completed the job");
+    }
+}
+
+#[test]
+fn python_enqueues_node_and_rust_work() {
+    exactly_once_across("py-to-node-rust", Lang::Python, [Lang::Node, Lang::Rust]);
+}
+
+#[test]
+fn node_enqueues_python_and_rust_work() {
+    exactly_once_across("node-to-py-rust", Lang::Node, [Lang::Python, Lang::Rust]);
+}
+
+/// SIGKILL a worker mid-job: the background worker reaps it (its session is gone) and another
+/// worker, in another language, completes the job.
+#[test]
+fn a_job_of_a_killed_worker_is_completed_by_another() {
+    for (victim, rescuer, queue) in [(Lang::Python, Lang::Rust, "kill-py"), (Lang::Node, Lang::Python, "kill-node")] {
+        let mut c = cluster().connect(DB);
+        let mut v = Worker::start(victim, queue);
+        // Long enough that the victim is surely mid-job when it dies (it is killed at once).
+        let job = enqueue(Lang::Python, queue, 1, r#"{"sleep_ms": 2000}"#)[0];
+        wait_until("the victim to claim the job", PATIENCE, || v.saw("claimed", Some(job)));
+        let r = Worker::start(rescuer, queue);
+        assert_eq!(unsafe { libc::kill(v.child.id() as i32, libc::SIGKILL) }, 0);
+        v.child.wait().unwrap();
+
+        wait_until("another worker to complete the job", PATIENCE, || r.saw("completed", Some(job)));
+        let row = c
+            .query_one("SELECT state, attempt, interrupted_at IS NOT NULL, result->>'lang' FROM jobq.jobs WHERE id = $1", &[&job])
+            .unwrap();
+        let lang = format!("{rescuer:?}").to_lowercase();
+        assert_eq!(
+            (row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2), row.get::<_, String>(3)),
+            ("completed".to_string(), 2, true, lang),
+            "{victim:?} killed, {rescuer:?} completed the second attempt"
+        );
+        assert!(!v.saw("completed", Some(job)));
+        r.stop();
+    }
+}
