@@ -130,6 +130,7 @@ DECLARE
     v_now      timestamptz := clock_timestamp();
     v_queue    text;                 -- set when exactly one queue is asked for
     v_paused   boolean;
+    v_rc       boolean;              -- READ COMMITTED: the fast path may run
     v_claimed  bigint[] := '{}';
     v_skip_c   text[] := '{}';       -- concurrency keys found full during this call,
     v_skip_l   integer[] := '{}';    -- for jobs with this limit or a lower one
@@ -145,40 +146,39 @@ BEGIN
     ELSIF max_jobs < 1 THEN
         RAISE EXCEPTION 'jobq: max_jobs must be at least 1, got %', max_jobs USING ERRCODE = '22023';
     END IF;
-    -- jobq._live_worker, inlined: this is the hot path.
     IF worker IS NULL THEN
         RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    -- No row lock on the worker (it would cost a WAL record per checkout): a reap pass that
-    -- deletes this worker while we claim leaves our claims orphaned, and the next pass
-    -- requeues them (jobq._reap, orphaned jobs).
-    PERFORM 1 FROM jobq.workers w
-      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start);
-    IF NOT FOUND THEN
-        PERFORM jobq._unknown_worker(worker);
     END IF;
     IF cardinality(queues) = 1 THEN
         v_queue := queues[1];
     END IF;
-    v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused);
-    ELSE
-        -- Fast path: one statement locks the first max_jobs candidates and, if none of them
-        -- needs a slot or gives up a key when it starts, claims them all and returns them.
-        -- Otherwise it claims nothing (the candidates stay locked by us) and the general
-        -- loop below takes over, claiming in order. An empty queue also falls through.
-        -- Plan shape: the claim goes through the primary key with id = ANY (ARRAY(...)); a
-        -- join with `cand` gets a hash join over the whole table in the generic plan (which
-        -- guesses LIMIT max_jobs at 10% of the table).
+    v_rc := current_setting('transaction_isolation') = 'read committed';
+
+    -- Fast path, one statement: if the worker is alive (judged inside the statement), lock the
+    -- first max_jobs unpaused candidates and, if none of them needs a slot or gives up a key
+    -- when it starts, claim them all and return them. Otherwise it claims nothing (the
+    -- candidates it locked stay ours) and the general path below takes over: it raises JQ001
+    -- for a dead worker and claims keyed jobs in order. An empty queue also falls through.
+    -- No row lock on the worker (it would cost a WAL record per checkout): a reap pass that
+    -- deletes this worker while we claim leaves our claims orphaned, and the next pass
+    -- requeues them (jobq._reap, orphaned jobs).
+    -- Plan shape: the claim goes through the primary key with id = ANY (ARRAY(...)); a join
+    -- with `cand` gets a hash join over the whole table in the generic plan (which guesses
+    -- LIMIT max_jobs at 10% of the table). The two statements differ only in the queue
+    -- condition, so that each gets the index that serves its order.
+    IF v_rc THEN
         IF v_queue IS NOT NULL THEN
             RETURN QUERY
-            WITH cand AS (
+            WITH live AS (
+                SELECT 1 FROM jobq.workers w
+                 WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+            ), cand AS (
                 SELECT j.id, (j.concurrency_key IS NOT NULL
                               OR j.unique_strategy IN ('while_executing', 'until_executing')) AS keyed
                   FROM jobq.jobs j
-                 WHERE j.state = 'ready' AND j.queue = v_queue AND j.run_at <= v_now
-                   AND (NOT v_paused OR NOT EXISTS (
+                 WHERE EXISTS (SELECT 1 FROM live)
+                   AND j.state = 'ready' AND j.queue = v_queue AND j.run_at <= v_now
+                   AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
                             WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
                                OR (p.queue IS NULL AND p.kind = j.kind)))
@@ -200,12 +200,16 @@ BEGIN
              ORDER BY j.priority, j.run_at, j.id;
         ELSE
             RETURN QUERY
-            WITH cand AS (
+            WITH live AS (
+                SELECT 1 FROM jobq.workers w
+                 WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+            ), cand AS (
                 SELECT j.id, (j.concurrency_key IS NOT NULL
                               OR j.unique_strategy IN ('while_executing', 'until_executing')) AS keyed
                   FROM jobq.jobs j
-                 WHERE j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= v_now
-                   AND (NOT v_paused OR NOT EXISTS (
+                 WHERE EXISTS (SELECT 1 FROM live)
+                   AND j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= v_now
+                   AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
                             WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
                                OR (p.queue IS NULL AND p.kind = j.kind)))
@@ -230,7 +234,18 @@ BEGIN
         IF v_seen > 0 THEN
             RETURN;
         END IF;
+    END IF;
 
+    -- The general path. jobq._live_worker, inlined.
+    PERFORM 1 FROM jobq.workers w
+      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start);
+    IF NOT FOUND THEN
+        PERFORM jobq._unknown_worker(worker);
+    END IF;
+    v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
+    IF NOT v_rc THEN
+        v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused);
+    ELSE
         LOOP
             v_want := max_jobs - cardinality(v_claimed);
             v_seen := 0;
