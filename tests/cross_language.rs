@@ -66,6 +66,8 @@ struct Worker {
     lang: Lang,
     child: Child,
     events: Arc<Mutex<Vec<Value>>>,
+    /// Reads the worker's stdout until EOF; joined before judging what it printed last.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Worker {
@@ -81,14 +83,14 @@ impl Worker {
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
         let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line) {
                     sink.lock().unwrap().push(v);
                 }
             }
         });
-        let w = Worker { lang, child, events };
+        let w = Worker { lang, child, events, reader: Some(reader) };
         wait_until(&format!("the {lang:?} worker to register"), PATIENCE, || w.saw("registered", None));
         w
     }
@@ -110,6 +112,8 @@ impl Worker {
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
         let status = self.child.wait().unwrap();
         assert!(status.success(), "{:?} worker exit after SIGTERM: {status}", self.lang);
+        // The process is gone, but its last lines may still be in the pipe: read to EOF first.
+        self.reader.take().unwrap().join().unwrap();
         assert!(self.saw("unregistered", None), "{:?} worker unregistered", self.lang);
         self
     }
