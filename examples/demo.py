@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""The jobq demo (what scripts/demo.sh runs): a worker pool in two languages, a stream of jobs,
+a worker killed mid-job and its job rescued by the background worker inside PostgreSQL.
+
+    JOBQ_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo python3 examples/demo.py [SECONDS]
+
+It resets jobq in that database (DROP/CREATE EXTENSION), starts two Python and two Node
+reference workers (examples/python/worker.py, examples/node/worker.js), enqueues a steady
+stream of jobs for SECONDS (default 20) from this process, kills one worker with SIGKILL while
+it runs a long job, prints one live progress line, and ends with a summary checked against the
+database and the workers' own logs.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+
+DSN = os.environ.get("JOBQ_DSN", "postgresql://postgres@127.0.0.1:5499/jobq_demo")
+SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
+ROOT = Path(__file__).resolve().parent
+REPORT_LIMIT = 2
+TTY = sys.stdout.isatty()
+STARTED = []  # every worker process, killed if the demo itself fails
+
+
+def say(msg=""):
+    """A narrative line, printed above the live progress line."""
+    sys.stdout.write(("\r\033[K" if TTY else "") + msg + "\n")
+    sys.stdout.flush()
+
+
+class Worker:
+    def __init__(self, lang):
+        cmd = ["python3", str(ROOT / "python/worker.py")] if lang == "python" else ["node", str(ROOT / "node/worker.js")]
+        # Heartbeat cadence: the worker's default, a third of the server's jobq.heartbeat_timeout.
+        env = dict(os.environ, JOBQ_DSN=DSN, JOBQ_LOG_JSON="1", JOBQ_BATCH="2")
+        env.pop("JOBQ_HEARTBEAT_S", None)
+        self.lang, self.proc, self.events, self.name = lang, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True), [], None
+        STARTED.append(self.proc)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            self.name = self.name or e.get("worker")
+            self.events.append(e)
+
+    def ids(self, event):
+        return [e["id"] for e in list(self.events) if e.get("event") == event]
+
+    def holds(self, job_id):
+        return job_id in self.ids("claimed") and job_id not in self.ids("completed")
+
+
+def wait_for(what, cond, timeout=30):
+    end = time.time() + timeout
+    while not cond():
+        if time.time() > end:
+            sys.exit(f"\ndemo: PROBLEM: gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def producer(stop, counts):
+    """A steady stream of four kinds of jobs (see the banner in main), about 25 jobs/s."""
+    with psycopg.connect(DSN, autocommit=True) as db:
+        tick = 0
+        while not stop.is_set():
+            tick += 1
+            db.execute("SELECT jobq_enqueue('mail', %s, kind => 'send_mail')",
+                       (json.dumps({"sleep_ms": random.randint(10, 100)}),))
+            counts["mail"] += 1
+            if tick % 20 == 0:   # reports: at most REPORT_LIMIT at once, across all workers
+                db.execute("SELECT jobq_enqueue('reports', '{\"sleep_ms\": 1200}', kind => 'build_report', "
+                           "concurrency_key => 'reporting-db', concurrency_limit => %s)", (REPORT_LIMIT,))
+                counts["reports"] += 1
+            if tick % 5 == 0:    # the same sync asked for again and again: one at a time exists
+                (got,) = db.execute("SELECT jobq_enqueue('sync', '{\"sleep_ms\": 300}', kind => 'sync_inventory', "
+                                    "unique_key => 'sync:inventory', on_conflict => 'discard')").fetchone()
+                counts["sync asked"] += 1
+                counts["sync queued" if got else "sync discarded"] += 1
+            if tick % 40 == 0:   # a job that always fails: retried once, then dead
+                db.execute("SELECT jobq_enqueue('mail', '{\"fail\": true}', kind => 'send_mail', max_attempts => 2)")
+                counts["failing"] += 1
+            time.sleep(0.05)
+
+
+def main():
+    with psycopg.connect(DSN, autocommit=True) as db:
+        db.execute("SET client_min_messages = warning")
+        db.execute("DROP EXTENSION IF EXISTS jobq CASCADE")
+        db.execute("CREATE EXTENSION jobq")
+        bgw = db.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jobq reaper'").fetchone()[0]
+        hb, reap = db.execute("SELECT current_setting('jobq.heartbeat_timeout'), current_setting('jobq.reap_interval')").fetchone()
+    say("jobq demo: every coordination step below is a SQL function call; the workers are plain")
+    say("programs using their language's usual PostgreSQL driver, and the reaping of dead workers")
+    say(f"is done by a background worker inside PostgreSQL ({'running' if bgw else 'NOT running: preload jobq'};"
+        f" heartbeat_timeout {hb}, reap_interval {reap}).")
+    say()
+    workers = [Worker(lang) for lang in ("python", "node") * 3]
+    wait_for("the workers to register", lambda: all(w.name for w in workers))
+    say(f"▶ started {len(workers)} workers: " + ", ".join(w.name for w in workers))
+    say(f"▶ enqueueing for {SECONDS:.0f} s: ~20 mails/s (10-100 ms each); a report every second (1.2 s each, at most")
+    say(f"  {REPORT_LIMIT} at once: concurrency key 'reporting-db'); an inventory sync asked 4 times a second (unique key")
+    say("  'sync:inventory': asked again while one exists, it is discarded); every 2 s a mail that always fails")
+    say()
+    stop, counts = threading.Event(), Counter()
+    threading.Thread(target=producer, args=(stop, counts), daemon=True).start()
+
+    db = psycopg.connect(DSN, autocommit=True)
+    start, last_done, last_t, rate = time.time(), 0, time.time(), 0.0
+    max_reports, victim, video, requeued, rescued, printed = 0, None, None, False, False, 0.0
+    deadline = SECONDS + 120  # the drain takes seconds; past this something is wrong
+    while True:
+        now = time.time() - start
+        if now > deadline:
+            sys.exit(f"\ndemo: PROBLEM: not drained {deadline:.0f} s after the start (video job rescued: {rescued})")
+        if now > SECONDS and not stop.is_set():
+            stop.set()
+            say(f"■ stream stopped after {SECONDS:.0f} s; the workers drain what is left")
+        if victim is None and now > SECONDS / 4:
+            (video,) = db.execute("SELECT jobq_enqueue('video', '{\"sleep_ms\": 4000}', kind => 'transcode')").fetchone()
+            wait_for("a worker to take the video job", lambda: any(w.holds(video) for w in workers))
+            victim = next(w for w in workers if w.holds(video))
+            time.sleep(0.5)
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.proc.wait()
+            killed_at = time.time()
+            say(f"✖ killed {victim.name} ({victim.lang}) with SIGKILL, 0.5 s into job {video} (a 4 s 'transcode').")
+            say("  Its session is gone, so the background worker will requeue the job; nobody calls anything.")
+        if victim is not None and not rescued:
+            row = db.execute("SELECT state, attempt, interrupted_at, result->>'worker' FROM jobq.jobs WHERE id = %s",
+                             (video,)).fetchone()
+            if row[2] is not None and not requeued:
+                requeued = True
+                say(f"↻ job {video} requeued by the background worker {row[2].timestamp() - killed_at:.1f} s after the kill"
+                    " (attempt 1 marked interrupted)")
+            if row[0] == "completed":
+                rescued = True
+                say(f"✔ job {video} completed on attempt {row[1]} by {row[3]}")
+            elif row[0] not in ("ready", "executing", "scheduled"):
+                sys.exit(f"\ndemo: PROBLEM: the killed worker's job ended {row[0]} instead of being completed")
+        r = db.execute("""SELECT coalesce(sum(ready), 0)::int, coalesce(sum(executing), 0)::int, coalesce(sum(dead), 0)::int,
+                                 coalesce(sum(scheduled), 0)::int,
+                                 (SELECT count(*) FROM jobq.jobs WHERE state = 'completed')::int,
+                                 (SELECT count(*) FROM jobq.jobs WHERE state = 'executing' AND concurrency_key = 'reporting-db')::int
+                            FROM jobq.queue_stats""").fetchone()
+        ready, executing, dead, scheduled, done, reports = r
+        max_reports = max(max_reports, reports)
+        if time.time() - last_t >= 1:
+            rate, last_done, last_t = (done - last_done) / (time.time() - last_t), done, time.time()
+        line = (f"t={now:4.0f}s  done {done:5d} ({rate:4.0f}/s)  ready {ready:4d}  executing {executing:3d}  dead {dead:2d}"
+                f"  reports running {reports}/{REPORT_LIMIT}")
+        if TTY:
+            sys.stdout.write("\r\033[K" + line)
+            sys.stdout.flush()
+        elif now - printed >= 2:
+            printed = now
+            print(line, flush=True)
+        if stop.is_set() and ready == 0 and executing == 0 and scheduled == 0 and rescued:
+            break
+        time.sleep(0.1)
+
+    for w in workers:
+        if w is not victim:
+            w.proc.send_signal(signal.SIGTERM)
+    codes = [w.proc.wait() for w in workers if w is not victim]
+    say()
+    say("Summary")
+    jobs = db.execute("SELECT state, count(*) FROM jobq.jobs GROUP BY 1 ORDER BY 1").fetchall()
+    say("  jobs by state:   " + ", ".join(f"{s} {n}" for s, n in jobs))
+    by_lang = db.execute("SELECT result->>'lang', count(*) FROM jobq.jobs WHERE state = 'completed' GROUP BY 1 ORDER BY 1").fetchall()
+    say("  completed by:    " + ", ".join(f"{lang} workers {n}" for lang, n in by_lang))
+    logged = Counter(i for w in workers for i in w.ids("completed"))
+    twice = [i for i, n in logged.items() if n > 1]
+    say(f"  exactly once:    {len(logged)} completions in the workers' logs, {len(twice)} job(s) completed twice")
+    say(f"  concurrency:     at most {max_reports} 'reporting-db' reports executing at once (limit {REPORT_LIMIT},"
+        " sampled every 0.1 s)")
+    say(f"  uniqueness:      'sync:inventory' asked {counts['sync asked']} times, queued {counts['sync queued']},"
+        f" discarded {counts['sync discarded']} while one existed")
+    dead_rows = db.execute("SELECT count(*), min(last_error->>'message') FROM jobq.jobs WHERE state = 'dead'").fetchone()
+    say(f"  dead:            {dead_rows[0]} always-failing mail(s) after 2 attempts, e.g. \"{dead_rows[1]}\"")
+    say(f"  crash rescue:    job {video}: {victim.name} killed mid-job, requeued by the background worker,"
+        " completed by another worker")
+    say(f"  shutdown:        the other workers got SIGTERM, finished their jobs, unregistered (exit codes {codes})")
+    ok = not twice and all(c == 0 for c in codes) and max_reports <= REPORT_LIMIT and rescued
+    say("  result:          " + ("OK" if ok else "PROBLEM: see above"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("demo: terminated"))  # still stop the workers
+    try:
+        sys.exit(main())
+    finally:
+        for p in STARTED:
+            if p.poll() is None:
+                p.kill()
