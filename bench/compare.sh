@@ -4,7 +4,7 @@
 # scripts (bench/scripts/<system>_*.sql), so the client cost is identical; the peers are installed
 # from PyPI / npm into target/bench-peers (bench/systems/*.sh), never vendored.
 #
-#   bench/compare.sh [--workloads a,b,c,d,e,f] [--systems "jobq baseline procrastinate graphile"]
+#   bench/compare.sh [--workloads a,b,c,d,e,f] [--systems "jobq jobq_r0 baseline procrastinate graphile"]
 #                    [--runs N] [--seconds N] [--steady-seconds N] [--big-backlog N] [--async]
 #   bench/compare.sh --quick      CI: jobq vs baseline only, a regression check (below)
 #
@@ -27,7 +27,7 @@
 # hot-path regression of more than 2x. Writes only target/bench-quick.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WORKLOADS=a,b,c,d,e,f; SYSTEMS="jobq baseline procrastinate graphile"; RUNS=3; SECS=10
+WORKLOADS=a,b,c,d,e,f; SYSTEMS="jobq jobq_r0 baseline procrastinate graphile"; RUNS=3; SECS=10
 STEADY=600; BIG=10000000; SYNC=on; QUICK=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -65,7 +65,7 @@ header() { echo "\`bench/compare.sh $ARGS\`, $(date -u +%Y-%m-%d), $(machine), p
 
 # run SYSTEM SCRIPT CLIENTS SECONDS -> tps (pgbench transactions = script iterations per second)
 run() {
-  local v; v=$(tps "$2" "$3" "$4")
+  local v opts="${1}_PGOPTIONS"; v=$(PGOPTIONS="${!opts:-}" tps "$2" "$3" "$4")
   [ -n "$v" ] || { echo "compare: pgbench failed: $1 $2 with $3 clients" >&2; exit 1; }
   echo "$v"
 }
@@ -139,7 +139,7 @@ fi
 
 # --- c: steady state --------------------------------------------------------------------------
 # main table of each system, for dead tuples and autovacuum runs
-table_of() { case $1 in jobq) echo jobq.jobs ;; baseline) echo public.baseline_jobs ;; procrastinate) echo public.procrastinate_jobs ;; graphile) echo graphile_worker._private_jobs ;; esac; }
+table_of() { case $1 in jobq|jobq_r0) echo jobq.jobs ;; baseline) echo public.baseline_jobs ;; procrastinate) echo public.procrastinate_jobs ;; graphile) echo graphile_worker._private_jobs ;; esac; }
 if has c; then
   { echo "## c. steady state: enqueue+checkout+complete, 16 clients, ${STEADY}s"; echo; header
     echo "Backlog of 10,000 ready jobs at the start; each iteration enqueues one job and works one, so it stays put. Jobs/s per minute from \`pgbench -P 60\`."
@@ -188,7 +188,8 @@ if has e; then
     echo "| --- | ---: | ---: | ---: | ---: |"; } > "$PARTS/e.md"
   for s in $SYSTEMS; do
     "${s}_reset" 0
-    read -r p50 p99 mx polls < <(PYTHONPATH=target/bench-py python3 bench/latency.py "$s" "$PORT" 300)
+    opts="${s}_PGOPTIONS"
+    read -r p50 p99 mx polls < <(PGOPTIONS="${!opts:-}" PYTHONPATH=target/bench-py python3 bench/latency.py "$s" "$PORT" 300)
     log "e $s p50=$p50 p99=$p99 max=$mx polls=$polls"
     echo "| $s | $p50 | $p99 | $mx | $polls |" >> "$PARTS/e.md"
   done

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What one job costs in WAL, per system: checkout+complete (each system's own pgbench script) over
+# a backlog, with pg_waldump's per-record breakdown. With synchronous_commit = on every commit
+# waits for its WAL to be flushed, so at 16 clients on 2 cores WAL per job is what bounds jobs/s
+# (wait events there are mostly LWLock:WALWrite).
+#   bench/walcost.sh [--jobs N] [--systems "jobq jobq_r0 baseline procrastinate graphile"]
+# Writes bench/results/walcost.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=20000; SYSTEMS="jobq jobq_r0 baseline procrastinate graphile"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --jobs) JOBS=$2; shift 2 ;;
+    --systems) SYSTEMS=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+. bench/lib.sh
+for s in $SYSTEMS; do . "bench/systems/$s.sh"; "${s}_install"; done
+start_cluster on
+OUT=bench/results/walcost.md
+{
+  echo "# WAL per job, checkout+complete"
+  echo
+  echo "\`bench/walcost.sh --jobs $JOBS\`, $(date -u +%Y-%m-%d), $(machine). $JOBS jobs worked by 4 pgbench clients over a backlog of 100,000 after a warm-up of 2,000; WAL between the two LSNs, full-page images included (a backlog is worked page by page, and each page's first change after a checkpoint writes it whole)."
+  echo
+  echo "| system | WAL bytes / job | records / job | full-page image bytes / job | heap records / job | btree records / job | transaction (commit) records / job |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+} > "$OUT"
+lsn() { "${PSQL[@]}" -d bench -c "SELECT pg_current_wal_lsn()"; }
+for s in $SYSTEMS; do
+  "${s}_reset" 100000
+  opts="${s}_PGOPTIONS"
+  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t 500 -f "bench/scripts/${s}_checkout_complete.sql" bench >/dev/null
+  a=$(lsn)
+  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t $((JOBS / 4)) -f "bench/scripts/${s}_checkout_complete.sql" bench >/dev/null
+  b=$(lsn)
+  "${PSQL[@]}" -d bench -c "SELECT pg_switch_wal()" >/dev/null
+  # pg_waldump --stats: per resource manager "Type N (%) record-size (%) FPI-size (%) combined (%)";
+  # with the percentages dropped: Type N record FPI combined.
+  stats=$(as_pg "$PGBIN/pg_waldump" --stats -p "$DATA/pg_wal" -s "$a" -e "$b" 2>/dev/null | sed 's/\[[^]]*\]//g; s/([^)]*)//g')
+  row() { echo "$stats" | awk -v t="$1" '$1 == t {print $2; f=1} END {if (!f) print 0}'; }
+  fpi=$(echo "$stats" | awk '$1 == "Total" {print $4}')
+  total=$(echo "$stats" | awk '$1 == "Total" {print $2}')
+  bytes=$("${PSQL[@]}" -d bench -c "SELECT pg_wal_lsn_diff('$b', '$a')")
+  per() { awk -v x="${1:-0}" -v n="$JOBS" 'BEGIN { printf "%.1f", x / n }'; }
+  heap=$(( $(row Heap) + $(row Heap2) ))
+  echo "| $s | $(per "$bytes") | $(per "$total") | $(per "$fpi") | $(per "$heap") | $(per "$(row Btree)") | $(per "$(row Transaction)") |" >> "$OUT"
+  echo "walcost: $s done" >&2
+done
+cat "$OUT"
