@@ -6,6 +6,7 @@
 #
 #   bench/compare.sh [--workloads a,b,c,d,e,f] [--systems "jobq jobq_r0 baseline procrastinate graphile"]
 #                    [--runs N] [--seconds N] [--steady-seconds N] [--big-backlog N] [--async]
+#   STEADY_SYSTEMS="jobq baseline" bench/compare.sh ...   workload c for these systems only
 #   bench/compare.sh --quick      CI: jobq vs baseline only, a regression check (below)
 #
 # Workloads (jobs/s are medians over --runs runs of --seconds each, each run on a fresh backlog):
@@ -43,9 +44,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 BIG_SYSTEMS=${BIG_SYSTEMS:-jobq baseline}  # systems filled to --big-backlog in workload d
+STEADY_SYSTEMS=${STEADY_SYSTEMS:-$SYSTEMS}  # systems run for --steady-seconds each in workload c
 ARGS="--workloads $WORKLOADS --systems \"$SYSTEMS\" --runs $RUNS --seconds $SECS"
 has_() { [[ ",$WORKLOADS," == *",$1,"* ]]; }
-has_ c && ARGS="$ARGS --steady-seconds $STEADY"
+has_ c && ARGS="$ARGS --steady-seconds $STEADY" && [ "$STEADY_SYSTEMS" != "$SYSTEMS" ] && ENVP="STEADY_SYSTEMS=\"$STEADY_SYSTEMS\" "
 has_ d && ARGS="$ARGS --big-backlog $BIG"
 [ $SYNC = off ] && ARGS="$ARGS --async"
 . bench/lib.sh
@@ -60,8 +62,8 @@ PARTS=bench/results/parts; [ $QUICK = 1 ] && PARTS=target/bench-quick-parts
 mkdir -p "$PARTS"
 log() { echo "compare: $*" >&2; }
 VERSIONS=$(for s in $SYSTEMS; do "${s}_version"; done | paste -sd ';' | sed 's/;/; /g')
-SETTINGS=$("${PSQL[@]}" -d bench -c "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) FROM pg_settings WHERE name IN ('synchronous_commit', 'shared_buffers', 'max_connections', 'fsync', 'wal_level', 'max_wal_size', 'checkpoint_timeout', 'autovacuum', 'autovacuum_naptime', 'jobq.retention', 'jobq.reap_interval')")
-header() { echo "\`bench/compare.sh $ARGS\`, $(date -u +%Y-%m-%d), $(machine), pgbench -M prepared on the same machine. $VERSIONS."; echo; }
+SETTINGS=$("${PSQL[@]}" -d bench -c "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name) FROM pg_settings WHERE name IN ('synchronous_commit', 'shared_buffers', 'max_connections', 'fsync', 'wal_level', 'max_wal_size', 'checkpoint_timeout', 'autovacuum', 'autovacuum_naptime', 'jobq.retention', 'jobq.reap_interval')")
+header() { echo "\`${ENVP:-}bench/compare.sh $ARGS\`, $(date -u +%Y-%m-%d), $(machine), pgbench -M prepared on the same machine. $VERSIONS."; echo; }
 
 # run SYSTEM SCRIPT CLIENTS SECONDS -> tps (pgbench transactions = script iterations per second)
 run() {
@@ -146,7 +148,7 @@ if has c; then
     echo
     echo "| system | first minute | last minute | last / first | whole run | dead tuples at the end | autovacuum runs |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"; } > "$PARTS/c.md"
-  for s in $SYSTEMS; do
+  for s in $STEADY_SYSTEMS; do
     "${s}_reset" 10000
     t=$(table_of $s)
     out=$(pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 16 -j 16 -T "$STEADY" -P 60 -f "bench/scripts/${s}_mixed.sql" bench 2>&1)
@@ -164,7 +166,7 @@ if has d; then
   { echo "## d. backlog size: enqueue+checkout+complete, 16 clients"; echo; header
     echo "The mixed workload keeps the backlog at its size. Median of $RUNS runs of ${SECS}s on one fill. The largest backlog is filled for $BIG_SYSTEMS only (\`BIG_SYSTEMS\` to change; Procrastinate's own batch defer takes ~8 min for 10M)."
     echo
-    echo "| system | 10,000 | 1,000,000 | $BIG | $BIG / 10,000 |"
+    echo "| system | 10,000 | 1,000,000 | $(echo "$BIG" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta') | largest / 10,000 |"
     echo "| --- | ---: | ---: | ---: | ---: |"; } > "$PARTS/d.md"
   for s in $SYSTEMS; do
     declare -A dm=()

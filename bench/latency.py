@@ -64,7 +64,8 @@ def run(conn, steps, env):
         cur = conn.execute(sql)
         if b is not None:
             row = cur.fetchone() if cur.description else None
-            if row is None:
+            # No row, or a row of NULLs (procrastinate_fetch_job_v2 returns one when idle).
+            if row is None or all(v is None for v in row):
                 return False
             for col, val in zip((d.name for d in cur.description), row):
                 env[b + col] = val if isinstance(val, (int, float)) else "'" + str(val).replace("'", "''") + "'"

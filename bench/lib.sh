@@ -51,5 +51,5 @@ tps() {
 }
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "-" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0 && a ~ /^[0-9.]+$/) printf "%.2f", a/b; else print "-" }'; }
 machine() { echo "$(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo), PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}')"; }
