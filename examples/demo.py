@@ -2,7 +2,7 @@
 """The jobq demo (what scripts/demo.sh runs): a worker pool in two languages, a stream of jobs,
 a worker killed mid-job and its job rescued by the background worker inside PostgreSQL.
 
-    JOBQ_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo python3 examples/demo.py [SECONDS]
+    JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo python3 examples/demo.py [SECONDS]
 
 It resets jobq in that database (DROP/CREATE EXTENSION), starts two Python and two Node
 reference workers (examples/python/worker.py, examples/node/worker.js), enqueues a steady
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psycopg
 
-DSN = os.environ.get("JOBQ_DSN", "postgresql://postgres@127.0.0.1:5499/jobq_demo")
+DSN = os.environ.get("JOBQ_DSN", "postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo")
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
 ROOT = Path(__file__).resolve().parent
 REPORT_LIMIT = 2

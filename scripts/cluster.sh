@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A project-local PostgreSQL 15 cluster with jobq preloaded.
-#   scripts/cluster.sh start        initdb (once), start it, create $JOBQ_DB (default jobq_demo) with jobq
+#   scripts/cluster.sh start        initdb (once), start it, create $JOBQ_DB (default jobq_demo) with jobq,
+#                                   and the login role $JOBQ_APP_ROLE (default jobq_demo_app) granted jobq_worker
 #   scripts/cluster.sh stop         stop it
 #   scripts/cluster.sh psql [ARGS]  psql into it
 # The data directory is .pgdata/ in the repository (or $JOBQ_DATA); the server runs as the OS user
@@ -11,6 +12,7 @@ PGBIN=/usr/lib/postgresql/15/bin
 PORT=${JOBQ_PORT:-5499}
 DATA=${JOBQ_DATA:-$PWD/.pgdata}
 DB=${JOBQ_DB:-jobq_demo}
+APP_ROLE=${JOBQ_APP_ROLE:-jobq_demo_app}
 
 as_pg() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres "$@"; fi; }
 
@@ -33,6 +35,11 @@ CONF
   psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1 \
     || psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qc "CREATE DATABASE $DB"
   psql -h 127.0.0.1 -p "$PORT" -U postgres -d "$DB" -qc "CREATE EXTENSION IF NOT EXISTS jobq" 2>&1 | grep -v NOTICE || true
+  # The demo's workers and producers log in as $APP_ROLE, which holds jobq_worker and nothing
+  # else (not the superuser): what an application role should have.
+  psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_roles WHERE rolname = '$APP_ROLE'" | grep -q 1 \
+    || psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qc "CREATE ROLE $APP_ROLE LOGIN"
+  psql -h 127.0.0.1 -p "$PORT" -U postgres -d "$DB" -qc "GRANT jobq_worker TO $APP_ROLE" 2>&1 | grep -v NOTICE || true
   ;;
 stop)
   [ -f "$DATA/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null || true

@@ -6,12 +6,15 @@
 //!   `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`, `reap`, `stats`.
 //! - `src/gucs.rs`: the `jobq.*` settings, and the tiny functions SQL uses to read them.
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
+//! - `src/privileges.rs`: `jobq._may_act_for()`, who may act for a worker; the grants are in
+//!   `src/sql/privileges.sql`.
 //! - `src/bgworker.rs`: the background worker that runs the reap pass.
 use pgrx::prelude::*;
 
 mod bgworker;
 mod gucs;
 mod liveness;
+mod privileges;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -31,14 +34,15 @@ pub extern "C-unwind" fn _PG_init() {
 // The hand-written SQL, in dependency order. `bootstrap` makes schema.sql run before the
 // objects pgrx generates (the settings functions in schema `jobq`), `finalize` runs last.
 extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("sql/workers.sql", name = "workers", requires = [liveness::jobq::worker_alive]);
+extension_sql_file!("sql/workers.sql", name = "workers", requires = [liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller]);
 extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers"]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["locks"]);
 extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout"]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
 extension_sql_file!("sql/reap.sql", name = "reap", requires = ["pause", gucs::jobq::retention_ms]);
-extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"], finalize);
+extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
+extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["stats"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

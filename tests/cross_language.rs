@@ -23,13 +23,17 @@ fn cluster() -> &'static Cluster {
         let c = Cluster::start("xlang", &["jobq.database = 'xlang'", "jobq.reap_interval = '200ms'"]);
         let mut admin = c.connect("postgres");
         admin.batch_execute("CREATE DATABASE xlang").unwrap();
-        c.connect(DB).batch_execute("CREATE EXTENSION jobq").unwrap();
+        // The workers and producers log in as an application role holding jobq_worker only.
+        c.connect(DB).batch_execute(&format!("CREATE EXTENSION jobq; CREATE ROLE {APP} LOGIN; GRANT jobq_worker TO {APP};")).unwrap();
         c
     })
 }
 
+/// The login role of the reference workers: granted jobq_worker, nothing else.
+const APP: &str = "xlang_app";
+
 fn dsn() -> String {
-    format!("postgresql://postgres@127.0.0.1:{}/{DB}", cluster().port)
+    format!("postgresql://{APP}@127.0.0.1:{}/{DB}", cluster().port)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

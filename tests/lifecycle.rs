@@ -377,6 +377,19 @@ fn bad_input_is_refused_with_its_sqlstate_and_changes_nothing() {
         ("SELECT jobq_enqueue_batch('q', NULL)", "22004"),
         ("SELECT jobq_enqueue_batch('q', ARRAY['{}'::jsonb, NULL])", "22004"),
         ("SELECT jobq_enqueue_batch('q', ARRAY['{}'::jsonb], max_attempts => 0)", "22023"),
+        // Values PostgreSQL would refuse later (or that would fill the disk) are refused up front.
+        ("SELECT jobq_enqueue('q', run_at => '-infinity')", "22023"),
+        ("SELECT jobq_enqueue('q', run_at => 'infinity')", "22023"),
+        ("SELECT jobq_enqueue_batch('q', ARRAY['{}'::jsonb], run_at => '-infinity')", "22023"),
+        ("SELECT jobq_enqueue(repeat('q', 1001))", "22023"),
+        ("SELECT jobq_enqueue('q', kind => repeat('k', 1001))", "22023"),
+        ("SELECT jobq_enqueue('q', unique_key => repeat('é', 501))", "22023"),
+        ("SELECT jobq_enqueue('q', concurrency_key => repeat('c', 1001))", "22023"),
+        ("SELECT jobq_enqueue_batch(repeat('q', 1001), ARRAY['{}'::jsonb])", "22023"),
+        ("SELECT jobq_enqueue('q', concurrency_key => 'c', concurrency_limit => 10001)", "22023"),
+        ("SELECT jobq_enqueue('q', concurrency_key => 'c', concurrency_limit => 2147483647)", "22023"),
+        ("SELECT jobq_pause(repeat('q', 1001))", "22023"),
+        ("SELECT jobq_pause(NULL, repeat('k', 1001))", "22023"),
         ("SELECT * FROM jobq_checkout(NULL)", "22004"),
         ("SELECT jobq_heartbeat(NULL)", "22004"),
         ("SELECT jobq_complete(NULL, gen_random_uuid())", "22004"),
@@ -398,12 +411,18 @@ fn bad_input_is_refused_with_its_sqlstate_and_changes_nothing() {
         ("SELECT jobq_acquire_lock('k', $1, NULL)", "22004"),
         ("SELECT jobq_fail(1, $1, retry_in => interval '-5 seconds')", "22023"),
         ("SELECT jobq_fail(1, $1, discard => NULL)", "22004"),
+        ("SELECT * FROM jobq_checkout($1, max_jobs => 10001)", "22023"),
+        ("SELECT jobq_acquire_lock(repeat('k', 1001), $1)", "22023"),
+        ("SELECT jobq_acquire_lock('k', $1, interval '200000 years')", "22023"),
+        ("SELECT jobq_fail(1, $1, retry_in => interval '200000 years')", "22023"),
+        ("SELECT jobq_heartbeat($1, ARRAY[1, NULL]::bigint[])", "22004"),
     ];
     let fingerprint = |c: &mut Client| -> String {
         c.query_one(
             "SELECT (SELECT coalesce(string_agg(row_to_json(j)::text, ',' ORDER BY id), '') FROM jobq.jobs j)
                  || (SELECT count(*) FROM jobq.locks)::text || (SELECT count(*) FROM jobq.slots)::text
-                 || (SELECT count(*) FROM jobq.pauses)::text || (SELECT count(*) FROM jobq.workers)::text",
+                 || (SELECT count(*) FROM jobq.pauses)::text || (SELECT count(*) FROM jobq.workers)::text
+                 || (SELECT last_value::text || is_called::text FROM jobq.jobs_id_seq)",
             &[],
         )
         .unwrap()
@@ -422,6 +441,43 @@ fn bad_input_is_refused_with_its_sqlstate_and_changes_nothing() {
     }
     assert_eq!(fingerprint(&mut c), before, "bad input changed nothing");
     assert_eq!(state(&mut c, job), "ready");
+    // The bounds themselves are accepted.
+    c.query_one("SELECT jobq_enqueue(repeat('q', 1000), kind => repeat('k', 1000), unique_key => repeat('u', 1000), concurrency_key => repeat('c', 1000), concurrency_limit => 10000)", &[]).unwrap();
+    assert_eq!(c.query("SELECT * FROM jobq_checkout($1, max_jobs => 10000)", &[&w]).unwrap().len(), 2);
+    assert!(c.query_one("SELECT jobq_acquire_lock(repeat('k', 1000), $1, interval '99999 years')", &[&w]).unwrap().get::<_, bool>(0));
+}
+
+#[test]
+fn heartbeat_with_holding_returns_the_jobs_the_worker_does_not_hold() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let other = register(&mut c);
+    let ids: Vec<i64> = (0..3).map(|_| enqueue(&mut c, "'q'")).collect();
+    let theirs = enqueue(&mut c, "'q'");
+    assert_eq!(checkout(&mut c, w, None, 3), ids);
+    assert_eq!(checkout(&mut c, other, None, 1), vec![theirs]);
+    // Without holding (NULL), nothing changes.
+    c.query_one("SELECT jobq_heartbeat($1)", &[&w]).unwrap();
+    assert!(ids.iter().all(|id| state(&mut c, *id) == "executing"));
+    // The worker really runs only ids[0]; it also lists a job of another worker, ignored.
+    let hb: Vec<i64> = c.query_one("SELECT jobq_heartbeat($1, $2)", &[&w, &vec![ids[0], theirs, 999_999]]).unwrap().get(0);
+    assert!(hb.is_empty());
+    let rows = c.query("SELECT id, state, attempt, interrupted_at IS NOT NULL FROM jobq.jobs ORDER BY id", &[]).unwrap();
+    let got: Vec<(i64, String, i32, bool)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    assert_eq!(
+        got,
+        vec![
+            (ids[0], "executing".into(), 1, false),
+            (ids[1], "ready".into(), 1, true),
+            (ids[2], "ready".into(), 1, true),
+            (theirs, "executing".into(), 1, false)
+        ]
+    );
+    // An empty list returns the rest; the returned jobs run again, on anyone.
+    c.query_one("SELECT jobq_heartbeat($1, '{}')", &[&w]).unwrap();
+    assert_eq!(state(&mut c, ids[0]), "ready");
+    assert!(!c.query_one("SELECT jobq_complete($1, $2)", &[&ids[0], &w]).unwrap().get::<_, bool>(0));
+    assert_eq!(checkout(&mut c, other, None, 3), ids);
 }
 
 #[test]

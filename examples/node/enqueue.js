@@ -10,7 +10,7 @@ const { Client } = require('pg');
 async function main() {
   const [queue, count, extra] = process.argv.slice(2);
   const payload = extra ? JSON.parse(extra) : {};
-  const db = new Client({ connectionString: process.env.JOBQ_DSN || 'postgresql://postgres@127.0.0.1:5499/jobq_demo' });
+  const db = new Client({ connectionString: process.env.JOBQ_DSN || 'postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo' });
   await db.connect();
   for (let n = 0; n < Number(count); n++) {
     const { rows } = await db.query('SELECT jobq_enqueue($1, $2) AS id', [queue, { ...payload, n }]);

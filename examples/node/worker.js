@@ -20,12 +20,12 @@
  *
  * How to run (Node 20)
  *   cd examples/node && npm ci
- *   JOBQ_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo node worker.js
+ *   JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo node worker.js
  *
  *   Enqueue from psql:  SELECT jobq_enqueue('default', '{"sleep_ms": 200}');
  *
  * Environment
- *   JOBQ_DSN          connection string          (postgresql://postgres@127.0.0.1:5499/jobq_demo)
+ *   JOBQ_DSN          connection string          (postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo)
  *   JOBQ_QUEUES       comma-separated queues     (empty: every queue)
  *   JOBQ_BATCH        jobs per checkout          (10)
  *   JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
@@ -43,7 +43,7 @@ const os = require('node:os');
 const path = require('node:path');
 const { Client, DatabaseError } = require('pg');
 
-const DSN = process.env.JOBQ_DSN || 'postgresql://postgres@127.0.0.1:5499/jobq_demo';
+const DSN = process.env.JOBQ_DSN || 'postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo';
 const queueList = (process.env.JOBQ_QUEUES || '').split(',').map((q) => q.trim()).filter(Boolean);
 const QUEUES = queueList.length ? queueList : null;
 const BATCH = Number(process.env.JOBQ_BATCH || 10);

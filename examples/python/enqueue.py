@@ -12,7 +12,7 @@ import sys
 import psycopg
 from psycopg.types.json import Jsonb
 
-DSN = os.environ.get("JOBQ_DSN", "postgresql://postgres@127.0.0.1:5499/jobq_demo")
+DSN = os.environ.get("JOBQ_DSN", "postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo")
 queue, count = sys.argv[1], int(sys.argv[2])
 payload = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
 with psycopg.connect(DSN, autocommit=True) as conn:

@@ -19,12 +19,12 @@ What it does
 
 How to run
     pip install -r examples/python/requirements.txt
-    JOBQ_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo python3 examples/python/worker.py
+    JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo python3 examples/python/worker.py
 
     Enqueue from psql:  SELECT jobq_enqueue('default', '{"sleep_ms": 200}');
 
 Environment
-    JOBQ_DSN          libpq connection string   (postgresql://postgres@127.0.0.1:5499/jobq_demo)
+    JOBQ_DSN          libpq connection string   (postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo)
     JOBQ_QUEUES       comma-separated queues     (empty: every queue)
     JOBQ_BATCH        jobs per checkout          (10)
     JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
@@ -51,7 +51,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-DSN = os.environ.get("JOBQ_DSN", "postgresql://postgres@127.0.0.1:5499/jobq_demo")
+DSN = os.environ.get("JOBQ_DSN", "postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo")
 QUEUES = [q.strip() for q in os.environ.get("JOBQ_QUEUES", "").split(",") if q.strip()] or None
 BATCH = int(os.environ.get("JOBQ_BATCH", "10"))
 HEARTBEAT_S = float(os.environ["JOBQ_HEARTBEAT_S"]) if os.environ.get("JOBQ_HEARTBEAT_S") else None

@@ -143,8 +143,8 @@ DECLARE
 BEGIN
     IF max_jobs IS NULL THEN
         RAISE EXCEPTION 'jobq: max_jobs must not be NULL' USING ERRCODE = '22004';
-    ELSIF max_jobs < 1 THEN
-        RAISE EXCEPTION 'jobq: max_jobs must be at least 1, got %', max_jobs USING ERRCODE = '22023';
+    ELSIF max_jobs < 1 OR max_jobs > 10000 THEN
+        RAISE EXCEPTION 'jobq: max_jobs must be between 1 and 10000, got %', max_jobs USING ERRCODE = '22023';
     END IF;
     IF worker IS NULL THEN
         RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
@@ -154,7 +154,8 @@ BEGIN
     END IF;
     v_rc := current_setting('transaction_isolation') = 'read committed';
 
-    -- Fast path, one statement: if the worker is alive (judged inside the statement), lock the
+    -- Fast path, one statement: if the worker is alive and the caller's to act for (judged
+    -- inside the statement), lock the
     -- first max_jobs unpaused candidates and, if none of them needs a slot or gives up a key
     -- when it starts, claim them all and return them. Otherwise it claims nothing (the
     -- candidates it locked stay ours) and the general path below takes over: it raises JQ001
@@ -172,6 +173,7 @@ BEGIN
             WITH live AS (
                 SELECT 1 FROM jobq.workers w
                  WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+                   AND jobq._may_act_for(w.owner)
             ), cand AS (
                 SELECT j.id, (j.concurrency_key IS NOT NULL
                               OR j.unique_strategy IN ('while_executing', 'until_executing')) AS keyed
@@ -203,6 +205,7 @@ BEGIN
             WITH live AS (
                 SELECT 1 FROM jobq.workers w
                  WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+                   AND jobq._may_act_for(w.owner)
             ), cand AS (
                 SELECT j.id, (j.concurrency_key IS NOT NULL
                               OR j.unique_strategy IN ('while_executing', 'until_executing')) AS keyed
@@ -236,11 +239,12 @@ BEGIN
         END IF;
     END IF;
 
-    -- The general path. jobq._live_worker, inlined.
+    -- The general path. jobq._live_worker without its row lock (see the fast path).
     PERFORM 1 FROM jobq.workers w
-      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start);
+      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+        AND jobq._may_act_for(w.owner);
     IF NOT FOUND THEN
-        PERFORM jobq._unknown_worker(worker);
+        PERFORM jobq._refuse_worker(worker);
     END IF;
     v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
     IF NOT v_rc THEN

@@ -77,6 +77,12 @@ BEGIN
             USING ERRCODE = '22004';
     ELSIF queue = '' THEN
         RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
+    ELSIF octet_length(queue) > 1000 OR octet_length(kind) > 1000 OR octet_length(unique_key) > 1000
+          OR octet_length(concurrency_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue, kind, unique_key and concurrency_key must be at most 1000 bytes'
+            USING ERRCODE = '22023';
+    ELSIF NOT isfinite(v_run_at) THEN
+        RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
     ELSIF max_attempts < 1 THEN
         RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
     ELSIF unique_strategy NOT IN ('until_executed', 'until_executing', 'while_executing') THEN
@@ -85,8 +91,10 @@ BEGIN
     ELSIF on_conflict NOT IN ('reject', 'discard', 'log', 'replace') THEN
         RAISE EXCEPTION 'jobq: unknown on_conflict "%"', on_conflict
             USING ERRCODE = '22023', HINT = 'Use reject, discard, log or replace.';
-    ELSIF concurrency_limit < 1 THEN
-        RAISE EXCEPTION 'jobq: concurrency_limit must be at least 1, got %', concurrency_limit USING ERRCODE = '22023';
+    ELSIF concurrency_limit < 1 OR concurrency_limit > 10000 THEN
+        -- The bound: a key has one jobq.slots row per unit of its limit.
+        RAISE EXCEPTION 'jobq: concurrency_limit must be between 1 and 10000, got %', concurrency_limit
+            USING ERRCODE = '22023';
     ELSIF unique_key = '' THEN
         RAISE EXCEPTION 'jobq: unique_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
     ELSIF concurrency_key = '' THEN
@@ -163,6 +171,10 @@ BEGIN
             USING ERRCODE = '22004';
     ELSIF queue = '' THEN
         RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
+    ELSIF octet_length(queue) > 1000 OR octet_length(kind) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue and kind must be at most 1000 bytes' USING ERRCODE = '22023';
+    ELSIF NOT isfinite(v_run_at) THEN
+        RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
     ELSIF max_attempts < 1 THEN
         RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
     END IF;

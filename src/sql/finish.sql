@@ -3,7 +3,9 @@
 --
 -- Fencing: complete and fail change a job only while it is 'executing' under the calling
 -- worker, judged on the job row under its row lock. A worker that was reaped, or whose job
--- was cancelled or finished, gets false / NULL and changes nothing.
+-- was cancelled or finished, gets false / NULL and changes nothing. A worker of another role
+-- gets 42501 (src/privileges.rs): the statement that changes the job requires the caller to
+-- be allowed to act for the worker, and only when it changed nothing is the reason looked up.
 
 CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -18,14 +20,17 @@ BEGIN
         -- pass to delete (half the WAL and no index insert; see README, Performance).
         DELETE FROM jobq.jobs j
          WHERE j.id = jobq_complete.job_id AND j.state = 'executing' AND j.worker_id = worker
+           AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
         RETURNING j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_slot INTO r;
     ELSE
         UPDATE jobq.jobs j
            SET state = 'completed', finished_at = clock_timestamp(), result = jobq_complete.result
          WHERE j.id = jobq_complete.job_id AND j.state = 'executing' AND j.worker_id = worker
+           AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
         RETURNING j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_slot INTO r;
     END IF;
     IF NOT FOUND THEN
+        PERFORM jobq._refuse_foreign_worker(worker);
         RETURN false;
     END IF;
     IF r.unique_key IS NOT NULL OR r.concurrency_key IS NOT NULL THEN
@@ -52,15 +57,19 @@ DECLARE
 BEGIN
     IF job_id IS NULL OR worker IS NULL OR discard IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id, worker and discard must not be NULL' USING ERRCODE = '22004';
-    ELSIF retry_in < interval '0' THEN
-        RAISE EXCEPTION 'jobq: retry_in must not be negative, got %', retry_in USING ERRCODE = '22023';
+    ELSIF retry_in < interval '0' OR retry_in > interval '100000 years' THEN
+        -- The bound keeps now() + retry_in a timestamp (the largest is in the year 294276).
+        RAISE EXCEPTION 'jobq: retry_in must be between 0 and 100000 years, got %', retry_in
+            USING ERRCODE = '22023';
     END IF;
     SELECT x.queue, x.attempt, x.max_attempts, x.cancel_requested_at, x.unique_key, x.unique_strategy,
            x.concurrency_key, x.concurrency_slot INTO j
       FROM jobq.jobs x
      WHERE x.id = jobq_fail.job_id AND x.state = 'executing' AND x.worker_id = worker
-       FOR UPDATE;
+       AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+       FOR UPDATE OF x;
     IF NOT FOUND THEN
+        PERFORM jobq._refuse_foreign_worker(worker);
         RETURN NULL;
     END IF;
     v_state := CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'

@@ -10,8 +10,11 @@ BEGIN
         RAISE EXCEPTION 'jobq: key and ttl must not be NULL' USING ERRCODE = '22004';
     ELSIF key = '' THEN
         RAISE EXCEPTION 'jobq: lock key must not be empty' USING ERRCODE = '22023';
-    ELSIF ttl <= interval '0' THEN
-        RAISE EXCEPTION 'jobq: ttl must be positive, got %', ttl USING ERRCODE = '22023';
+    ELSIF octet_length(key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: lock key must be at most 1000 bytes, got %', octet_length(key) USING ERRCODE = '22023';
+    ELSIF ttl <= interval '0' OR ttl > interval '100000 years' THEN
+        -- The bound keeps now() + ttl a timestamp (the largest is in the year 294276).
+        RAISE EXCEPTION 'jobq: ttl must be positive and at most 100000 years, got %', ttl USING ERRCODE = '22023';
     END IF;
     PERFORM jobq._live_worker(worker);
     v_expires := v_now + ttl;

@@ -8,6 +8,8 @@ BEGIN
         RAISE EXCEPTION 'jobq: queue and kind must not both be NULL' USING ERRCODE = '22004';
     ELSIF queue = '' OR kind = '' THEN
         RAISE EXCEPTION 'jobq: queue and kind must not be empty (use NULL)' USING ERRCODE = '22023';
+    ELSIF octet_length(queue) > 1000 OR octet_length(kind) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue and kind must be at most 1000 bytes' USING ERRCODE = '22023';
     END IF;
     INSERT INTO jobq.pauses (queue, kind, paused_at) VALUES (queue, kind, clock_timestamp())
     ON CONFLICT DO NOTHING;

@@ -1,5 +1,6 @@
--- jobq schema: tables, the jobq.job type, indexes, privileges.
--- Clients read these; every write goes through the jobq_* functions (SECURITY DEFINER).
+-- jobq schema: tables, the jobq.job type, indexes, and what pg_dump keeps.
+-- Clients read these (privileges.sql says who); every write goes through the jobq_*
+-- functions (SECURITY DEFINER).
 
 CREATE SCHEMA IF NOT EXISTS jobq;
 
@@ -7,6 +8,7 @@ CREATE SCHEMA IF NOT EXISTS jobq;
 -- than jobq.heartbeat_timeout and, when bound to a session, while that session lives.
 CREATE TABLE jobq.workers (
     id             uuid PRIMARY KEY,
+    owner          regrole NOT NULL,  -- the role that registered it (src/privileges.rs)
     name           text,
     metadata       jsonb NOT NULL DEFAULT '{}',
     registered_at  timestamptz NOT NULL,
@@ -112,8 +114,15 @@ CREATE TYPE jobq.job AS (
     started_at         timestamptz
 );
 
-GRANT USAGE ON SCHEMA jobq TO PUBLIC;
-GRANT SELECT ON jobq.workers, jobq.jobs, jobq.locks, jobq.slots, jobq.pauses TO PUBLIC;
+-- pg_dump keeps the queue: these tables' rows and the id sequence are dumped with the
+-- database (an extension's tables are otherwise dumped empty), so a restore continues where
+-- the dump was taken: no job lost, no id reused, every key still held.
+SELECT pg_catalog.pg_extension_config_dump('jobq.workers', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.jobs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.locks', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.slots', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.pauses', '');
 
 -- Raises the error every function gives for an unknown or dead worker.
 CREATE FUNCTION jobq._unknown_worker(worker uuid) RETURNS void

@@ -10,5 +10,3 @@ SELECT j.queue,
        t.now - min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_ready_age
   FROM jobq.jobs j CROSS JOIN t
  GROUP BY j.queue, t.now;
-
-GRANT SELECT ON jobq.queue_stats TO PUBLIC;

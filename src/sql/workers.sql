@@ -4,9 +4,35 @@
 -- The liveness rule is jobq.worker_alive(heartbeat_at, backend_pid, backend_start), in Rust
 -- (src/liveness.rs): a fresh heartbeat and, for a worker bound to a session, that session.
 
--- Checks that `worker` is registered and alive (JQ001 otherwise) and holds a KEY SHARE
--- lock on its row until the caller's transaction ends, so a concurrent reap pass cannot
--- remove the worker while the caller is giving it jobs or locks.
+-- Raises 42501 when `worker` exists and belongs to a role the caller may not act for
+-- (src/privileges.rs), alive or not: a worker's id alone grants nothing.
+CREATE FUNCTION jobq._refuse_foreign_worker(worker uuid) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_owner regrole;
+BEGIN
+    SELECT w.owner INTO v_owner FROM jobq.workers w WHERE w.id = worker;
+    IF FOUND AND NOT jobq._may_act_for(v_owner) THEN
+        RAISE EXCEPTION 'jobq: permission denied for worker %', worker
+            USING ERRCODE = '42501',
+                  DETAIL = format('The worker belongs to role %s.', v_owner),
+                  HINT = 'Only the role that registered a worker, and members of jobq_admin, may act for it.';
+    END IF;
+END $$;
+
+-- The refusal of a call naming `worker` that found no live worker the caller may act for:
+-- 42501 for another role's worker, JQ001 (unknown or dead) otherwise.
+CREATE FUNCTION jobq._refuse_worker(worker uuid) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._refuse_foreign_worker(worker);
+    PERFORM jobq._unknown_worker(worker);
+END $$;
+
+-- Checks that `worker` is registered, alive and the caller's to act for (42501 or JQ001
+-- otherwise, jobq._refuse_worker) and holds a KEY SHARE lock on its row until the caller's
+-- transaction ends, so a concurrent reap pass cannot remove the worker while the caller is
+-- giving it locks.
 CREATE FUNCTION jobq._live_worker(worker uuid) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
@@ -15,9 +41,10 @@ BEGIN
     END IF;
     PERFORM 1 FROM jobq.workers w
       WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+        AND jobq._may_act_for(w.owner)
       FOR KEY SHARE;
     IF NOT FOUND THEN
-        PERFORM jobq._unknown_worker(worker);
+        PERFORM jobq._refuse_worker(worker);
     END IF;
 END $$;
 
@@ -43,25 +70,34 @@ BEGIN
     IF bind_to_session IS NULL THEN
         RAISE EXCEPTION 'jobq: bind_to_session must not be NULL' USING ERRCODE = '22004';
     END IF;
-    INSERT INTO jobq.workers (id, name, metadata, registered_at, heartbeat_at, backend_pid, backend_start)
-    SELECT v_id, name, coalesce(metadata, '{}'), v_now, v_now, a.pid, a.backend_start
+    INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at, backend_pid, backend_start)
+    SELECT v_id, jobq._caller(), name, coalesce(metadata, '{}'), v_now, v_now, a.pid, a.backend_start
       FROM (SELECT NULL::integer AS pid, NULL::timestamptz AS backend_start WHERE NOT bind_to_session
             UNION ALL
             SELECT s.pid, s.backend_start FROM pg_stat_get_activity(pg_backend_pid()) s WHERE bind_to_session) a;
     RETURN v_id;
 END $$;
 
-CREATE FUNCTION jobq_heartbeat(worker uuid) RETURNS bigint[]
+-- With `holding`, the worker's executing jobs that it does not list go back to the queue as
+-- interrupted (jobq._return_jobs, as the reaper does): a checkout whose reply never reached
+-- the worker, or a job whose thread died, does not stay executing while the worker lives on.
+CREATE FUNCTION jobq_heartbeat(worker uuid, holding bigint[] DEFAULT NULL) RETURNS bigint[]
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
     IF worker IS NULL THEN
         RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    ELSIF array_position(holding, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'jobq: holding must not contain NULL' USING ERRCODE = '22004';
     END IF;
     -- One row write, however many jobs the worker holds.
     UPDATE jobq.workers w SET heartbeat_at = clock_timestamp()
-     WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start);
+     WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+       AND jobq._may_act_for(w.owner);
     IF NOT FOUND THEN
-        PERFORM jobq._unknown_worker(worker);
+        PERFORM jobq._refuse_worker(worker);
+    END IF;
+    IF holding IS NOT NULL THEN
+        PERFORM jobq._return_jobs(worker, true, holding);
     END IF;
     RETURN ARRAY(SELECT j.id FROM jobq.jobs j
                   WHERE j.worker_id = worker AND j.state = 'executing'
@@ -93,11 +129,13 @@ BEGIN
     END IF;
 END $$;
 
--- Returns the executing jobs of `worker` to the queue. interrupted => true is the reaper's
--- way (the attempt counts, interrupted_at is set, attempts exhausted make the job dead);
--- false is a graceful unregister (the attempt is given back). A job whose cancellation was
--- requested becomes cancelled either way.
-CREATE FUNCTION jobq._return_jobs(worker uuid, interrupted boolean, OUT requeued integer, OUT dead integer)
+-- Returns the executing jobs of `worker` to the queue, all of them or, with `keep`, those
+-- not in `keep`. interrupted => true is the reaper's way (the attempt counts,
+-- interrupted_at is set, attempts exhausted make the job dead); false is a graceful
+-- unregister (the attempt is given back). A job whose cancellation was requested becomes
+-- cancelled either way.
+CREATE FUNCTION jobq._return_jobs(worker uuid, interrupted boolean, keep bigint[] DEFAULT NULL,
+                                  OUT requeued integer, OUT dead integer)
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
@@ -115,7 +153,7 @@ BEGIN
             interrupted_at = CASE WHEN interrupted THEN v_now ELSE j.interrupted_at END,
             finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL
                                  OR (interrupted AND j.attempt >= j.max_attempts) THEN v_now END
-         WHERE j.worker_id = worker AND j.state = 'executing'
+         WHERE j.worker_id = worker AND j.state = 'executing' AND (keep IS NULL OR j.id <> ALL (keep))
         RETURNING j.id, j.state, j.queue, j.unique_key, j.unique_strategy, j.concurrency_key,
                   j.concurrency_slot
     LOOP
@@ -141,9 +179,10 @@ BEGIN
     -- Same lock order as the reaper (worker row, then its jobs): one of the two wins.
     PERFORM 1 FROM jobq.workers w
       WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+        AND jobq._may_act_for(w.owner)
       FOR UPDATE;
     IF NOT FOUND THEN
-        PERFORM jobq._unknown_worker(worker);
+        PERFORM jobq._refuse_worker(worker);
     END IF;
     SELECT r.requeued INTO v_requeued FROM jobq._return_jobs(worker, false) r;
     DELETE FROM jobq.locks l WHERE l.worker_id = worker;

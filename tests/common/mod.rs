@@ -124,6 +124,25 @@ impl Cluster {
         Client::connect(&self.url(db), NoTls).unwrap_or_else(|e| panic!("connect to {db}: {e}"))
     }
 
+    /// A connection as login role `user` (the test clusters trust every local login).
+    pub fn connect_as(&self, db: &str, user: &str) -> Client {
+        let url = self.url(db).replace("user=postgres", &format!("user={user}"));
+        Client::connect(&url, NoTls).unwrap_or_else(|e| panic!("connect to {db} as {user}: {e}"))
+    }
+
+    /// Runs a PostgreSQL client program (pg_dump, pg_restore, …) against this cluster as the
+    /// `postgres` OS user, asserting that it succeeds.
+    pub fn run_tool(&self, program: &str, args: &[&str]) {
+        let mut c = pg_command(program);
+        c.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres"]).args(args);
+        run(c);
+    }
+
+    /// A path in this cluster's directory tree that the `postgres` OS user may write.
+    pub fn scratch_file(&self, name: &str) -> PathBuf {
+        base_dir().join(format!("{name}-{}-{}", std::process::id(), DB_COUNTER.fetch_add(1, Ordering::SeqCst)))
+    }
+
     /// A new database with jobq created in it: each test gets its own.
     pub fn fresh_db(&self) -> String {
         let name = format!("t{}_{}", std::process::id(), DB_COUNTER.fetch_add(1, Ordering::SeqCst));

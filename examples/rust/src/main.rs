@@ -20,7 +20,7 @@
 //!   Enqueue from psql:  SELECT jobq_enqueue('default', '{"sleep_ms": 200}');
 //!
 //! Environment
-//!   JOBQ_DSN          connection string          (postgresql://postgres@127.0.0.1:5499/jobq_demo)
+//!   JOBQ_DSN          connection string          (postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo)
 //!   JOBQ_QUEUES       comma-separated queues     (empty: every queue)
 //!   JOBQ_BATCH        jobs per checkout          (10)
 //!   JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
@@ -240,7 +240,7 @@ async fn heartbeat_loop(dsn: String, s: Arc<Shared>, mut done: watch::Receiver<b
 #[tokio::main]
 async fn main() {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let dsn = env("JOBQ_DSN").unwrap_or_else(|| "postgresql://postgres@127.0.0.1:5499/jobq_demo".into());
+    let dsn = env("JOBQ_DSN").unwrap_or_else(|| "postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo".into());
     let queues: Option<Vec<String>> = env("JOBQ_QUEUES").map(|q| q.split(',').map(|x| x.trim().to_string()).collect());
     let batch: i32 = env("JOBQ_BATCH").map_or(10, |b| b.parse().expect("JOBQ_BATCH"));
     let fixed_hb = env("JOBQ_HEARTBEAT_S").map(|h| Duration::from_secs_f64(h.parse().expect("JOBQ_HEARTBEAT_S")));

@@ -1,0 +1,80 @@
+-- Privileges: who may call what (SPEC, section Privileges). Runs last, once every object of
+-- the extension exists.
+--
+-- PUBLIC gets nothing. Four NOLOGIN roles carry the rights, each including the one before:
+-- jobq_reader < jobq_producer < jobq_worker < jobq_admin. An administrator grants them to
+-- login roles (`GRANT jobq_worker TO app;`). Roles are cluster-wide: a second database, or a
+-- CREATE EXTENSION after a DROP EXTENSION, finds them and reuses them.
+-- Which worker a call may name is decided at run time by jobq._may_act_for
+-- (src/privileges.rs): its own role's, or any for jobq_admin.
+
+DO $$
+DECLARE
+    r text;
+    v_prev text;
+BEGIN
+    -- Two databases running CREATE EXTENSION at once would both find a role missing and
+    -- both create it; the loser would fail. Serialise the check-and-create across the
+    -- cluster on the catalog of roles (CREATE ROLE's own lock conflicts with this one; logins
+    -- only read it and do not wait).
+    LOCK TABLE pg_catalog.pg_authid IN SHARE ROW EXCLUSIVE MODE;
+    FOREACH r IN ARRAY ARRAY['jobq_reader', 'jobq_producer', 'jobq_worker', 'jobq_admin'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+        IF v_prev IS NOT NULL AND NOT pg_catalog.pg_has_role(r, v_prev, 'MEMBER') THEN
+            EXECUTE format('GRANT %I TO %I', v_prev, r);
+        END IF;
+        v_prev := r;
+    END LOOP;
+END $$;
+
+-- Nothing for PUBLIC: not the jobq_* functions, not the internal helpers (PostgreSQL gives
+-- PUBLIC EXECUTE on every new function), whichever schema they are in.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT d.objid::regprocedure FROM pg_catalog.pg_depend d
+         WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.deptype = 'e'
+           AND d.refclassid = 'pg_catalog.pg_extension'::regclass
+           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'jobq')
+    LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END $$;
+
+GRANT USAGE ON SCHEMA jobq TO jobq_reader;
+
+-- jobq_reader: the dashboards' tables and views.
+GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks TO jobq_reader;
+
+-- jobq_producer (and what jobq_reader may).
+GRANT EXECUTE ON FUNCTION
+    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer),
+    jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer),
+    jobq_cancel(bigint),
+    jobq_retry(bigint)
+TO jobq_producer;
+
+-- jobq_worker (and what jobq_producer may: a worker enqueues follow-up jobs).
+GRANT EXECUTE ON FUNCTION
+    jobq_register_worker(text, jsonb, boolean),
+    jobq_heartbeat(uuid, bigint[]),
+    jobq_unregister_worker(uuid),
+    jobq_checkout(uuid, text[], integer),
+    jobq_complete(bigint, uuid, jsonb),
+    jobq_fail(bigint, uuid, jsonb, interval, boolean),
+    jobq_acquire_lock(text, uuid, interval),
+    jobq_release_lock(text, uuid),
+    jobq_lock_holder(text)
+TO jobq_worker;
+
+-- jobq_admin: everything (and any worker, jobq._may_act_for).
+GRANT EXECUTE ON FUNCTION
+    jobq_pause(text, text),
+    jobq_resume(text, text),
+    jobq_reap()
+TO jobq_admin;
+GRANT SELECT ON ALL TABLES IN SCHEMA jobq TO jobq_admin;
