@@ -10,9 +10,30 @@
 //! and lock call): a SQL helper with a pinned search_path is re-planned on every call.
 use pgrx::prelude::*;
 
+/// Whether the session `pid` started at `started` still exists, judged on the live process
+/// table, not on the backend-status snapshot PostgreSQL caches for the rest of a transaction
+/// (with that snapshot, a session that started after the transaction first looked would be
+/// dead to it, and one that ended would still be alive).
 fn session_exists(pid: i32, started: Option<pg_sys::TimestampTz>) -> bool {
+    // The process table (ProcArray) is read live: no such pid, no session.
+    if unsafe { pg_sys::BackendPidGetProc(pid) }.is_null() {
+        return false;
+    }
+    let Some(started) = started else { return true };
+    // The pid lives; is it the same session, not a later one that reuses the pid? Only the
+    // backend status knows start times. Its cached snapshot is right when it shows this pid
+    // with this start time (a pid is not reused while its session lives); otherwise the
+    // snapshot may predate the session, so it is read anew, once.
+    if start_in_snapshot(pid) == Some(started) {
+        return true;
+    }
+    unsafe { pg_sys::pgstat_clear_backend_activity_snapshot() };
+    start_in_snapshot(pid) == Some(started)
+}
+
+/// The start time of session `pid` in this backend's snapshot of the backend status array.
+fn start_in_snapshot(pid: i32) -> Option<pg_sys::TimestampTz> {
     unsafe {
-        // The backend status array as of this transaction (what pg_stat_activity shows).
         let n = pg_sys::pgstat_fetch_stat_numbackends();
         for i in 1..=n {
             let entry = pg_sys::pgstat_fetch_stat_local_beentry(i);
@@ -21,11 +42,11 @@ fn session_exists(pid: i32, started: Option<pg_sys::TimestampTz>) -> bool {
             }
             let status = &(*entry).backendStatus;
             if status.st_procpid == pid {
-                return started.is_none_or(|s| s == status.st_proc_start_timestamp);
+                return Some(status.st_proc_start_timestamp);
             }
         }
     }
-    false
+    None
 }
 
 #[pg_schema]
