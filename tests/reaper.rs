@@ -164,6 +164,114 @@ fn a_worker_bound_to_a_session_dies_with_it() {
 }
 
 #[test]
+fn a_checkout_whose_reply_was_lost_goes_back_at_the_next_heartbeat() {
+    // A worker not bound to a session (as behind a pooler) lives on while one of its
+    // connections dies with a checkout's reply unread. Its next heartbeat lists what it
+    // really holds: nothing.
+    let (cluster, name, mut hb) = db();
+    let w = register(&mut hb);
+    let job: i64 = hb.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    {
+        let mut cut = cluster.connect(&name);
+        // The simple-query protocol: the rows come back and this client discards them.
+        cut.batch_execute(&format!("SELECT * FROM jobq_checkout('{w}')")).unwrap();
+    } // the connection is closed here
+    let state = |c: &mut Client| -> (String, i32, bool) {
+        let r = c.query_one("SELECT state, attempt, interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&job]).unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+    assert_eq!(state(&mut hb), ("executing".into(), 1, false), "claimed, and nobody knows");
+    let cancels: Vec<i64> = hb.query_one("SELECT jobq_heartbeat($1, '{}')", &[&w]).unwrap().get(0);
+    assert!(cancels.is_empty());
+    assert_eq!(state(&mut hb), ("ready".into(), 1, true), "back in the queue as an interrupted attempt");
+    let again: i64 = hb.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().get(0);
+    assert_eq!(again, job, "the same worker, alive all along, gets it again");
+    assert_eq!(state(&mut hb).1, 2);
+}
+
+#[test]
+fn an_open_transaction_delays_the_recovery_of_its_rows_only() {
+    // Three workers die. An open transaction holds the job of the first (a jobq_cancel left
+    // uncommitted), the second froze inside its own jobq_complete; nothing holds the third's.
+    let (cluster, name, mut c) = db();
+    let (wa, wb, wc) = (register(&mut c), register(&mut c), register(&mut c));
+    let mut jobs = Vec::new();
+    for w in [wa, wb, wc] {
+        let id: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+        assert_eq!(c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().get::<_, i64>(0), id);
+        jobs.push(id);
+    }
+    let (ja, jb) = (jobs[0], jobs[1]);
+    assert!(c.query_one("SELECT jobq_acquire_lock('c-lock', $1)", &[&wc]).unwrap().get::<_, bool>(0));
+    let mut holder = cluster.connect(&name);
+    let mut cancel = holder.transaction().unwrap();
+    assert_eq!(cancel.query_one("SELECT jobq_cancel($1)", &[&ja]).unwrap().get::<_, String>(0), "executing");
+    let mut frozen = cluster.connect(&name);
+    let mut complete = frozen.transaction().unwrap();
+    assert!(complete.query_one("SELECT jobq_complete($1, $2)", &[&jb, &wb]).unwrap().get::<_, bool>(0));
+
+    let mut r = cluster.connect(&name);
+    // A pass that waited for a held row would run into this.
+    r.batch_execute("SET jobq.heartbeat_timeout = '300ms'; SET statement_timeout = '5s'").unwrap();
+    for w in [wa, wb, wc] {
+        wait_until("the heartbeats to expire", PATIENCE, || expired(&mut r, w));
+    }
+    assert_eq!(reap(&mut r), (1, 1, 0, 1, 0), "the third worker, its job and its lock; the held rows wait");
+    let states = |r: &mut Client| -> Vec<String> {
+        r.query("SELECT state FROM jobq.jobs ORDER BY id", &[]).unwrap().iter().map(|x| x.get(0)).collect()
+    };
+    assert_eq!(states(&mut r), ["executing", "executing", "ready"]);
+    assert_eq!(reap(&mut r), (0, 0, 0, 0, 0), "still held: passed over again, nothing else to do");
+
+    // The transactions end: a later pass recovers what they held.
+    cancel.commit().unwrap();
+    complete.rollback().unwrap();
+    assert_eq!(reap(&mut r), (2, 1, 0, 0, 0), "the first job is cancelled (as requested), the second requeued");
+    assert_eq!(states(&mut r), ["cancelled", "ready", "ready"]);
+    let interrupted: bool = r.query_one("SELECT interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&jb]).unwrap().get(0);
+    assert!(interrupted);
+    let workers: i64 = r.query_one("SELECT count(*) FROM jobq.workers", &[]).unwrap().get(0);
+    assert_eq!(workers, 0);
+}
+
+#[test]
+fn liveness_is_judged_on_the_live_sessions_not_on_a_transactions_snapshot() {
+    // PostgreSQL caches its view of the backends for the rest of a transaction once a query
+    // looks at it. Liveness of bound workers must not use that view.
+    let (cluster, name, mut t) = db();
+    let mut first = cluster.connect(&name);
+    first.query_one("SELECT jobq_register_worker(bind_to_session => true)", &[]).unwrap();
+    let mine = register(&mut t);
+    let mut tx = t.transaction().unwrap();
+    // The first pass judges `first`'s session: the view of the backends is now cached.
+    assert_eq!(tx.query_one("SELECT workers_reaped FROM jobq_reap()", &[]).unwrap().get::<_, i32>(0), 0);
+
+    // A session that starts after that registers a bound worker and takes a lock.
+    let mut late = cluster.connect(&name);
+    let late_pid: i32 = late.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let lw: Uuid = late.query_one("SELECT jobq_register_worker(bind_to_session => true)", &[]).unwrap().get(0);
+    assert!(late.query_one("SELECT jobq_acquire_lock('L', $1)", &[&lw]).unwrap().get::<_, bool>(0));
+    // To the old transaction it is alive: its lock is not stolen, a second pass does not reap it.
+    assert!(!tx.query_one("SELECT jobq_acquire_lock('L', $1)", &[&mine]).unwrap().get::<_, bool>(0));
+    assert_eq!(tx.query_one("SELECT workers_reaped FROM jobq_reap()", &[]).unwrap().get::<_, i32>(0), 0);
+    assert_eq!(tx.query_one("SELECT jobq_lock_holder('L')", &[]).unwrap().get::<_, Option<Uuid>>(0), Some(lw));
+    tx.commit().unwrap();
+
+    // The other way: a transaction that saw the session alive sees it dead once it ended.
+    let mut tx = t.transaction().unwrap();
+    assert_eq!(tx.query_one("SELECT jobq_lock_holder('L')", &[]).unwrap().get::<_, Option<Uuid>>(0), Some(lw));
+    drop(late);
+    let mut watcher = cluster.connect(&name);
+    wait_until("the late session to end", PATIENCE, || {
+        watcher.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&late_pid]).unwrap().get::<_, i64>(0) == 0
+    });
+    assert_eq!(tx.query_one("SELECT jobq_lock_holder('L')", &[]).unwrap().get::<_, Option<Uuid>>(0), None);
+    assert!(tx.query_one("SELECT jobq_acquire_lock('L', $1)", &[&mine]).unwrap().get::<_, bool>(0));
+    assert_eq!(tx.query_one("SELECT workers_reaped FROM jobq_reap()", &[]).unwrap().get::<_, i32>(0), 1);
+    tx.commit().unwrap();
+}
+
+#[test]
 fn expired_locks_are_released_and_old_jobs_pruned() {
     let (_, _, mut c) = db();
     let w = register(&mut c);

@@ -1,53 +1,87 @@
 -- Reaping: crash recovery. One pass removes dead workers (their executing jobs go back to
 -- the queue, their locks are released), releases expired locks and prunes old finished jobs.
--- Every step takes its rows with SKIP LOCKED, so concurrent passes share the work instead of
--- queueing behind each other, and no job is requeued twice.
+--
+-- A pass never waits for a row another transaction holds: every step takes its rows with
+-- SKIP LOCKED, so concurrent passes share the work instead of queueing behind each other (and
+-- no job is requeued twice), and a row held by an open transaction anywhere (a jobq_cancel
+-- or a jobq_complete left uncommitted) is passed over and picked up by a later pass. Each
+-- dead worker is recovered in a subtransaction of its own: an error there is logged and
+-- undoes that worker's recovery only. The one wait SKIP LOCKED cannot avoid, re-taking an
+-- until_executing key that another open transaction is inserting, is cut short by the
+-- function's lock_timeout and retried by a later pass.
 
 CREATE FUNCTION jobq._retention() RETURNS interval
 LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp
 AS $$ SELECT jobq.retention_ms() * interval '1 millisecond' $$;
 
+-- Recovers what the dead (or deleted) worker `worker` left: its executing jobs go back to the
+-- queue or die, its locks are released, and its row is deleted once nothing of it is left
+-- (`removed`). Rows another transaction holds stay for a later pass.
+CREATE FUNCTION jobq._reap_worker(worker uuid, OUT requeued integer, OUT dead integer,
+                                  OUT locks integer, OUT removed boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    BEGIN
+        SELECT r.requeued, r.dead INTO requeued, dead
+          FROM jobq._return_jobs(worker, true, ARRAY(
+                   SELECT j.id FROM jobq.jobs j
+                    WHERE j.worker_id = worker AND j.state = 'executing'
+                    ORDER BY j.id
+                      FOR UPDATE SKIP LOCKED)) r;
+        DELETE FROM jobq.locks l
+         WHERE l.key = ANY (ARRAY(SELECT k.key FROM jobq.locks k WHERE k.worker_id = worker
+                                     FOR UPDATE SKIP LOCKED))
+           AND l.worker_id = worker;
+        GET DIAGNOSTICS locks = ROW_COUNT;
+        DELETE FROM jobq.workers w
+         WHERE w.id = worker
+           AND NOT EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.worker_id = worker AND j.state = 'executing')
+           AND NOT EXISTS (SELECT 1 FROM jobq.locks l WHERE l.worker_id = worker);
+        removed := FOUND;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'jobq: recovering worker % failed: % (SQLSTATE %); a later pass retries',
+            worker, SQLERRM, SQLSTATE;
+        requeued := 0; dead := 0; locks := 0; removed := false;
+    END;
+END $$;
+
 CREATE FUNCTION jobq._reap(
     OUT workers_reaped integer, OUT jobs_requeued integer, OUT jobs_dead integer,
     OUT locks_released integer, OUT jobs_pruned integer)
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp SET lock_timeout = '100ms' AS $$
 DECLARE
     v_now     timestamptz := clock_timestamp();
     v_cutoff  timestamptz := v_now - jobq._retention();  -- once, not per row scanned
     w         record;
-    r      record;
-    n      integer;
+    r         record;
+    n         integer;
 BEGIN
     workers_reaped := 0; jobs_requeued := 0; jobs_dead := 0; locks_released := 0; jobs_pruned := 0;
 
-    -- Dead workers. FOR UPDATE rechecks liveness on the newest row (a heartbeat that
+    -- Dead workers, then orphaned jobs: executing under a worker that no longer exists.
+    -- Checkout does not lock the worker's row, so a checkout that overlapped the pass that
+    -- reaped its worker can commit its claims after that pass; they are interrupted attempts
+    -- like any other. FOR UPDATE rechecks liveness on the newest row (a heartbeat that
     -- committed meanwhile saves the worker); SKIP LOCKED leaves a worker that another pass,
-    -- an unregister or a checkout holds to them.
+    -- an unregister or a heartbeat holds to them.
     FOR w IN
         SELECT x.id FROM jobq.workers x
          WHERE NOT jobq.worker_alive(x.heartbeat_at, x.backend_pid, x.backend_start)
          ORDER BY x.id
            FOR UPDATE SKIP LOCKED
     LOOP
-        SELECT * INTO r FROM jobq._return_jobs(w.id, true);
+        SELECT * INTO r FROM jobq._reap_worker(w.id);
         jobs_requeued := jobs_requeued + r.requeued;
         jobs_dead := jobs_dead + r.dead;
-        DELETE FROM jobq.locks l WHERE l.worker_id = w.id;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        locks_released := locks_released + n;
-        DELETE FROM jobq.workers x WHERE x.id = w.id;
-        workers_reaped := workers_reaped + 1;
+        locks_released := locks_released + r.locks;
+        workers_reaped := workers_reaped + r.removed::integer;
     END LOOP;
-
-    -- Orphaned jobs: executing under a worker that no longer exists. Checkout does not lock
-    -- the worker's row, so a checkout that overlapped the pass that reaped its worker can
-    -- commit its claims after that pass; they are interrupted attempts like any other.
     FOR w IN
         SELECT DISTINCT j.worker_id AS id FROM jobq.jobs j
          WHERE j.state = 'executing'
            AND NOT EXISTS (SELECT 1 FROM jobq.workers x WHERE x.id = j.worker_id)
     LOOP
-        SELECT * INTO r FROM jobq._return_jobs(w.id, true);
+        SELECT * INTO r FROM jobq._reap_worker(w.id);
         jobs_requeued := jobs_requeued + r.requeued;
         jobs_dead := jobs_dead + r.dead;
     END LOOP;
@@ -61,19 +95,24 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     locks_released := locks_released + n;
 
-    -- Finished jobs past retention, oldest first, in one bounded batch per pass so a pass
-    -- never holds many row locks for long.
+    -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
+    -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
+    -- keeps up with any completion rate without one pass becoming a long transaction.
     -- The outer statement has nothing but id = ANY (ARRAY(...)), so its only plan is the
     -- primary key: with IN (...), or with a state condition, the planner could walk every
     -- finished job kept (jobs_finished) per pass. The rows are ours, locked by the subquery.
-    DELETE FROM jobq.jobs j
-     WHERE j.id = ANY (ARRAY(SELECT f.id FROM jobq.jobs f
-                              WHERE f.state IN ('completed', 'dead', 'cancelled')
-                                AND f.finished_at < v_cutoff
-                              ORDER BY f.finished_at
-                              LIMIT 10000
-                                FOR UPDATE SKIP LOCKED));
-    GET DIAGNOSTICS jobs_pruned = ROW_COUNT;
+    LOOP
+        DELETE FROM jobq.jobs j
+         WHERE j.id = ANY (ARRAY(SELECT f.id FROM jobq.jobs f
+                                  WHERE f.state IN ('completed', 'dead', 'cancelled')
+                                    AND f.finished_at < v_cutoff
+                                  ORDER BY f.finished_at
+                                  LIMIT 10000
+                                    FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS n = ROW_COUNT;
+        jobs_pruned := jobs_pruned + n;
+        EXIT WHEN n < 10000 OR clock_timestamp() - v_now > interval '1 second';
+    END LOOP;
 END $$;
 
 CREATE FUNCTION jobq_reap()
@@ -82,14 +121,13 @@ RETURNS TABLE (workers_reaped integer, jobs_requeued integer, jobs_dead integer,
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
 AS $$ SELECT * FROM jobq._reap() $$;
 
--- What the background worker runs each tick: one pass with a short lock_timeout, its
--- errors logged rather than raised, so a bad pass never stops the next one.
+-- What the background worker runs each tick: one pass, its errors logged rather than
+-- raised, so a bad pass never stops the next one.
 CREATE FUNCTION jobq._reap_pass() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     r record;
 BEGIN
-    PERFORM set_config('lock_timeout', '2s', true);
     SELECT * INTO r FROM jobq._reap();
     IF r.workers_reaped + r.jobs_requeued + r.jobs_dead + r.locks_released + r.jobs_pruned > 0 THEN
         RAISE LOG 'jobq reaper: % workers reaped, % jobs requeued, % jobs dead, % locks released, % jobs pruned',

@@ -97,7 +97,9 @@ BEGIN
         PERFORM jobq._refuse_worker(worker);
     END IF;
     IF holding IS NOT NULL THEN
-        PERFORM jobq._return_jobs(worker, true, holding);
+        PERFORM jobq._return_jobs(worker, true, ARRAY(
+            SELECT j.id FROM jobq.jobs j
+             WHERE j.worker_id = worker AND j.state = 'executing' AND j.id <> ALL (holding)));
     END IF;
     RETURN ARRAY(SELECT j.id FROM jobq.jobs j
                   WHERE j.worker_id = worker AND j.state = 'executing'
@@ -129,12 +131,13 @@ BEGIN
     END IF;
 END $$;
 
--- Returns the executing jobs of `worker` to the queue, all of them or, with `keep`, those
--- not in `keep`. interrupted => true is the reaper's way (the attempt counts,
--- interrupted_at is set, attempts exhausted make the job dead); false is a graceful
--- unregister (the attempt is given back). A job whose cancellation was requested becomes
--- cancelled either way.
-CREATE FUNCTION jobq._return_jobs(worker uuid, interrupted boolean, keep bigint[] DEFAULT NULL,
+-- Returns jobs `ids` of `worker` to the queue, those of them still executing under it. Each
+-- caller picks the ids and how they are locked (the reaper takes them SKIP LOCKED, so it
+-- never waits for a row another transaction holds). interrupted => true is the reaper's way
+-- (the attempt counts, interrupted_at is set, attempts exhausted make the job dead); false
+-- is a graceful unregister (the attempt is given back). A job whose cancellation was
+-- requested becomes cancelled either way.
+CREATE FUNCTION jobq._return_jobs(worker uuid, interrupted boolean, ids bigint[],
                                   OUT requeued integer, OUT dead integer)
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -153,7 +156,7 @@ BEGIN
             interrupted_at = CASE WHEN interrupted THEN v_now ELSE j.interrupted_at END,
             finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL
                                  OR (interrupted AND j.attempt >= j.max_attempts) THEN v_now END
-         WHERE j.worker_id = worker AND j.state = 'executing' AND (keep IS NULL OR j.id <> ALL (keep))
+         WHERE j.id = ANY (ids) AND j.worker_id = worker AND j.state = 'executing'
         RETURNING j.id, j.state, j.queue, j.unique_key, j.unique_strategy, j.concurrency_key,
                   j.concurrency_slot
     LOOP
@@ -184,7 +187,8 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM jobq._refuse_worker(worker);
     END IF;
-    SELECT r.requeued INTO v_requeued FROM jobq._return_jobs(worker, false) r;
+    SELECT r.requeued INTO v_requeued FROM jobq._return_jobs(worker, false, ARRAY(
+        SELECT j.id FROM jobq.jobs j WHERE j.worker_id = worker AND j.state = 'executing')) r;
     DELETE FROM jobq.locks l WHERE l.worker_id = worker;
     DELETE FROM jobq.workers w WHERE w.id = worker;
     RETURN v_requeued;
