@@ -160,6 +160,54 @@ fn until_executed_race_replace_serializable() {
 }
 
 #[test]
+fn replace_never_rejects_when_the_holder_starts_in_between() {
+    // Debounced enqueues of one until_executing key race with workers that start its job: a
+    // replace that finds the holder already started must take the released key and enqueue
+    // anew, never raise 23505 (the key was free again).
+    let (cluster, name, _) = db();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, stop, started) = (cluster.url(&name), stop.clone(), started.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+                let w = register(&mut c);
+                while !stop.load(Ordering::Relaxed) {
+                    for row in c.query("SELECT id FROM jobq_checkout($1, ARRAY['deb'], 4)", &[&w]).unwrap() {
+                        started.fetch_add(1, Ordering::Relaxed);
+                        let id: i64 = row.get(0);
+                        c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let outcomes = hammer(cluster, &name, 16, |i, c| {
+        let mut errors = Vec::new();
+        for n in 0..150 {
+            let r = c.query_one(
+                "SELECT jobq_enqueue('deb', jsonb_build_object('n', $1::int), unique_key => 'debounced',
+                                     unique_strategy => 'until_executing', on_conflict => 'replace')",
+                &[&((i * 1000 + n) as i32)],
+            );
+            match r {
+                Ok(row) => assert!(row.get::<_, Option<i64>>(0).is_some(), "replace always returns a job id"),
+                Err(e) => errors.push(format!("{}: {e:?}", sqlstate(&e))),
+            }
+        }
+        errors
+    });
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let errors: Vec<String> = outcomes.into_iter().flatten().collect();
+    assert!(errors.is_empty(), "{} enqueues failed, e.g. {:?}", errors.len(), errors.first());
+    assert!(started.load(Ordering::Relaxed) > 10, "the workers started jobs while the producers enqueued");
+}
+
+#[test]
 fn unique_keys_are_held_and_released_as_their_strategy_says() {
     let (_, _, mut c) = db();
     let w = register(&mut c);

@@ -119,6 +119,12 @@ BEGIN
                     END IF;
                     RETURN v_holder.job_id;
                 END IF;
+                -- The holder is no longer waiting: it started (or finished) between the
+                -- conflict and the update. If it let go of the key (an until_executing key
+                -- is released when its job starts), take the key again; if it still holds
+                -- it, this is a conflict with an executing job, which rejects.
+                CONTINUE WHEN NOT EXISTS (SELECT 1 FROM jobq.locks l
+                                           WHERE l.key = unique_key AND l.job_id = v_holder.job_id);
             ELSIF on_conflict = 'discard' THEN
                 RETURN NULL;
             ELSIF on_conflict = 'log' THEN
