@@ -216,3 +216,41 @@ fn a_job_of_a_killed_worker_is_completed_by_another() {
         r.stop();
     }
 }
+
+/// Each reference worker sends the jobs it holds with every heartbeat (`holding`): a job
+/// claimed under its id behind its back (as a checkout whose reply never reached it would
+/// be) goes back to the queue at its next heartbeat, while the job it is really running,
+/// several heartbeats long, stays its own.
+#[test]
+fn every_reference_worker_heartbeats_with_what_it_holds() {
+    for (lang, queue) in [(Lang::Python, "hold-py"), (Lang::Node, "hold-node"), (Lang::Rust, "hold-rust")] {
+        let mut c = cluster().connect(DB);
+        let w = Worker::start(lang, queue);
+        let wid: uuid::Uuid = {
+            let events = w.events.lock().unwrap();
+            let registered = events.iter().find(|e| e["event"] == "registered").unwrap();
+            registered["worker_id"].as_str().unwrap().parse().unwrap()
+        };
+        let long = enqueue(Lang::Python, queue, 1, r#"{"sleep_ms": 2500}"#)[0];
+        wait_until("the worker to claim the long job", PATIENCE, || w.saw("claimed", Some(long)));
+        // The superuser may act for any worker: it checks out a job of another queue under
+        // this worker's id, a claim whose reply the worker never sees.
+        let elsewhere = format!("{queue}-elsewhere");
+        let lost: i64 = c.query_one("SELECT jobq_enqueue($1)", &[&elsewhere]).unwrap().get(0);
+        let got: i64 = c.query_one("SELECT id FROM jobq_checkout($1, ARRAY[$2])", &[&wid, &elsewhere]).unwrap().get(0);
+        assert_eq!(got, lost);
+        wait_until("the worker's heartbeat to put the unknown job back", PATIENCE, || {
+            c.query_one("SELECT state = 'ready' AND interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&lost])
+                .unwrap()
+                .get::<_, bool>(0)
+        });
+        wait_until("the long job to complete", PATIENCE, || w.saw("completed", Some(long)));
+        let row = c.query_one("SELECT state, attempt, interrupted_at IS NULL FROM jobq.jobs WHERE id = $1", &[&long]).unwrap();
+        assert_eq!(
+            (row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)),
+            ("completed".to_string(), 1, true),
+            "{lang:?}: the job in hand was never put back"
+        );
+        w.stop();
+    }
+}

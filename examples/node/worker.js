@@ -7,9 +7,11 @@
  *   handler on each, and report jobq_complete (the handler's return value is the
  *   result) or jobq_fail (error = {message, type} of what it threw). When the queue
  *   is empty it waits for NOTIFY jobq (sent on enqueue) for up to 1 s, then polls
- *   anyway. A timer heartbeats on its own connection every heartbeat_timeout / 3
- *   and logs cancellation requests; a cancelled job that has not started yet is
- *   failed (it becomes `cancelled`) instead of run.
+ *   anyway. A timer heartbeats on its own connection every heartbeat_timeout / 3,
+ *   sending the ids of the jobs in hand (`holding`: the server puts back any job
+ *   executing under this worker that the list lacks, e.g. a checkout whose reply was
+ *   lost), and logs cancellation requests; a cancelled job that has not started yet
+ *   is failed (it becomes `cancelled`) instead of run.
  *
  *   SIGTERM / SIGINT: take no more work, finish the jobs in hand, unregister, exit 0.
  *   SQLSTATE JQ001 (this worker was reaped or unregistered): drop the jobs in hand
@@ -88,6 +90,14 @@ let heartbeatMs = 10000;
 let heartbeatTimer = null;
 let hbConn = null;
 const cancelled = new Set(); // job ids whose cancellation was requested
+// The jobs in hand (ids as strings, as pg returns bigint), sent as `holding` with every
+// heartbeat, and the checkouts sent and not answered yet: their jobs may be claimed but not
+// listed, so meanwhile a heartbeat sends no list. A checkout starts only after the heartbeat
+// in flight (if any) returned, so none starts between reading the list and the server
+// applying it.
+const inHand = new Set();
+let checkouts = 0;
+let heartbeatInFlight = Promise.resolve();
 const reaped = () => workerId !== null && reapedId === workerId;
 
 // Idle wait, cut short by a NOTIFY (even one that arrived just before) or by stop().
@@ -137,14 +147,25 @@ async function work(conn) {
   while (!stopping) {
     notified = false;
     let jobs = [];
+    await heartbeatInFlight;
+    checkouts += 1;
     try {
       ({ rows: jobs } = await conn.query('SELECT * FROM jobq_checkout($1, $2, $3)', [workerId, QUEUES, BATCH]));
     } catch (e) {
       if (e.code !== 'JQ001') throw e;
       reapedId = workerId;
+    } finally {
+      checkouts -= 1;
+      for (const job of jobs) inHand.add(String(job.id));
     }
     for (const job of jobs) log('claimed', { id: Number(job.id), attempt: job.attempt });
-    for (const job of jobs) await runOne(conn, job);
+    for (const job of jobs) {
+      try {
+        await runOne(conn, job);
+      } finally {
+        inHand.delete(String(job.id));
+      }
+    }
     if (reaped()) await register(conn, 'reregistered'); // JQ001: our jobs run elsewhere
     else if (jobs.length === 0) await idle(POLL_MS); // wait for an enqueue's NOTIFY, or poll
   }
@@ -186,6 +207,7 @@ async function register(conn, event) {
     [NAME, JSON.stringify({ lang: 'node', pid: process.pid, host: os.hostname() })]);
   heartbeatMs = (HEARTBEAT_S || Number(row.timeout || 30) / 3) * 1000;
   cancelled.clear();
+  inHand.clear(); // the old registration's jobs run elsewhere
   workerId = row.id;
   log(event, { worker_id: workerId });
   if (!heartbeatTimer) heartbeatTimer = setTimeout(heartbeat, heartbeatMs);
@@ -210,7 +232,11 @@ async function heartbeat() {
         hbConn = newClient('-hb');
         await hbConn.connect();
       }
-      const { rows: [{ ids }] } = await hbConn.query('SELECT jobq_heartbeat($1) AS ids', [wid]);
+      let done;
+      heartbeatInFlight = new Promise((resolve) => { done = resolve; });
+      const holding = checkouts > 0 ? null : [...inHand];
+      const { rows: [{ ids }] } = await hbConn.query('SELECT jobq_heartbeat($1, $2::bigint[]) AS ids', [wid, holding])
+        .finally(done);
       const fresh = ids.filter((id) => !cancelled.has(id));
       if (fresh.length) log('cancel_requested', { ids: fresh.map(Number) });
       for (const id of fresh) cancelled.add(id);

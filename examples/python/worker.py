@@ -7,8 +7,10 @@ What it does
     result) or jobq_fail (error = {"message", "type"} of the exception). When the
     queue is empty it waits for NOTIFY jobq (sent on enqueue) for up to 1 s, then
     polls anyway. A background thread heartbeats on its own connection every
-    heartbeat_timeout / 3 and logs cancellation requests; a cancelled job that has
-    not started yet is failed (it becomes `cancelled`) instead of run.
+    heartbeat_timeout / 3, sending the ids of the jobs in hand (`holding`: the
+    server puts back any job executing under this worker that the list lacks, e.g.
+    a checkout whose reply was lost), and logs cancellation requests; a cancelled
+    job that has not started yet is failed (it becomes `cancelled`) instead of run.
 
     SIGTERM / SIGINT: take no more work, finish the jobs in hand, unregister, exit 0.
     SQLSTATE JQ001 (this worker was reaped or unregistered): drop the jobs in hand
@@ -92,6 +94,13 @@ class Worker:
         self.worker_id = None  # current registration; None while (re)connecting
         self.reaped_id = None  # a worker id that got JQ001
         self.cancelled = set()  # job ids whose cancellation was requested
+        # The jobs in hand, and the checkouts sent and not answered yet (their jobs may be
+        # claimed but not listed: meanwhile a heartbeat sends no list). A heartbeat keeps
+        # the lock for its whole call, so no checkout starts between reading the list and
+        # the server applying it.
+        self.hand_lock = threading.Lock()
+        self.in_hand = set()
+        self.checkouts = 0
         self.heartbeat_s = None
         self.heartbeat = threading.Thread(target=self.heartbeat_loop, daemon=True)
 
@@ -125,6 +134,9 @@ class Worker:
 
     def work(self, conn):
         while not self.stopping.is_set():
+            jobs = []
+            with self.hand_lock:
+                self.checkouts += 1
             try:
                 jobs = conn.execute(
                     "SELECT * FROM jobq_checkout(%s, %s, %s)", (self.worker_id, QUEUES, BATCH)
@@ -132,11 +144,19 @@ class Worker:
             except psycopg.Error as e:
                 if e.sqlstate != "JQ001":
                     raise
-                self.reaped_id, jobs = self.worker_id, []
+                self.reaped_id = self.worker_id
+            finally:
+                with self.hand_lock:
+                    self.checkouts -= 1
+                    self.in_hand.update(job["id"] for job in jobs)
             for job in jobs:
                 log("claimed", id=job["id"], attempt=job["attempt"])
             for job in jobs:
-                self.run_one(conn, job)
+                try:
+                    self.run_one(conn, job)
+                finally:
+                    with self.hand_lock:
+                        self.in_hand.discard(job["id"])
             if self.reaped():  # JQ001 from checkout or heartbeat: our jobs run elsewhere
                 self.register(conn, "reregistered")
             elif not jobs:  # idle: wait for an enqueue's NOTIFY, or poll after POLL_S
@@ -180,6 +200,8 @@ class Worker:
         ).fetchone()
         self.heartbeat_s = HEARTBEAT_S or float(row["timeout"] or 30) / 3
         self.cancelled.clear()
+        with self.hand_lock:
+            self.in_hand.clear()  # the old registration's jobs run elsewhere
         self.worker_id = row["id"]
         log(event, worker_id=self.worker_id)
         if not self.heartbeat.is_alive():
@@ -204,7 +226,9 @@ class Worker:
             try:
                 if conn is None:
                     conn = psycopg.connect(DSN, autocommit=True, connect_timeout=5, application_name=f"{NAME}-hb")
-                ids = set(conn.execute("SELECT jobq_heartbeat(%s)", (wid,)).fetchone()[0])
+                with self.hand_lock:
+                    holding = None if self.checkouts else sorted(self.in_hand)
+                    ids = set(conn.execute("SELECT jobq_heartbeat(%s, %s::bigint[])", (wid, holding)).fetchone()[0])
                 if ids - self.cancelled:
                     log("cancel_requested", ids=sorted(ids - self.cancelled))
                     self.cancelled.update(ids)

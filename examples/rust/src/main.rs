@@ -5,8 +5,10 @@
 //!   each, and report jobq_complete (the handler's value is the result) or jobq_fail (error =
 //!   {"message", "type"}). When the queue is empty it waits for NOTIFY jobq (sent on enqueue)
 //!   for up to 1 s, then polls anyway. A task heartbeats on its own connection every
-//!   heartbeat_timeout / 3 and logs cancellation requests; a cancelled job that has not
-//!   started yet is failed (it becomes `cancelled`) instead of run.
+//!   heartbeat_timeout / 3, sending the ids of the jobs in hand (`holding`: the server puts
+//!   back any job executing under this worker that the list lacks, e.g. a checkout whose
+//!   reply was lost), and logs cancellation requests; a cancelled job that has not started
+//!   yet is failed (it becomes `cancelled`) instead of run.
 //!
 //!   SIGTERM / SIGINT: take no more work, finish the jobs in hand, unregister, exit 0.
 //!   SQLSTATE JQ001 (this worker was reaped or unregistered): drop the jobs in hand without
@@ -65,6 +67,17 @@ struct Shared {
     reaped: Mutex<Option<Uuid>>,      // a registration that got JQ001
     cancelled: Mutex<HashSet<i64>>,   // jobs whose cancellation was requested
     heartbeat: Mutex<Duration>,
+    /// The jobs in hand. An async mutex: a heartbeat keeps it for its whole call, so no
+    /// checkout starts between reading the list and the server applying it.
+    hand: tokio::sync::Mutex<Hand>,
+}
+
+#[derive(Default)]
+struct Hand {
+    jobs: HashSet<i64>,
+    /// Checkouts sent and not answered yet: their jobs may be claimed already but are not in
+    /// `jobs`, so meanwhile a heartbeat sends no list (NULL: nothing is put back).
+    checkouts: u32,
 }
 
 impl Shared {
@@ -118,6 +131,7 @@ async fn register(db: &Client, s: &Shared, event: &str, fixed_heartbeat: Option<
     let timeout: Option<f64> = row.get(1);
     *s.heartbeat.lock().unwrap() = fixed_heartbeat.unwrap_or(Duration::from_secs_f64(timeout.unwrap_or(30.0) / 3.0));
     s.cancelled.lock().unwrap().clear();
+    s.hand.lock().await.jobs.clear(); // the old registration's jobs run elsewhere
     *s.worker.lock().unwrap() = Some(id);
     s.log(event, json!({"worker_id": id}));
     Ok(())
@@ -132,10 +146,16 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
     register(&db, s, "registered", fixed_hb).await?;
     while !*stop.borrow() {
         let worker = s.worker.lock().unwrap().unwrap();
-        let jobs: Vec<Job> = match db
-            .query("SELECT id, attempt, payload FROM jobq_checkout($1, $2, $3)", &[&worker, queues, &batch])
-            .await
+        s.hand.lock().await.checkouts += 1;
+        let claimed = db.query("SELECT id, attempt, payload FROM jobq_checkout($1, $2, $3)", &[&worker, queues, &batch]).await;
         {
+            let mut hand = s.hand.lock().await;
+            hand.checkouts -= 1;
+            if let Ok(rows) = &claimed {
+                hand.jobs.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+            }
+        }
+        let jobs: Vec<Job> = match claimed {
             Ok(rows) => rows.iter().map(|r| Job { id: r.get(0), attempt: r.get(1), payload: r.get(2) }).collect(),
             Err(e) if is_reaped(&e) => {
                 *s.reaped.lock().unwrap() = Some(worker);
@@ -148,6 +168,7 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
         }
         for job in &jobs {
             run_one(&db, s, worker, job).await?;
+            s.hand.lock().await.jobs.remove(&job.id);
         }
         if s.reaped() {
             register(&db, s, "reregistered", fixed_hb).await?;
@@ -215,7 +236,11 @@ async fn heartbeat_loop(dsn: String, s: Arc<Shared>, mut done: watch::Receiver<b
             db = connect(&dsn, &format!("{}-hb", s.name), None).await.ok();
         }
         let Some(c) = &db else { continue };
-        match c.query_one("SELECT jobq_heartbeat($1)", &[&worker]).await {
+        let hand = s.hand.lock().await;
+        let holding: Option<Vec<i64>> = (hand.checkouts == 0).then(|| hand.jobs.iter().copied().collect());
+        let beat = c.query_one("SELECT jobq_heartbeat($1, $2)", &[&worker, &holding]).await;
+        drop(hand);
+        match beat {
             Ok(row) => {
                 let ids: Vec<i64> = row.get(0);
                 let mut cancelled = s.cancelled.lock().unwrap();
@@ -252,6 +277,7 @@ async fn main() {
         reaped: Mutex::new(None),
         cancelled: Mutex::new(HashSet::new()),
         heartbeat: Mutex::new(Duration::from_secs(10)),
+        hand: tokio::sync::Mutex::new(Hand::default()),
     });
 
     let (stop_tx, mut stop) = watch::channel(false);
