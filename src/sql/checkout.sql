@@ -10,6 +10,37 @@
 -- PL/pgSQL prepares each statement once per backend and, with the function's
 -- plan_cache_mode, keeps its generic plan: no statement is planned again per call.
 
+-- Takes a slot of (ns, key) numbered 1..slot_limit for `job` and returns its number, the
+-- highest one free (jobs with a lower limit for the same key find the low slots free as
+-- long as possible); NULL when every slot up to the limit is held. A slot is held by its
+-- row (jobq.slots), so taking one is an INSERT. It never waits: a slot row another
+-- transaction is inserting is passed over thanks to a transaction-level advisory lock on
+-- the slot, which every taker tries before inserting (only takers insert slot rows), and a
+-- row committed since this statement began makes the INSERT do nothing (under REPEATABLE
+-- READ it raises 40001, which jobq._checkout_in_snapshot treats as "taken").
+-- The advisory lock is the two-integer form with class 'jobq' (0x6a6f6271), apart from the
+-- one-bigint form applications usually use; a collision with an application's lock of the
+-- same class and hash only makes this checkout pass the slot over.
+CREATE FUNCTION jobq._take_slot(ns "char", key text, slot_limit integer, job bigint) RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_slot integer;
+BEGIN
+    FOR v_slot IN
+        SELECT g.slot FROM generate_series(slot_limit, 1, -1) AS g(slot)
+         WHERE NOT EXISTS (SELECT 1 FROM jobq.slots s
+                            WHERE s.ns = _take_slot.ns AND s.key = _take_slot.key AND s.slot = g.slot)
+    LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext(ns || v_slot || ':' || key));
+        INSERT INTO jobq.slots (ns, key, slot, job_id) VALUES (ns, key, v_slot, job)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            RETURN v_slot;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END $$;
+
 -- Claims a job this checkout holds locked, taking its slots first. NULL when claimed;
 -- otherwise 'c' (its concurrency key is full) or 'u' (its while_executing key is busy).
 CREATE FUNCTION jobq._claim_keyed(job bigint, worker uuid, started timestamptz) RETURNS "char"
@@ -21,29 +52,18 @@ BEGIN
     SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit INTO j
       FROM jobq.jobs x WHERE x.id = job;
     IF j.unique_strategy = 'while_executing' THEN
-        PERFORM 1 FROM jobq.slots s
-          WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1 AND s.job_id IS NULL
-          FOR NO KEY UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
+        IF jobq._take_slot('u', j.unique_key, 1, job) IS NULL THEN
             RETURN 'u';
         END IF;
-        UPDATE jobq.slots s SET job_id = job WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1;
     END IF;
     IF j.concurrency_key IS NOT NULL THEN
-        -- The highest free slot within this job's limit: jobs with a lower limit for the same
-        -- key find the low slots free as long as possible.
-        SELECT s.slot INTO v_slot FROM jobq.slots s
-         WHERE s.ns = 'c' AND s.key = j.concurrency_key AND s.slot <= j.concurrency_limit
-           AND s.job_id IS NULL
-         ORDER BY s.slot DESC LIMIT 1
-         FOR NO KEY UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
+        v_slot := jobq._take_slot('c', j.concurrency_key, j.concurrency_limit, job);
+        IF v_slot IS NULL THEN
             IF j.unique_strategy = 'while_executing' THEN
-                UPDATE jobq.slots s SET job_id = NULL WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1;
+                DELETE FROM jobq.slots s WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1 AND s.job_id = job;
             END IF;
             RETURN 'c';
         END IF;
-        UPDATE jobq.slots s SET job_id = job WHERE s.ns = 'c' AND s.key = j.concurrency_key AND s.slot = v_slot;
     END IF;
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;

@@ -1,4 +1,4 @@
--- Enqueue: jobq_enqueue, jobq_enqueue_batch, and the unique-key and slot helpers they use.
+-- Enqueue: jobq_enqueue, jobq_enqueue_batch, and the unique-key helpers they use.
 
 -- Takes `key` in jobq.locks for job `job`. A named lock whose ttl has passed or whose worker
 -- is dead is removed first. False when a live holder (a job or a worker) has it. Like any
@@ -35,20 +35,6 @@ BEGIN
                                AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start))
                 AND jobq._worker_dead(l.worker_id)));
     RETURN FOUND;
-END $$;
-
--- Makes sure slots 1..limit exist for (ns, key). Slots are only ever added, all of a
--- limit in one statement, so slot `limit` existing means all of them do.
-CREATE FUNCTION jobq._ensure_slots(ns "char", key text, slot_limit integer) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
-BEGIN
-    PERFORM 1 FROM jobq.slots s
-      WHERE s.ns = _ensure_slots.ns AND s.key = _ensure_slots.key AND s.slot = slot_limit;
-    IF NOT FOUND THEN
-        INSERT INTO jobq.slots (ns, key, slot)
-        SELECT _ensure_slots.ns, _ensure_slots.key, g FROM generate_series(1, slot_limit) g
-        ON CONFLICT DO NOTHING;
-    END IF;
 END $$;
 
 CREATE FUNCTION jobq_enqueue(
@@ -92,7 +78,7 @@ BEGIN
         RAISE EXCEPTION 'jobq: unknown on_conflict "%"', on_conflict
             USING ERRCODE = '22023', HINT = 'Use reject, discard, log or replace.';
     ELSIF concurrency_limit < 1 OR concurrency_limit > 10000 THEN
-        -- The bound: a key has one jobq.slots row per unit of its limit.
+        -- The bound: checkout looks for a free slot number among 1..limit.
         RAISE EXCEPTION 'jobq: concurrency_limit must be between 1 and 10000, got %', concurrency_limit
             USING ERRCODE = '22023';
     ELSIF unique_key = '' THEN
@@ -137,11 +123,6 @@ BEGIN
                       DETAIL = coalesce('existing job id: ' || v_holder.job_id,
                                         'held by the lock of worker ' || v_holder.worker_id);
         END LOOP;
-    ELSIF unique_key IS NOT NULL THEN
-        PERFORM jobq._ensure_slots('u', unique_key, 1);
-    END IF;
-    IF concurrency_key IS NOT NULL THEN
-        PERFORM jobq._ensure_slots('c', concurrency_key, concurrency_limit);
     END IF;
 
     INSERT INTO jobq.jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,

@@ -73,15 +73,17 @@ CREATE TABLE jobq.locks (
 );
 CREATE INDEX locks_by_worker ON jobq.locks (worker_id) WHERE worker_id IS NOT NULL;
 
--- Execution slots. A concurrency key K with limit L has slots ('c', K, 1..L); a
--- while_executing unique key K has the single slot ('u', K, 1). A job must hold a free slot
--- to start executing; checkout takes slots with SKIP LOCKED, so the number of executing
--- jobs per key can never exceed the number of slots, whatever the interleaving.
+-- Execution slots held by executing jobs. A job with concurrency key K and limit L must
+-- hold a slot ('c', K, s) with 1 <= s <= L to execute; a job with while_executing key K, the
+-- slot ('u', K, 1). The primary key lets one row exist per slot, so at most L jobs of limit
+-- L can hold one, whatever the interleaving. A row exists only while its job holds it:
+-- checkout inserts it, the end of the attempt deletes it, so keys no job uses leave nothing
+-- behind, and an enqueue writes no slot (two enqueuers can never wait for each other here).
 CREATE TABLE jobq.slots (
     ns      "char" NOT NULL CHECK (ns IN ('c', 'u')),
     key     text NOT NULL,
     slot    integer NOT NULL,
-    job_id  bigint,
+    job_id  bigint NOT NULL,
     PRIMARY KEY (ns, key, slot)
 );
 

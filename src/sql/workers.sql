@@ -116,13 +116,13 @@ CREATE FUNCTION jobq._release_keys(job bigint, new_state text, unique_key text, 
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
     IF concurrency_slot IS NOT NULL THEN
-        UPDATE jobq.slots s SET job_id = NULL
+        DELETE FROM jobq.slots s
          WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
     END IF;
     IF unique_key IS NULL THEN
         RETURN;
     ELSIF unique_strategy = 'while_executing' THEN
-        UPDATE jobq.slots s SET job_id = NULL
+        DELETE FROM jobq.slots s
          WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
     ELSIF new_state IN ('completed', 'dead', 'cancelled') THEN
         DELETE FROM jobq.locks l WHERE l.key = unique_key AND l.job_id = job;
