@@ -556,6 +556,15 @@ fn every_function_pins_its_search_path() {
         .map(|r| r.get(0))
         .collect();
     assert!(unpinned.is_empty(), "functions without a pinned search_path: {unpinned:?}");
+    // The statements of checkout and of a reap pass are planned generically, for a table
+    // of any size: without this, a large table's estimates turned JIT on for every call.
+    for f in ["public.jobq_checkout(uuid, text[], integer)", "jobq._reap()"] {
+        let jit_off: bool = c
+            .query_one("SELECT 'jit=off' = ANY (proconfig) FROM pg_proc WHERE oid = $1::text::regprocedure", &[&f])
+            .unwrap()
+            .get(0);
+        assert!(jit_off, "{f} runs with jit = off");
+    }
 }
 
 #[test]

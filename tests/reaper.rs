@@ -375,6 +375,95 @@ fn the_background_worker_reaps_by_itself() {
 
 /// Kill the whole server mid-run: nothing committed is lost, nothing completes twice, and the
 /// jobs that were executing come back through the reaper and complete.
+/// The WARNINGs a `CREATE EXTENSION jobq` in `db` sends its client.
+fn create_extension_warnings(cluster: &Cluster, db: &str) -> Vec<String> {
+    let notices = Arc::new(Mutex::new(Vec::new()));
+    let sink = notices.clone();
+    let mut c = cluster
+        .url(db)
+        .parse::<postgres::Config>()
+        .unwrap()
+        .notice_callback(move |n| sink.lock().unwrap().push(format!("{}: {}", n.severity(), n.message())))
+        .connect(postgres::NoTls)
+        .unwrap();
+    c.batch_execute("CREATE EXTENSION jobq").unwrap();
+    let got = notices.lock().unwrap().clone();
+    got
+}
+
+#[test]
+fn the_background_worker_behaves_like_postgres_own() {
+    let cluster = Cluster::start("manners", &["jobq.database = 'served'", "jobq.reap_interval = '200ms'", "jobq.retention = 0"]);
+    let mut admin = cluster.connect("postgres");
+    admin.batch_execute("CREATE DATABASE served").unwrap();
+    admin.batch_execute("CREATE DATABASE unserved").unwrap();
+    // CREATE EXTENSION says so where no background worker will reap, and only there.
+    assert_eq!(create_extension_warnings(&cluster, "served"), Vec::<String>::new());
+    let warnings = create_extension_warnings(&cluster, "unserved");
+    assert!(warnings.iter().any(|w| w == "WARNING: jobq: no background worker reaps database \"unserved\""), "{warnings:?}");
+
+    // Its state shows in pg_stat_activity, as a backend's does.
+    wait_until("the reaper to show its pass in pg_stat_activity", PATIENCE, || {
+        admin
+            .query("SELECT 1 FROM pg_stat_activity WHERE backend_type = 'jobq reaper' AND query = 'jobq reap pass' AND state IN ('idle', 'active')", &[])
+            .unwrap()
+            .len()
+            == 1
+    });
+    // Its statistics reach pg_stat_user_tables while it runs: autovacuum sees the rows its
+    // passes delete (50 cancelled jobs, pruned at once with retention 0).
+    let mut c = cluster.connect("served");
+    c.execute("SELECT jobq_cancel(jobq_enqueue('q')) FROM generate_series(1, 50)", &[]).unwrap();
+    wait_until("the reaper to prune them", PATIENCE, || c.query_one("SELECT count(*) FROM jobq.jobs", &[]).unwrap().get::<_, i64>(0) == 0);
+    wait_until("the reaper's deletes to show in the statistics", PATIENCE, || {
+        c.query_one("SELECT n_tup_del FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass", &[]).unwrap().get::<_, i64>(0) >= 50
+    });
+    drop(c);
+
+    // DROP DATABASE of the served database succeeds without FORCE: the reaper leaves when a
+    // session waits to drop it (PostgreSQL waits 5 s for the others to go).
+    assert_eq!(cluster.pids_of("jobq reaper").len(), 1);
+    admin.batch_execute("DROP DATABASE served").unwrap();
+    assert!(cluster.log().contains("jobq reaper: leaving database \"served\""));
+    // The launcher said so once at the start, before the database was created; now again.
+    wait_until("the launcher to wait for the database", PATIENCE, || {
+        cluster.log().matches("\"served\" (jobq.database) does not exist yet").count() == 2
+    });
+    // It comes back: served again.
+    admin.batch_execute("CREATE DATABASE served").unwrap();
+    cluster.connect("served").batch_execute("CREATE EXTENSION jobq").unwrap();
+    wait_until("a reaper for the new database", PATIENCE, || cluster.log().matches("jobq reaper: serving database \"served\"").count() >= 2);
+
+    // A database that stops allowing connections: the launcher says so once and waits,
+    // instead of starting a reaper that cannot connect every half second.
+    admin.batch_execute("ALTER DATABASE served ALLOW_CONNECTIONS false").unwrap();
+    let pid = cluster.pids_of("jobq reaper")[0];
+    assert!(admin.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap().get::<_, bool>(0));
+    wait_until("the launcher to notice", PATIENCE, || cluster.log().contains("\"served\" (jobq.database) does not allow connections"));
+    let starts = cluster.log().matches("jobq reaper: serving database").count();
+    // Six launcher ticks: an observation window (a line not written has no event to await).
+    std::thread::sleep(Duration::from_secs(3));
+    let log = cluster.log();
+    assert_eq!(log.matches("does not allow connections").count(), 1, "said once");
+    assert_eq!(log.matches("jobq reaper: serving database").count(), starts, "no reaper started meanwhile");
+    assert!(cluster.pids_of("jobq reaper").is_empty());
+    cluster.pg_ctl_stop("fast");
+}
+
+#[test]
+fn a_full_max_worker_processes_gets_a_backoff_not_a_line_every_tick() {
+    // The launcher takes the only worker slot: the reaper cannot start.
+    let cluster = Cluster::start("noslot", &["jobq.database = 'postgres'", "max_worker_processes = 1", "max_logical_replication_workers = 0"]);
+    wait_until("the launcher to fail to start the reaper", PATIENCE, || cluster.log().contains("could not start the reaper"));
+    // An observation window of 4 s (8 launcher ticks): with the backoff (1 s, 2 s, 4 s) at
+    // most 3 attempts fall in it, where a retry every tick would make 8 lines.
+    std::thread::sleep(Duration::from_secs(4));
+    let lines = cluster.log().matches("could not start the reaper").count();
+    assert!((2..=4).contains(&lines), "{lines} lines in about 4 s");
+    assert!(cluster.log().contains("trying again in 2 s"), "the delay doubles");
+    cluster.pg_ctl_stop("fast");
+}
+
 #[test]
 fn an_immediate_shutdown_loses_no_committed_job() {
     let cluster = Cluster::start("crash", &["jobq.database = 'crashdb'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1s'"]);

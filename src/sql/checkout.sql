@@ -141,11 +141,16 @@ END $$;
 -- parameterised statement on every call when it estimates the generic plan dearer than
 -- custom ones, which it does for the candidate query; that cost ~170 us per checkout
 -- (measured, see README). The generic plan is the right one here: an ordered index scan.
+-- jit = off: the generic plan's cost is estimated for a LIMIT it cannot know (10% of the
+-- table), so on a large table it crosses jit_above_cost and every checkout compiled its
+-- statements with LLVM: 1.7 s of JIT per call at 1.4M ready jobs (bench/soak.sh found it).
+-- A checkout reads a handful of rows; JIT never pays here.
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
 RETURNS SETOF jobq.job
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, jobq, pg_temp
-SET plan_cache_mode = force_generic_plan AS $$
+SET plan_cache_mode = force_generic_plan
+SET jit = off AS $$
 DECLARE
     v_now      timestamptz := clock_timestamp();
     v_queue    text;                 -- set when exactly one queue is asked for

@@ -48,7 +48,7 @@ END $$;
 CREATE FUNCTION jobq._reap(
     OUT workers_reaped integer, OUT jobs_requeued integer, OUT jobs_dead integer,
     OUT locks_released integer, OUT jobs_pruned integer)
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp SET lock_timeout = '100ms' AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp SET lock_timeout = '100ms' SET jit = off AS $$
 DECLARE
     v_now     timestamptz := clock_timestamp();
     v_cutoff  timestamptz := v_now - jobq._retention();  -- once, not per row scanned
@@ -135,4 +135,22 @@ BEGIN
     END IF;
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: pass failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
+END $$;
+
+-- CREATE EXTENSION in a database no background worker serves says so: without the preload,
+-- or with jobq.database naming another database, nothing reaps here unless something calls
+-- jobq_reap().
+DO $$
+DECLARE
+    v_served text := current_setting('jobq.database', true);
+BEGIN
+    IF NOT 'jobq' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))
+       OR v_served IS DISTINCT FROM current_database() THEN
+        RAISE WARNING 'jobq: no background worker reaps database "%"', current_database()
+            USING DETAIL = CASE
+                      WHEN NOT 'jobq' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))
+                      THEN 'jobq is not in shared_preload_libraries.'
+                      ELSE format('The background worker serves database "%s" (jobq.database).', v_served) END,
+                  HINT = 'Until it does, dead workers are reaped and old jobs pruned only when something calls jobq_reap() (every few seconds).';
+    END IF;
 END $$;
