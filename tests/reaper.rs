@@ -295,6 +295,20 @@ fn expired_locks_are_released_and_old_jobs_pruned() {
 }
 
 #[test]
+fn one_pass_prunes_more_than_one_batch() {
+    // Pruning goes in batches of 10,000 until nothing past retention is left (or a second
+    // has passed): a history that grows faster than 10,000 jobs a pass is still pruned.
+    let (_, _, mut c) = db();
+    c.execute("SELECT count(jobq_cancel(id)) FROM jobq_enqueue_batch('q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 25000))) id", &[])
+        .unwrap();
+    let waiting: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    c.batch_execute("SET jobq.retention = 0").unwrap();
+    assert_eq!(reap(&mut c), (0, 0, 0, 0, 25000), "every finished job in one pass");
+    let left: Vec<i64> = c.query("SELECT id FROM jobq.jobs", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(left, vec![waiting]);
+}
+
+#[test]
 fn settings_are_gucs_with_units() {
     let (cluster, name, mut c) = db();
     c.batch_execute("SET jobq.heartbeat_timeout = '2s'; SET jobq.retention = '2h'").unwrap();
@@ -425,6 +439,7 @@ fn the_background_worker_behaves_like_postgres_own() {
     assert_eq!(cluster.pids_of("jobq reaper").len(), 1);
     admin.batch_execute("DROP DATABASE served").unwrap();
     assert!(cluster.log().contains("jobq reaper: leaving database \"served\""));
+    assert!(cluster.log().contains("starting it again in 1 s"), "a reaper that stops soon after its start is restarted after a backoff");
     // The launcher said so once at the start, before the database was created; now again.
     wait_until("the launcher to wait for the database", PATIENCE, || {
         cluster.log().matches("\"served\" (jobq.database) does not exist yet").count() == 2
