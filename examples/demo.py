@@ -2,9 +2,12 @@
 """The jobq demo (what scripts/demo.sh runs): a worker pool in two languages, a stream of jobs,
 a worker killed mid-job and its job rescued by the background worker inside PostgreSQL.
 
-    JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo python3 examples/demo.py [SECONDS]
+    JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo \
+    JOBQ_ADMIN_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo python3 examples/demo.py [SECONDS]
 
-It resets jobq in that database (DROP/CREATE EXTENSION), starts two Python and two Node
+Everything runs as JOBQ_DSN's role, which holds jobq_worker only (as an application's role
+would), except the reset at the start: jobq is dropped and created again in that database
+through JOBQ_ADMIN_DSN, the extension's owner. Then it starts two Python and two Node
 reference workers (examples/python/worker.py, examples/node/worker.js), enqueues a steady
 stream of jobs for SECONDS (default 20) from this process, kills one worker with SIGKILL while
 it runs a long job, prints one live progress line, and ends with a summary checked against the
@@ -24,6 +27,7 @@ from pathlib import Path
 import psycopg
 
 DSN = os.environ.get("JOBQ_DSN", "postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo")
+ADMIN_DSN = os.environ.get("JOBQ_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5499/jobq_demo")
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
 ROOT = Path(__file__).resolve().parent
 REPORT_LIMIT = 2
@@ -96,10 +100,11 @@ def producer(stop, counts):
 
 
 def main():
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        admin.execute("SET client_min_messages = warning")
+        admin.execute("DROP EXTENSION IF EXISTS jobq CASCADE")
+        admin.execute("CREATE EXTENSION jobq")
     with psycopg.connect(DSN, autocommit=True) as db:
-        db.execute("SET client_min_messages = warning")
-        db.execute("DROP EXTENSION IF EXISTS jobq CASCADE")
-        db.execute("CREATE EXTENSION jobq")
         bgw = db.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jobq reaper'").fetchone()[0]
         hb, reap = db.execute("SELECT current_setting('jobq.heartbeat_timeout'), current_setting('jobq.reap_interval')").fetchone()
     say("jobq demo: every coordination step below is a SQL function call; the workers are plain")

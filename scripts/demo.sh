@@ -11,7 +11,9 @@ cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/
 # Restart so a server that was already running loads the library just installed.
 ./scripts/cluster.sh stop
 ./scripts/cluster.sh start
-JOBQ_DSN="postgresql://${JOBQ_APP_ROLE:-jobq_demo_app}@127.0.0.1:${JOBQ_PORT:-5499}/${JOBQ_DB:-jobq_demo}" python3 examples/demo.py "${1:-20}"
+JOBQ_DSN="postgresql://${JOBQ_APP_ROLE:-jobq_demo_app}@127.0.0.1:${JOBQ_PORT:-5499}/${JOBQ_DB:-jobq_demo}" \
+JOBQ_ADMIN_DSN="postgresql://postgres@127.0.0.1:${JOBQ_PORT:-5499}/${JOBQ_DB:-jobq_demo}" \
+  python3 examples/demo.py "${1:-20}"
 cat <<MSG
 
 The server is still running (data in .pgdata/, port ${JOBQ_PORT:-5499}, database ${JOBQ_DB:-jobq_demo}).
