@@ -466,6 +466,39 @@ fn the_background_worker_behaves_like_postgres_own() {
 }
 
 #[test]
+fn the_background_worker_recovers_around_an_open_transaction() {
+    // The scenario with no client reaping: an open jobq_cancel holds one dead worker's
+    // job; the background worker requeues the other dead worker's job within its passes while
+    // that transaction lives, and the held job once it ends.
+    let cluster = Cluster::start(
+        "stall",
+        &["jobq.database = 'stall'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1s'"],
+    );
+    cluster.connect("postgres").batch_execute("CREATE DATABASE stall").unwrap();
+    let mut c = cluster.connect("stall");
+    c.batch_execute("CREATE EXTENSION jobq").unwrap();
+    let (wa, wb) = (register(&mut c), register(&mut c));
+    let held: i64 = c.query_one("SELECT jobq_enqueue('a')", &[]).unwrap().get(0);
+    let free: i64 = c.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
+    assert_eq!(c.query_one("SELECT id FROM jobq_checkout($1, ARRAY['a'])", &[&wa]).unwrap().get::<_, i64>(0), held);
+    assert_eq!(c.query_one("SELECT id FROM jobq_checkout($1, ARRAY['b'])", &[&wb]).unwrap().get::<_, i64>(0), free);
+    let mut holder = cluster.connect("stall");
+    let mut tx = holder.transaction().unwrap();
+    assert_eq!(tx.query_one("SELECT jobq_cancel($1)", &[&held]).unwrap().get::<_, String>(0), "executing");
+
+    let state = |c: &mut Client, id: i64| -> String { c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0) };
+    wait_until("the background worker to requeue the free job", PATIENCE, || state(&mut c, free) == "ready");
+    assert_eq!(state(&mut c, held), "executing", "the held job waits for its transaction");
+    let workers: Vec<Uuid> = c.query("SELECT id FROM jobq.workers", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(workers, vec![wa], "the worker whose job is held stays for a later pass; the other is gone");
+    tx.commit().unwrap();
+    wait_until("the held job's recovery", PATIENCE, || state(&mut c, held) == "cancelled");
+    wait_until("its worker's removal", PATIENCE, || c.query("SELECT 1 FROM jobq.workers", &[]).unwrap().is_empty());
+    assert!(!cluster.log().contains("pass failed"), "no pass failed meanwhile");
+    cluster.pg_ctl_stop("fast");
+}
+
+#[test]
 fn a_full_max_worker_processes_gets_a_backoff_not_a_line_every_tick() {
     // The launcher takes the only worker slot: the reaper cannot start.
     let cluster = Cluster::start("noslot", &["jobq.database = 'postgres'", "max_worker_processes = 1", "max_logical_replication_workers = 0"]);
