@@ -416,6 +416,11 @@ fn bad_input_is_refused_with_its_sqlstate_and_changes_nothing() {
         ("SELECT jobq_acquire_lock('k', $1, interval '200000 years')", "22023"),
         ("SELECT jobq_fail(1, $1, retry_in => interval '200000 years')", "22023"),
         ("SELECT jobq_heartbeat($1, ARRAY[1, NULL]::bigint[])", "22004"),
+        ("SELECT jobq_complete_many($1, NULL)", "22004"),
+        ("SELECT jobq_complete_many($1, ARRAY[1, NULL]::bigint[])", "22004"),
+        ("SELECT jobq_complete_many($1, ARRAY[1, 1]::bigint[])", "22023"),
+        ("SELECT jobq_complete_many($1, ARRAY[1, 2]::bigint[], ARRAY['{}']::jsonb[])", "22023"),
+        ("SELECT jobq_fail_many($1, ARRAY(SELECT generate_series(1, 10001))::bigint[])", "22023"),
     ];
     let fingerprint = |c: &mut Client| -> String {
         c.query_one(
@@ -445,6 +450,50 @@ fn bad_input_is_refused_with_its_sqlstate_and_changes_nothing() {
     c.query_one("SELECT jobq_enqueue(repeat('q', 1000), kind => repeat('k', 1000), unique_key => repeat('u', 1000), concurrency_key => repeat('c', 1000), concurrency_limit => 10000)", &[]).unwrap();
     assert_eq!(c.query("SELECT * FROM jobq_checkout($1, max_jobs => 10000)", &[&w]).unwrap().len(), 2);
     assert!(c.query_one("SELECT jobq_acquire_lock(repeat('k', 1000), $1, interval '99999 years')", &[&w]).unwrap().get::<_, bool>(0));
+}
+
+#[test]
+fn batch_complete_and_fail_fence_each_job_like_the_single_calls() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let other = register(&mut c);
+    let ids: Vec<i64> = (0..4).map(|_| enqueue(&mut c, "'q', max_attempts => 1")).collect();
+    let keyed = enqueue(&mut c, "'q', unique_key => 'uk', concurrency_key => 'ck'");
+    let theirs = enqueue(&mut c, "'q'");
+    let retried = enqueue(&mut c, "'q'");
+    assert_eq!(checkout(&mut c, w, None, 5), [&ids[..], &[keyed]].concat());
+    assert_eq!(checkout(&mut c, other, None, 1), vec![theirs]);
+    assert_eq!(checkout(&mut c, w, None, 1), vec![retried]);
+
+    // Complete three of w's jobs, one of another worker's and an unknown id, in one call:
+    // the answer lists the completed ids in the order given.
+    let asked = vec![keyed, ids[1], theirs, 424242, ids[0]];
+    let results: Vec<serde_json::Value> = asked.iter().map(|id| json!({ "id": id })).collect();
+    let done: Vec<i64> = c.query_one("SELECT jobq_complete_many($1, $2, $3)", &[&w, &asked, &results]).unwrap().get(0);
+    assert_eq!(done, vec![keyed, ids[1], ids[0]]);
+    for id in [keyed, ids[1], ids[0]] {
+        let r = c.query_one("SELECT state, result FROM jobq.jobs WHERE id = $1", &[&id]).unwrap();
+        assert_eq!((r.get::<_, String>(0), r.get::<_, Value>(1)), ("completed".to_string(), json!({ "id": id })));
+    }
+    assert_eq!(state(&mut c, theirs), "executing", "another worker's job is untouched");
+    // The keys went as with jobq_complete: the unique key and the slot are free again.
+    let held: i64 = c.query_one("SELECT (SELECT count(*) FROM jobq.locks) + (SELECT count(*) FROM jobq.slots)", &[]).unwrap().get(0);
+    assert_eq!(held, 0);
+
+    // Fail: per job the state jobq_fail gives (attempts exhausted: dead; else ready with a
+    // backoff), NULL where the job is not this worker's (already completed, or another's).
+    let states: Vec<Option<String>> = c
+        .query_one("SELECT jobq_fail_many($1, $2, $3)", &[&w, &vec![ids[2], retried, ids[1], theirs], &vec![json!({"e": 1}), json!({"e": 2}), json!({}), json!({})]])
+        .unwrap()
+        .get(0);
+    assert_eq!(states, vec![Some("dead".to_string()), Some("ready".to_string()), None, None]);
+    let err: Value = c.query_one("SELECT last_error FROM jobq.jobs WHERE id = $1", &[&retried]).unwrap().get(0);
+    assert_eq!(err, json!({"e": 2}));
+    // Without results or errors, and with nothing to do: empty answers.
+    let done: Vec<i64> = c.query_one("SELECT jobq_complete_many($1, ARRAY[$2::bigint])", &[&w, &ids[3]]).unwrap().get(0);
+    assert_eq!(done, vec![ids[3]]);
+    let none: Vec<i64> = c.query_one("SELECT jobq_complete_many($1, '{}')", &[&w]).unwrap().get(0);
+    assert!(none.is_empty());
 }
 
 #[test]

@@ -141,3 +141,62 @@ BEGIN
     PERFORM pg_notify('jobq', j.queue);
     RETURN true;
 END $$;
+
+-- Batch calls: many jobs of one worker in one call, so one round trip and one commit. Each job
+-- goes through jobq_complete / jobq_fail, so fencing, keys and ownership are exactly theirs,
+-- in ascending id order (two batches never lock the same jobs in opposite orders). At most
+-- 10,000 ids a call.
+
+-- Completes each job of `job_ids` executing under `worker` (with results[i] as the result of
+-- job_ids[i] when `results` is given) and returns the ids it completed; an id left out of the
+-- answer was not this worker's to complete (jobq_complete's false).
+CREATE FUNCTION jobq_complete_many(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL)
+RETURNS bigint[] LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_done  bigint[] := '{}';
+    r       record;
+BEGIN
+    PERFORM jobq._check_batch(worker, job_ids, results);
+    FOR r IN SELECT i.id, i.ord FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.id, i.ord LOOP
+        IF @extschema@.jobq_complete(r.id, worker, results[r.ord]) THEN
+            v_done := v_done || r.id;
+        END IF;
+    END LOOP;
+    RETURN ARRAY(SELECT d FROM unnest(job_ids) d WHERE d = ANY (v_done));
+END $$;
+
+-- Fails each job of `job_ids` executing under `worker` (with errors[i] as the error of
+-- job_ids[i] when `errors` is given) as jobq_fail does with its default backoff, and returns
+-- the new states in job_ids order: 'ready', 'dead' or 'cancelled', NULL where the job was not
+-- this worker's to fail.
+CREATE FUNCTION jobq_fail_many(worker uuid, job_ids bigint[], errors jsonb[] DEFAULT NULL)
+RETURNS text[] LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_states  text[] := array_fill(NULL::text, ARRAY[cardinality(job_ids)]);
+    r         record;
+BEGIN
+    PERFORM jobq._check_batch(worker, job_ids, errors);
+    FOR r IN SELECT i.id, i.ord FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.id, i.ord LOOP
+        v_states[r.ord] := @extschema@.jobq_fail(r.id, worker, errors[r.ord]);
+    END LOOP;
+    RETURN v_states;
+END $$;
+
+-- The arguments of a batch call: 22004 for a NULL worker, id list or id, 22023 for more than
+-- 10,000 ids, a repeated id, or a list of results / errors of another length; 42501 for a
+-- worker of another role, even with no id (each job's call would say it too).
+CREATE FUNCTION jobq._check_batch(worker uuid, job_ids bigint[], per_job jsonb[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF worker IS NULL OR job_ids IS NULL OR array_position(job_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'jobq: worker, job_ids and every id must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(job_ids) > 10000 THEN
+        RAISE EXCEPTION 'jobq: at most 10000 job ids a call, got %', cardinality(job_ids) USING ERRCODE = '22023';
+    ELSIF cardinality(job_ids) <> (SELECT count(DISTINCT d) FROM unnest(job_ids) d) THEN
+        RAISE EXCEPTION 'jobq: job_ids must not repeat an id' USING ERRCODE = '22023';
+    ELSIF per_job IS NOT NULL AND cardinality(per_job) <> cardinality(job_ids) THEN
+        RAISE EXCEPTION 'jobq: % job ids but % results or errors', cardinality(job_ids), cardinality(per_job)
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._refuse_foreign_worker(worker);
+END $$;

@@ -66,6 +66,8 @@ GRANT EXECUTE ON FUNCTION
     jobq_checkout(uuid, text[], integer),
     jobq_complete(bigint, uuid, jsonb),
     jobq_fail(bigint, uuid, jsonb, interval, boolean),
+    jobq_complete_many(uuid, bigint[], jsonb[]),
+    jobq_fail_many(uuid, bigint[], jsonb[]),
     jobq_acquire_lock(text, uuid, interval),
     jobq_release_lock(text, uuid),
     jobq_lock_holder(text)
