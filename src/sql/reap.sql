@@ -142,15 +142,13 @@ END $$;
 -- jobq_reap().
 DO $$
 DECLARE
-    v_served text := current_setting('jobq.database', true);
+    v_preloaded boolean := 'jobq' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','));
+    v_served    text := current_setting('jobq.database', true);
 BEGIN
-    IF NOT 'jobq' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))
-       OR v_served IS DISTINCT FROM current_database() THEN
+    IF NOT v_preloaded OR v_served IS DISTINCT FROM current_database() THEN
         RAISE WARNING 'jobq: no background worker reaps database "%"', current_database()
-            USING DETAIL = CASE
-                      WHEN NOT 'jobq' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))
-                      THEN 'jobq is not in shared_preload_libraries.'
-                      ELSE format('The background worker serves database "%s" (jobq.database).', v_served) END,
+            USING DETAIL = CASE WHEN NOT v_preloaded THEN 'jobq is not in shared_preload_libraries.'
+                                ELSE format('The background worker serves database "%s" (jobq.database).', v_served) END,
                   HINT = 'Until it does, dead workers are reaped and old jobs pruned only when something calls jobq_reap() (every few seconds).';
     END IF;
 END $$;
