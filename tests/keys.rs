@@ -124,6 +124,7 @@ fn unique_enqueue_race(strategy: &'static str, on_conflict: &'static str, iso: I
             _ => unreachable!(),
         }
     }
+    assert_waiting_set_consistent(&mut c);
 }
 
 #[test]
@@ -242,6 +243,93 @@ fn replace_never_rejects_when_the_holder_starts_in_between() {
     let errors: Vec<String> = outcomes.into_iter().flatten().collect();
     assert!(errors.is_empty(), "{} enqueues failed, e.g. {:?}", errors.len(), errors.first());
     assert!(started.load(Ordering::Relaxed) > 10, "the workers started jobs while the producers enqueued");
+    assert_waiting_set_consistent(&mut cluster.connect(&name));
+}
+
+#[test]
+fn cancels_and_replaces_racing_checkouts_never_deadlock_and_lose_nothing() {
+    // A cancel or a replace changes a waiting job (its ready row, then its job row) while
+    // checkouts claim the same jobs (ready rows, then job rows). 40P01 would mean two
+    // writers took them in opposite orders. Afterwards every job is completed or cancelled,
+    // each exactly once, and the waiting set matches the jobs.
+    let (cluster, name, mut c) = db();
+    const JOBS: i64 = 600;
+    c.batch_execute(&format!(
+        "SELECT jobq_enqueue('race', jsonb_build_object('n', g), unique_key => CASE WHEN g <= 50 THEN 'k' || g END,
+                             unique_strategy => 'until_executing')
+           FROM generate_series(1, {JOBS}) g"
+    ))
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let completed = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, stop, errors, completed) = (cluster.url(&name), stop.clone(), errors.clone(), completed.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+                let w = register(&mut c);
+                while !stop.load(Ordering::Relaxed) {
+                    match c.query("SELECT id FROM jobq_checkout($1, ARRAY['race'], 3)", &[&w]) {
+                        Ok(rows) => {
+                            for row in rows {
+                                let id: i64 = row.get(0);
+                                if c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0) {
+                                    completed.lock().unwrap().push(id);
+                                }
+                            }
+                        }
+                        Err(e) => errors.lock().unwrap().push(format!("checkout {}: {e}", sqlstate(&e))),
+                    }
+                }
+            })
+        })
+        .collect();
+    let outcomes = hammer(cluster, &name, 8, |i, c| {
+        let mut errors = Vec::new();
+        for n in 0..100i64 {
+            let r = if i % 2 == 0 {
+                // Cancel ids spread over the whole range from the last one down (checkout takes
+                // the lowest first): waiting, executing or gone.
+                c.query_one("SELECT jobq_cancel(max(id) - $1) IS NOT NULL FROM jobq.jobs", &[&((n * 7 + i as i64 * 13) % JOBS)])
+            } else {
+                c.query_one(
+                    "SELECT jobq_enqueue('race', jsonb_build_object('r', $1::int), unique_key => 'k' || ($1::int % 50),
+                                         unique_strategy => 'until_executing', on_conflict => 'replace') IS NOT NULL",
+                    &[&((n * 8 + i as i64) as i32)],
+                )
+            };
+            if let Err(e) = r {
+                errors.push(format!("{}: {e}", sqlstate(&e)));
+            }
+        }
+        errors
+    });
+    let mut all_errors: Vec<String> = outcomes.into_iter().flatten().collect();
+    // Let the workers drain what is left, then stop them.
+    wait_until("the queue drained", Duration::from_secs(60), || {
+        c.query_one("SELECT NOT EXISTS (SELECT 1 FROM jobq.jobs WHERE state IN ('ready', 'executing'))", &[]).unwrap().get(0)
+    });
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    all_errors.extend(errors.lock().unwrap().drain(..));
+    assert!(all_errors.is_empty(), "{} calls failed, e.g. {:?}", all_errors.len(), all_errors.first());
+    let completed = completed.lock().unwrap();
+    let distinct: HashSet<_> = completed.iter().collect();
+    assert_eq!(distinct.len(), completed.len(), "a job was completed twice");
+    let r = c
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'cancelled'), count(*) FROM jobq.jobs",
+            &[],
+        )
+        .unwrap();
+    let (done, cancelled, total) = (r.get::<_, i64>(0), r.get::<_, i64>(1), r.get::<_, i64>(2));
+    assert_eq!(done as usize, completed.len(), "the completed jobs are the ones workers completed");
+    assert_eq!(done + cancelled, total, "every job ended completed or cancelled");
+    assert!(cancelled > 0 && done > 0, "both cancels and completions happened ({cancelled}, {done})");
+    assert_waiting_set_consistent(&mut c);
 }
 
 #[test]
@@ -378,6 +466,7 @@ fn while_executing_never_overlaps(iso: Iso) {
     if iso == Iso::RepeatableRead {
         assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
     }
+    assert_waiting_set_consistent(&mut c);
 }
 
 #[test]
@@ -411,6 +500,7 @@ fn concurrency_limit_holds(iso: Iso) {
     if iso == Iso::RepeatableRead {
         assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
     }
+    assert_waiting_set_consistent(&mut c);
 }
 
 #[test]

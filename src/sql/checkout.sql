@@ -1,8 +1,10 @@
 -- Checkout: the hot path.
 --
--- One statement per batch picks the first ready, due, unpaused jobs in claim order through
--- a partial index (no sort), locks them with FOR UPDATE SKIP LOCKED (never waiting for
--- another checkout) and, in the same statement, claims those that need no execution slot.
+-- One statement per batch picks the first due, unpaused rows of jobq.ready in claim order
+-- through its index (no sort), locks them with FOR UPDATE SKIP LOCKED (never waiting for
+-- another checkout) and, in the same statement, claims those that need no execution slot:
+-- a claim deletes the ready row and marks the job row executing. A job is claimed only by
+-- the transaction that deleted its ready row, and only while its row says 'ready'.
 -- Jobs that do (a concurrency key, a while_executing key) or that give up a key when they
 -- start (until_executing) are claimed one by one by jobq._claim_keyed; one that cannot
 -- start now has its key (for a concurrency key: its key up to its limit) skipped for the
@@ -41,9 +43,10 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- Claims a job this checkout holds locked, taking its slots first. NULL when claimed;
--- otherwise 'c' (its concurrency key is full) or 'u' (its while_executing key is busy).
-CREATE FUNCTION jobq._claim_keyed(job bigint, worker uuid, started timestamptz) RETURNS "char"
+-- Claims a job whose ready row (`ready`, its ctid) this checkout holds locked, taking its
+-- slots first. NULL when claimed; otherwise 'c' (its concurrency key is full) or 'u' (its
+-- while_executing key is busy), and nothing changed.
+CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     j       record;
@@ -68,6 +71,7 @@ BEGIN
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
     END IF;
+    DELETE FROM jobq.ready r WHERE r.ctid = ready;
     UPDATE jobq.jobs x
        SET state = 'executing', worker_id = _claim_keyed.worker, attempt = x.attempt + 1,
            started_at = started, concurrency_slot = v_slot
@@ -95,32 +99,32 @@ DECLARE
     c          record;
 BEGIN
     FOR c IN
-        SELECT j.id, j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_limit
-          FROM jobq.jobs j
-         WHERE j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= now
+        SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key
+          FROM jobq.ready r
+         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
            AND (NOT paused OR NOT EXISTS (
                    SELECT 1 FROM jobq.pauses p
-                    WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
-                       OR (p.queue IS NULL AND p.kind = j.kind)))
-         ORDER BY j.priority, j.run_at, j.id
+                    WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                       OR (p.queue IS NULL AND p.kind = r.kind)))
+         ORDER BY r.priority, r.run_at, r.id
     LOOP
         EXIT WHEN cardinality(v_claimed) >= max_jobs;
-        CONTINUE WHEN c.unique_strategy = 'while_executing' AND c.unique_key = ANY (v_skip_u);
+        CONTINUE WHEN c.while_key = ANY (v_skip_u);
         CONTINUE WHEN c.concurrency_key IS NOT NULL AND EXISTS (
             SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
              WHERE s.key = c.concurrency_key AND c.concurrency_limit <= s.lim);
         BEGIN
-            PERFORM 1 FROM jobq.jobs x WHERE x.id = c.id AND x.state = 'ready' FOR UPDATE SKIP LOCKED;
+            PERFORM 1 FROM jobq.ready r WHERE r.ctid = c.rid FOR UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;
-            IF c.concurrency_key IS NULL AND c.unique_strategy IS DISTINCT FROM 'while_executing'
-               AND c.unique_strategy IS DISTINCT FROM 'until_executing' THEN
+            IF NOT c.keyed THEN
+                DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
                 UPDATE jobq.jobs x
                    SET state = 'executing', worker_id = _checkout_in_snapshot.worker,
                        attempt = x.attempt + 1, started_at = now
                  WHERE x.id = c.id;
                 v_blocked := NULL;
             ELSE
-                v_blocked := jobq._claim_keyed(c.id, worker, now);
+                v_blocked := jobq._claim_keyed(c.id, c.rid, worker, now);
             END IF;
             IF v_blocked IS NULL THEN
                 v_claimed := v_claimed || c.id;
@@ -128,7 +132,7 @@ BEGIN
                 v_skip_c := v_skip_c || c.concurrency_key;
                 v_skip_l := v_skip_l || c.concurrency_limit;
             ELSE
-                v_skip_u := v_skip_u || c.unique_key;
+                v_skip_u := v_skip_u || c.while_key;
             END IF;
         EXCEPTION WHEN serialization_failure THEN
             NULL;  -- changed since our snapshot: skip it, as if it were locked
@@ -200,24 +204,27 @@ BEGIN
                  WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
                    AND jobq._may_act_for(w.owner)
             ), cand AS (
-                SELECT j.id, (j.concurrency_key IS NOT NULL
-                              OR j.unique_strategy IN ('while_executing', 'until_executing')) AS keyed
-                  FROM jobq.jobs j
+                SELECT r.ctid AS rid, r.keyed
+                  FROM jobq.ready r
                  WHERE EXISTS (SELECT 1 FROM live)
-                   AND j.state = 'ready' AND j.queue = v_queue AND j.run_at <= v_now
+                   AND r.queue = v_queue AND r.run_at <= v_now
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
-                            WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
-                               OR (p.queue IS NULL AND p.kind = j.kind)))
-                 ORDER BY j.priority, j.run_at, j.id
+                            WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                               OR (p.queue IS NULL AND p.kind = r.kind)))
+                 ORDER BY r.priority, r.run_at, r.id
                  LIMIT max_jobs
                  FOR UPDATE SKIP LOCKED
+            ), taken AS (
+                DELETE FROM jobq.ready r
+                 WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand))
+                   AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
+                RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now
-                 WHERE j.id = ANY (ARRAY(SELECT cand.id FROM cand))
-                   AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
+                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                 RETURNING j.*
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
@@ -232,24 +239,27 @@ BEGIN
                  WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
                    AND jobq._may_act_for(w.owner)
             ), cand AS (
-                SELECT j.id, (j.concurrency_key IS NOT NULL
-                              OR j.unique_strategy IN ('while_executing', 'until_executing')) AS keyed
-                  FROM jobq.jobs j
+                SELECT r.ctid AS rid, r.keyed
+                  FROM jobq.ready r
                  WHERE EXISTS (SELECT 1 FROM live)
-                   AND j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= v_now
+                   AND (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
-                            WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
-                               OR (p.queue IS NULL AND p.kind = j.kind)))
-                 ORDER BY j.priority, j.run_at, j.id
+                            WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                               OR (p.queue IS NULL AND p.kind = r.kind)))
+                 ORDER BY r.priority, r.run_at, r.id
                  LIMIT max_jobs
                  FOR UPDATE SKIP LOCKED
+            ), taken AS (
+                DELETE FROM jobq.ready r
+                 WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand))
+                   AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
+                RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now
-                 WHERE j.id = ANY (ARRAY(SELECT cand.id FROM cand))
-                   AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
+                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                 RETURNING j.*
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
@@ -283,65 +293,67 @@ BEGIN
             IF v_queue IS NOT NULL THEN
                 OPEN cur FOR
                 WITH cand AS (
-                    SELECT j.id, j.priority, j.run_at, j.unique_key, j.unique_strategy, j.concurrency_key,
-                           j.concurrency_limit
-                      FROM jobq.jobs j
-                     WHERE j.state = 'ready' AND j.queue = v_queue AND j.run_at <= v_now
+                    SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
+                           r.concurrency_limit, r.while_key
+                      FROM jobq.ready r
+                     WHERE r.queue = v_queue AND r.run_at <= v_now
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
-                                WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
-                                   OR (p.queue IS NULL AND p.kind = j.kind)))
-                       AND (j.concurrency_key IS NULL OR cardinality(v_skip_c) = 0 OR NOT EXISTS (
+                                WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                                   OR (p.queue IS NULL AND p.kind = r.kind)))
+                       AND (r.concurrency_key IS NULL OR cardinality(v_skip_c) = 0 OR NOT EXISTS (
                                SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
-                                WHERE s.key = j.concurrency_key AND j.concurrency_limit <= s.lim))
-                       AND (j.unique_strategy IS DISTINCT FROM 'while_executing' OR j.unique_key <> ALL (v_skip_u))
-                     ORDER BY j.priority, j.run_at, j.id
+                                WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                       AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                     ORDER BY r.priority, r.run_at, r.id
                      LIMIT v_want
                      FOR UPDATE SKIP LOCKED
+                ), taken AS (
+                    DELETE FROM jobq.ready r
+                     WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand WHERE NOT cand.keyed))
+                    RETURNING r.id
                 ), claimed AS (
                     UPDATE jobq.jobs j
                        SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                            started_at = v_now
-                      FROM cand
-                     WHERE j.id = cand.id AND cand.concurrency_key IS NULL
-                       AND cand.unique_strategy IS DISTINCT FROM 'while_executing'
-                       AND cand.unique_strategy IS DISTINCT FROM 'until_executing'
+                     WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                     RETURNING j.id
                 )
-                SELECT cand.id, claimed.id IS NOT NULL AS claimed, cand.unique_key, cand.concurrency_key,
-                       cand.concurrency_limit
+                SELECT cand.rid, cand.id, claimed.id IS NOT NULL AS claimed, cand.keyed,
+                       cand.concurrency_key, cand.concurrency_limit, cand.while_key
                   FROM cand LEFT JOIN claimed ON claimed.id = cand.id
                  ORDER BY cand.priority, cand.run_at, cand.id;
             ELSE
                 OPEN cur FOR
                 WITH cand AS (
-                    SELECT j.id, j.priority, j.run_at, j.unique_key, j.unique_strategy, j.concurrency_key,
-                           j.concurrency_limit
-                      FROM jobq.jobs j
-                     WHERE j.state = 'ready' AND (queues IS NULL OR j.queue = ANY (queues)) AND j.run_at <= v_now
+                    SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
+                           r.concurrency_limit, r.while_key
+                      FROM jobq.ready r
+                     WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
-                                WHERE (p.queue = j.queue AND (p.kind IS NULL OR p.kind = j.kind))
-                                   OR (p.queue IS NULL AND p.kind = j.kind)))
-                       AND (j.concurrency_key IS NULL OR cardinality(v_skip_c) = 0 OR NOT EXISTS (
+                                WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                                   OR (p.queue IS NULL AND p.kind = r.kind)))
+                       AND (r.concurrency_key IS NULL OR cardinality(v_skip_c) = 0 OR NOT EXISTS (
                                SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
-                                WHERE s.key = j.concurrency_key AND j.concurrency_limit <= s.lim))
-                       AND (j.unique_strategy IS DISTINCT FROM 'while_executing' OR j.unique_key <> ALL (v_skip_u))
-                     ORDER BY j.priority, j.run_at, j.id
+                                WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                       AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                     ORDER BY r.priority, r.run_at, r.id
                      LIMIT v_want
                      FOR UPDATE SKIP LOCKED
+                ), taken AS (
+                    DELETE FROM jobq.ready r
+                     WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand WHERE NOT cand.keyed))
+                    RETURNING r.id
                 ), claimed AS (
                     UPDATE jobq.jobs j
                        SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                            started_at = v_now
-                      FROM cand
-                     WHERE j.id = cand.id AND cand.concurrency_key IS NULL
-                       AND cand.unique_strategy IS DISTINCT FROM 'while_executing'
-                       AND cand.unique_strategy IS DISTINCT FROM 'until_executing'
+                     WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                     RETURNING j.id
                 )
-                SELECT cand.id, claimed.id IS NOT NULL AS claimed, cand.unique_key, cand.concurrency_key,
-                       cand.concurrency_limit
+                SELECT cand.rid, cand.id, claimed.id IS NOT NULL AS claimed, cand.keyed,
+                       cand.concurrency_key, cand.concurrency_limit, cand.while_key
                   FROM cand LEFT JOIN claimed ON claimed.id = cand.id
                  ORDER BY cand.priority, cand.run_at, cand.id;
             END IF;
@@ -355,7 +367,8 @@ BEGIN
                     v_claimed := v_claimed || c.id;
                     CONTINUE;
                 END IF;
-                v_blocked := jobq._claim_keyed(c.id, worker, v_now);
+                CONTINUE WHEN NOT c.keyed;  -- its job was not 'ready' (cannot happen): the ready row is gone
+                v_blocked := jobq._claim_keyed(c.id, c.rid, worker, v_now);
                 IF v_blocked IS NULL THEN
                     v_claimed := v_claimed || c.id;
                 ELSIF v_blocked = 'c' THEN
@@ -364,7 +377,7 @@ BEGIN
                     v_skip_c := v_skip_c || c.concurrency_key;
                     v_skip_l := v_skip_l || c.concurrency_limit;
                 ELSE
-                    v_skip_u := v_skip_u || c.unique_key;
+                    v_skip_u := v_skip_u || c.while_key;
                 END IF;
             END LOOP;
             CLOSE cur;

@@ -56,6 +56,7 @@ DECLARE
     v_run_at  timestamptz := coalesce(run_at, v_now);
     v_id      bigint;
     v_holder  record;
+    v_ready   tid;
 BEGIN
     IF queue IS NULL OR payload IS NULL OR priority IS NULL OR max_attempts IS NULL
        OR unique_strategy IS NULL OR on_conflict IS NULL OR concurrency_limit IS NULL THEN
@@ -95,11 +96,15 @@ BEGIN
             SELECT l.job_id, l.worker_id INTO v_holder FROM jobq.locks l WHERE l.key = unique_key;
             CONTINUE WHEN NOT FOUND;  -- the holder let go in between: try again
             IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL THEN
-                -- Debounce: the waiting job takes the new payload, priority and run_at.
-                UPDATE jobq.jobs j
-                   SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
-                 WHERE j.id = v_holder.job_id AND j.state = 'ready';
-                IF FOUND THEN
+                -- Debounce: the waiting job takes the new payload, priority and run_at
+                -- (its ready row first: jobq._lock_ready).
+                v_ready := jobq._lock_ready(v_holder.job_id);
+                IF v_ready IS NOT NULL THEN
+                    UPDATE jobq.ready r SET priority = jobq_enqueue.priority, run_at = v_run_at
+                     WHERE r.ctid = v_ready;
+                    UPDATE jobq.jobs j
+                       SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
+                     WHERE j.id = v_holder.job_id;
                     IF v_run_at <= v_now THEN
                         PERFORM pg_notify('jobq', queue);
                     END IF;
@@ -130,6 +135,7 @@ BEGIN
     VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts,
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
             concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END);
+    PERFORM jobq._enter_ready(ARRAY[v_id]);
 
     -- PostgreSQL folds identical notifications of one transaction into one.
     IF v_run_at <= v_now THEN
@@ -150,6 +156,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS
 DECLARE
     v_now     timestamptz := clock_timestamp();
     v_run_at  timestamptz := coalesce(run_at, v_now);
+    v_ids     bigint[];
 BEGIN
     IF queue IS NULL OR payloads IS NULL OR priority IS NULL OR max_attempts IS NULL THEN
         RAISE EXCEPTION 'jobq: queue, payloads, priority and max_attempts must not be NULL' USING ERRCODE = '22004';
@@ -169,7 +176,6 @@ BEGIN
         RETURN;
     END IF;
     -- Ids come from the sequence in row order, so ordering by id is payload order.
-    RETURN QUERY
     WITH ins AS (
         INSERT INTO jobq.jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
         SELECT queue, kind, p.payload, priority, v_run_at, v_now, 'ready', max_attempts
@@ -177,7 +183,9 @@ BEGIN
          ORDER BY p.ord
         RETURNING id
     )
-    SELECT ins.id FROM ins ORDER BY ins.id;
+    SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
+    PERFORM jobq._enter_ready(v_ids);
+    RETURN QUERY SELECT u.id FROM unnest(v_ids) AS u(id);
     IF v_run_at <= v_now THEN
         PERFORM pg_notify('jobq', queue);
     END IF;

@@ -82,6 +82,9 @@ BEGIN
                          ELSE x.run_at END,
            finished_at = CASE WHEN v_state <> 'ready' THEN v_now END
      WHERE x.id = jobq_fail.job_id;
+    IF v_state = 'ready' THEN
+        PERFORM jobq._enter_ready(ARRAY[job_id]);
+    END IF;
     PERFORM jobq._release_keys(job_id, v_state, j.unique_key, j.unique_strategy,
                                j.concurrency_key, j.concurrency_slot);
     IF v_state = 'ready' AND retry_in = interval '0' THEN
@@ -93,26 +96,42 @@ END $$;
 CREATE FUNCTION jobq_cancel(job_id bigint) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    j record;
+    j        record;
+    v_ready  tid;
 BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
     END IF;
-    SELECT x.state, x.unique_key, x.unique_strategy, x.concurrency_key INTO j
-      FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    ELSIF j.state = 'ready' THEN
-        UPDATE jobq.jobs x SET state = 'cancelled', finished_at = clock_timestamp()
-         WHERE x.id = jobq_cancel.job_id;
-        PERFORM jobq._release_keys(job_id, 'cancelled', j.unique_key, j.unique_strategy, j.concurrency_key, NULL);
-        RETURN 'cancelled';
-    ELSIF j.state = 'executing' THEN
-        -- The worker sees the request in jobq_heartbeat; the reaper cancels it if the worker dies.
-        UPDATE jobq.jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
-         WHERE x.id = jobq_cancel.job_id;
-    END IF;
-    RETURN j.state;
+    LOOP
+        -- A waiting job: its ready row first, then the job row (jobq._lock_ready).
+        v_ready := jobq._lock_ready(job_id);
+        IF v_ready IS NOT NULL THEN
+            DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
+            UPDATE jobq.jobs x SET state = 'cancelled', finished_at = clock_timestamp()
+             WHERE x.id = jobq_cancel.job_id
+            RETURNING x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
+            PERFORM jobq._release_keys(job_id, 'cancelled', j.unique_key, j.unique_strategy,
+                                       j.concurrency_key, NULL);
+            RETURN 'cancelled';
+        END IF;
+        BEGIN
+            SELECT x.state INTO j FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
+            IF NOT FOUND THEN
+                RETURN NULL;
+            ELSIF j.state = 'ready' THEN
+                -- It became ready again since we looked (a retry, a requeue): give the job
+                -- row back (this block's subtransaction ends) and take the ready row first.
+                RAISE EXCEPTION USING ERRCODE = 'JQ900';
+            ELSIF j.state = 'executing' THEN
+                -- The worker sees the request in jobq_heartbeat; the reaper cancels it if the worker dies.
+                UPDATE jobq.jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
+                 WHERE x.id = jobq_cancel.job_id;
+            END IF;
+            RETURN j.state;
+        EXCEPTION WHEN SQLSTATE 'JQ900' THEN
+            NULL;
+        END;
+    END LOOP;
 END $$;
 
 CREATE FUNCTION jobq_retry(job_id bigint) RETURNS boolean
@@ -138,6 +157,7 @@ BEGIN
        SET state = 'ready', attempt = 0, run_at = clock_timestamp(), finished_at = NULL,
            cancel_requested_at = NULL, interrupted_at = NULL
      WHERE x.id = jobq_retry.job_id;
+    PERFORM jobq._enter_ready(ARRAY[job_id]);
     PERFORM pg_notify('jobq', j.queue);
     RETURN true;
 END $$;

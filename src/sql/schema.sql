@@ -49,15 +49,38 @@ CREATE TABLE jobq.jobs (
 );
 ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.jobs.id;
 
--- Checkout of one queue walks this index in exactly the claim order: no sort, and the
--- first row that is due, unpaused and not locked by another checkout is taken.
-CREATE INDEX jobs_ready_by_queue ON jobq.jobs (queue, priority, run_at, id) WHERE state = 'ready';
--- Checkout of any queue (queues => NULL) or of several queues walks this one.
-CREATE INDEX jobs_ready ON jobq.jobs (priority, run_at, id) WHERE state = 'ready';
+-- jobq.jobs has no index on waiting jobs: checkout reads jobq.ready below and touches a job
+-- row only to claim it, by primary key.
 -- Heartbeat (cancel requests), unregister and the reaper find a worker's jobs here.
 CREATE INDEX jobs_executing_by_worker ON jobq.jobs (worker_id) WHERE state = 'executing';
 -- The reaper prunes finished jobs oldest first.
 CREATE INDEX jobs_finished ON jobq.jobs (finished_at) WHERE state IN ('completed', 'dead', 'cancelled');
+
+-- The waiting set: exactly one row per job in state 'ready' (due or scheduled), with what
+-- checkout orders, filters and claims by, and nothing else. Checkout walks this small table
+-- instead of the job rows: an enqueue inserts the row, the claim deletes it, so the job row
+-- is not re-indexed for the ready state and the index checkout walks holds only waiting
+-- jobs (plus the dead entries of recent claims, until vacuum). Every function that makes a
+-- job ready inserts its row (jobq._enter_ready); every function that takes a job out of
+-- 'ready' deletes it in the same transaction.
+-- Lock order: a writer that changes a waiting job locks its ready row first, then the job
+-- row (jobq._lock_ready); checkout holds ready rows while it claims their jobs.
+CREATE TABLE jobq.ready (
+    queue              text NOT NULL,
+    priority           integer NOT NULL,
+    run_at             timestamptz NOT NULL,
+    id                 bigint NOT NULL,
+    kind               text,               -- for pauses of a kind
+    keyed              boolean NOT NULL,   -- needs an execution slot, or gives up a key, to start
+    concurrency_key    text,
+    concurrency_limit  integer,
+    while_key          text                -- the unique key of a while_executing job
+);
+-- Checkout of one queue walks this index in exactly the claim order: no sort, and the
+-- first row that is due, unpaused and not locked by another checkout is taken.
+CREATE INDEX ready_by_queue ON jobq.ready (queue, priority, run_at, id);
+-- Checkout of any queue (queues => NULL) or of several queues walks this one.
+CREATE INDEX ready_any ON jobq.ready (priority, run_at, id);
 
 -- Named locks and unique keys share this one namespace (its primary key). A row is held
 -- either by a worker (jobq_acquire_lock, with a ttl) or by a job (an until_executed key
@@ -122,6 +145,7 @@ CREATE TYPE jobq.job AS (
 SELECT pg_catalog.pg_extension_config_dump('jobq.workers', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.jobs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.ready', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.locks', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.slots', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.pauses', '');
@@ -135,3 +159,45 @@ BEGIN
               HINT = 'Stop its jobs and register again with jobq_register_worker().';
 END $$;
 CREATE INDEX locks_expiring ON jobq.locks (expires_at) WHERE worker_id IS NOT NULL;
+
+-- Makes jobs `ids` waiting: inserts the ready row of each of them that is in state 'ready'.
+-- The one place that derives a ready row from a job row.
+CREATE FUNCTION jobq._enter_ready(ids bigint[]) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, jobq, pg_temp AS $$
+    INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
+                            concurrency_limit, while_key)
+    SELECT j.queue, j.priority, j.run_at, j.id, j.kind,
+           j.concurrency_key IS NOT NULL
+               OR coalesce(j.unique_strategy IN ('while_executing', 'until_executing'), false),
+           j.concurrency_key, j.concurrency_limit,
+           CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END
+      FROM jobq.jobs j
+     WHERE j.id = ANY (ids) AND j.state = 'ready'
+$$;
+
+-- Locks the ready row of waiting job `job` and returns its ctid; NULL when the job is not
+-- waiting. Callers then lock the job row: ready row first, as checkout does, so that a
+-- cancel or a replace never deadlocks with a checkout claiming the same job. The row is
+-- found through ready_by_queue with the job row's values; if it changed or was claimed
+-- between the two reads, look again.
+CREATE FUNCTION jobq._lock_ready(job bigint) RETURNS tid
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j     record;
+    prev  text;   -- what the last look found: the same twice means no ready row to lock
+    v     tid;
+BEGIN
+    LOOP
+        SELECT x.queue, x.priority, x.run_at, x.state INTO j FROM jobq.jobs x WHERE x.id = job;
+        IF NOT FOUND OR j.state <> 'ready' OR j::text = prev THEN
+            RETURN NULL;
+        END IF;
+        SELECT r.ctid INTO v FROM jobq.ready r
+         WHERE r.queue = j.queue AND r.priority = j.priority AND r.run_at = j.run_at AND r.id = job
+           FOR UPDATE OF r;
+        IF FOUND THEN
+            RETURN v;
+        END IF;
+        prev := j::text;
+    END LOOP;
+END $$;

@@ -163,6 +163,7 @@ BEGIN
         PERFORM jobq._release_keys(r.id, r.state, r.unique_key, r.unique_strategy,
                                    r.concurrency_key, r.concurrency_slot);
         IF r.state = 'ready' THEN
+            PERFORM jobq._enter_ready(ARRAY[r.id]);
             requeued := requeued + 1;
             PERFORM pg_notify('jobq', r.queue);
         ELSIF r.state = 'dead' THEN

@@ -248,3 +248,24 @@ impl Cluster {
         client.unwrap()
     }
 }
+
+/// The waiting set's invariant (src/sql/schema.sql, jobq.ready): a job is in state 'ready'
+/// exactly when it has one row in jobq.ready, and that row carries the job's queue, kind,
+/// priority and run_at.
+pub fn assert_waiting_set_consistent(c: &mut Client) {
+    let r = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM jobq.ready r LEFT JOIN jobq.jobs j ON j.id = r.id
+                      WHERE j.id IS NULL OR j.state <> 'ready'
+                         OR (j.queue, j.kind, j.priority, j.run_at) IS DISTINCT FROM (r.queue, r.kind, r.priority, r.run_at)),
+                    (SELECT count(*) FROM jobq.jobs j
+                      WHERE j.state = 'ready' AND (SELECT count(*) FROM jobq.ready r WHERE r.id = j.id) <> 1)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (r.get::<_, i64>(0), r.get::<_, i64>(1)),
+        (0, 0),
+        "ready rows without a waiting job (or with other values), waiting jobs without exactly one ready row"
+    );
+}
