@@ -75,7 +75,15 @@ CREATE TABLE jobq.ready (
     concurrency_key    text,
     concurrency_limit  integer,
     while_key          text                -- the unique key of a while_executing job
-);
+)
+-- Every claim leaves a dead row whose index entries sit at the front of the claim order,
+-- where the next checkout starts walking: measured, 15,600 of them cost a checkout 0.5 ms
+-- (80 index pages), 0.05 ms after a VACUUM. So autovacuum takes this table after a fixed
+-- number of claims, not after 20% of the backlog, and without cost-based sleeps (README,
+-- Performance: autovacuum_naptime still bounds how often).
+WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+      autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 50000,
+      autovacuum_vacuum_cost_delay = 0);
 -- Checkout of one queue walks this index in exactly the claim order: no sort, and the
 -- first row that is due, unpaused and not locked by another checkout is taken.
 CREATE INDEX ready_by_queue ON jobq.ready (queue, priority, run_at, id);
