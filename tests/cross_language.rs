@@ -76,7 +76,13 @@ struct Worker {
 
 impl Worker {
     fn start(lang: Lang, queue: &str) -> Worker {
+        Worker::start_with(lang, queue, dsn())
+    }
+
+    /// A worker connecting to `dsn` instead of the test database.
+    fn start_with(lang: Lang, queue: &str, dsn: String) -> Worker {
         let mut child = command(lang, "worker")
+            .env("JOBQ_DSN", dsn)
             .env("JOBQ_QUEUES", queue)
             .env("JOBQ_BATCH", "5")
             .env("JOBQ_HEARTBEAT_S", "0.5")
@@ -252,5 +258,56 @@ fn every_reference_worker_heartbeats_with_what_it_holds() {
             "{lang:?}: the job in hand was never put back"
         );
         w.stop();
+    }
+}
+
+#[test]
+fn every_reference_worker_completes_with_one_commit_per_batch() {
+    // The worker protocol: a batch's successes are completed by the call that checks out the
+    // next batch (jobq_complete_and_checkout); no checkout is made on its own. Counted with
+    // track_functions in a database of this test's own (function statistics are per
+    // database), so other tests' calls do not mix in.
+    let db = "xfused";
+    cluster().connect("postgres").batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let mut c = cluster().connect(db);
+    c.batch_execute(&format!(
+        "SET client_min_messages = error; CREATE EXTENSION jobq; GRANT jobq_worker TO {APP};
+         ALTER DATABASE {db} SET track_functions = 'pl';"
+    ))
+    .unwrap();
+    let calls = |c: &mut postgres::Client| -> [i64; 5] {
+        c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        let row = c
+            .query_one(
+                "SELECT coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_complete_and_checkout'), 0)::bigint,
+                        coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_fail_and_checkout'), 0)::bigint,
+                        coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_checkout'), 0)::bigint,
+                        coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_complete_many'), 0)::bigint,
+                        coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_complete'), 0)::bigint
+                   FROM pg_stat_user_functions",
+                &[],
+            )
+            .unwrap();
+        [0, 1, 2, 3, 4].map(|i| row.get::<_, i64>(i))
+    };
+    for (lang, queue) in [(Lang::Python, "fused-py"), (Lang::Node, "fused-node"), (Lang::Rust, "fused-rust")] {
+        let before = calls(&mut c);
+        let w = Worker::start_with(lang, queue, format!("postgresql://{APP}@127.0.0.1:{}/{db}", cluster().port));
+        let ids: Vec<i64> = c.query("SELECT jobq_enqueue($1) FROM generate_series(1, 7)", &[&queue]).unwrap().iter().map(|r| r.get(0)).collect();
+        wait_until("the worker to complete the jobs", PATIENCE, || ids.iter().all(|id| w.saw("completed", Some(*id))));
+        let name = w.name();
+        w.stop();
+        // Its session ended: its function counts are flushed.
+        wait_until("the worker's session to end", PATIENCE, || {
+            c.query_one("SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name LIKE $1 || '%'", &[&name]).unwrap().get::<_, bool>(0)
+        });
+        let n: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = $1 AND state = 'completed'", &[&queue]).unwrap().get(0);
+        assert_eq!(n, 7, "{lang:?}");
+        let after = calls(&mut c);
+        let [fused, fail_fused, checkout, many, complete] = [0, 1, 2, 3, 4].map(|i| after[i] - before[i]);
+        assert!(fused >= 2, "{lang:?}: {fused} fused calls");
+        assert_eq!(checkout, fused + fail_fused, "{lang:?}: every checkout came through a fused call");
+        assert_eq!(complete, 7, "{lang:?}: each job completed once");
+        assert!(many >= fused, "{lang:?}: completions go through the batch call");
     }
 }

@@ -501,6 +501,67 @@ fn batch_complete_and_fail_fence_each_job_like_the_single_calls() {
 }
 
 #[test]
+fn complete_and_checkout_finish_the_jobs_in_hand_and_claim_the_next_in_one_call() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let ids: Vec<i64> = (0..6).map(|_| enqueue(&mut c, "'q', max_attempts => 1")).collect();
+    let next = |c: &mut Client, sql: &str, args: &[&(dyn postgres::types::ToSql + Sync)]| -> Result<Vec<i64>, postgres::Error> {
+        c.query(sql, args).map(|rows| rows.iter().map(|r| r.get::<_, i64>(0)).collect())
+    };
+    // The first call has nothing in hand.
+    let none: Vec<i64> = vec![];
+    let got = next(&mut c, "SELECT id FROM jobq_complete_and_checkout($1, $2, queues => ARRAY['q'], max_jobs => 2)", &[&w, &none]).unwrap();
+    assert_eq!(got, ids[0..2]);
+    // Complete both (with their results) and take the next two, in one statement.
+    let results = vec![json!({"r": 0}), json!({"r": 1})];
+    let got2 = next(&mut c, "SELECT id FROM jobq_complete_and_checkout($1, $2, $3, ARRAY['q'], 2)", &[&w, &got, &results]).unwrap();
+    assert_eq!(got2, ids[2..4]);
+    for (id, r) in got.iter().zip(&results) {
+        let row = c.query_one("SELECT state, result FROM jobq.jobs WHERE id = $1", &[id]).unwrap();
+        assert_eq!((row.get::<_, String>(0), row.get::<_, Value>(1)), ("completed".to_string(), r.clone()));
+    }
+    // Fail both (attempts exhausted: dead) and take the next one.
+    let errors = vec![json!({"e": 2}), json!({"e": 3})];
+    let got3 = next(&mut c, "SELECT id FROM jobq_fail_and_checkout($1, $2, $3)", &[&w, &got2, &errors]).unwrap();
+    assert_eq!(got3, vec![ids[4]]);
+    assert_eq!((state(&mut c, ids[2]), state(&mut c, ids[3])), ("dead".to_string(), "dead".to_string()));
+
+    // Fencing is all or nothing: ids[4] was finished elsewhere (here: completed alone), so a
+    // call that also holds a job of its own raises JQ002, completes nothing, claims nothing.
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&ids[4], &w]).unwrap().get::<_, bool>(0));
+    let mine = checkout(&mut c, w, None, 1);
+    assert_eq!(mine, vec![ids[5]]);
+    let waiting = enqueue(&mut c, "'q'");
+    let e = next(&mut c, "SELECT id FROM jobq_complete_and_checkout($1, $2)", &[&w, &vec![ids[5], ids[4]]]).unwrap_err();
+    assert_eq!(sqlstate(&e), "JQ002", "{e:?}");
+    assert!(e.as_db_error().unwrap().message().contains(&format!("{{{}}}", ids[4])), "names the fenced job: {e:?}");
+    assert_eq!((state(&mut c, ids[5]), state(&mut c, waiting)), ("executing".to_string(), "ready".to_string()));
+    let e = next(&mut c, "SELECT id FROM jobq_fail_and_checkout($1, $2)", &[&w, &vec![ids[4]]]).unwrap_err();
+    assert_eq!(sqlstate(&e), "JQ002");
+
+    // A worker that is gone gets JQ001 (as from jobq_checkout), whatever it holds.
+    c.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap();
+    for sql in ["SELECT id FROM jobq_complete_and_checkout($1, $2)", "SELECT id FROM jobq_fail_and_checkout($1, $2)"] {
+        let e = next(&mut c, sql, &[&w, &vec![ids[5]]]).unwrap_err();
+        assert_eq!(sqlstate(&e), "JQ001", "{sql}: {e:?}");
+        let e = next(&mut c, sql, &[&w, &none]).unwrap_err();
+        assert_eq!(sqlstate(&e), "JQ001", "{sql}: {e:?}");
+    }
+    assert_eq!(state(&mut c, waiting), "ready");
+    // Bad input: that of the two calls.
+    let w2 = register(&mut c);
+    for (sql, code) in [
+        ("SELECT id FROM jobq_complete_and_checkout($1, NULL)", "22004"),
+        ("SELECT id FROM jobq_complete_and_checkout($1, '{}', max_jobs => 0)", "22023"),
+        ("SELECT id FROM jobq_fail_and_checkout($1, '{1,1}')", "22023"),
+    ] {
+        let e = next(&mut c, sql, &[&w2]).unwrap_err();
+        assert_eq!(sqlstate(&e), code, "{sql}");
+    }
+    assert_eq!(state(&mut c, waiting), "ready");
+}
+
+#[test]
 fn heartbeat_with_holding_returns_the_jobs_the_worker_does_not_hold() {
     let (_, _, mut c) = db();
     let w = register(&mut c);

@@ -4,8 +4,12 @@
  *
  * What it does
  *   Registers a jobq worker, then loops: check out up to JOBQ_BATCH jobs, run a
- *   handler on each, and report jobq_complete (the handler's return value is the
- *   result) or jobq_fail (error = {message, type} of what it threw). When the queue
+ *   handler on each in turn, and report the batch's successes (the handler's return
+ *   value is the result) in the same call that checks out the next batch,
+ *   jobq_complete_and_checkout: one round trip and one commit per batch. A failure is
+ *   reported at once with jobq_fail (error = {message, type} of what it threw). JQ002
+ *   from the fused call (a job in hand was finished elsewhere) makes it report the
+ *   others with jobq_complete_many. When the queue
  *   is empty it waits for NOTIFY jobq (sent on enqueue) for up to 1 s, then polls
  *   anyway. A timer heartbeats on its own connection every heartbeat_timeout / 3,
  *   sending the ids of the jobs in hand (`holding`: the server puts back any job
@@ -143,34 +147,58 @@ async function run(h = demoHandler) {
   log('stopped');
 }
 
+// One round trip and one commit per batch: the jobs of a batch that succeeded are completed
+// by the call that checks out the next batch (jobq_complete_and_checkout).
 async function work(conn) {
+  let done = []; // [id, result] of jobs finished here, not yet reported
   while (!stopping) {
     notified = false;
     let jobs = [];
     await heartbeatInFlight;
     checkouts += 1;
     try {
-      ({ rows: jobs } = await conn.query('SELECT * FROM jobq_checkout($1, $2, $3)', [workerId, QUEUES, BATCH]));
+      ({ rows: jobs } = await conn.query(
+        'SELECT * FROM jobq_complete_and_checkout($1, $2::bigint[], $3::jsonb[], $4, $5)',
+        [workerId, done.map(([id]) => id), done.map(([, r]) => r), QUEUES, BATCH]));
+      for (const [id] of done) log('completed', { id: Number(id) });
     } catch (e) {
-      if (e.code !== 'JQ001') throw e;
-      reapedId = workerId;
+      if (e.code === 'JQ002') await completeAlone(conn, done); // some were finished elsewhere
+      else if (e.code === 'JQ001') reapedId = workerId;
+      else throw e;
     } finally {
       checkouts -= 1;
+      for (const [id] of done) inHand.delete(String(id));
       for (const job of jobs) inHand.add(String(job.id));
     }
+    done = [];
     for (const job of jobs) log('claimed', { id: Number(job.id), attempt: job.attempt });
     for (const job of jobs) {
-      try {
-        await runOne(conn, job);
-      } finally {
-        inHand.delete(String(job.id));
-      }
+      const finished = await runOne(conn, job);
+      if (finished) done.push(finished);
+      else inHand.delete(String(job.id));
     }
-    if (reaped()) await register(conn, 'reregistered'); // JQ001: our jobs run elsewhere
-    else if (jobs.length === 0) await idle(POLL_MS); // wait for an enqueue's NOTIFY, or poll
+    if (reaped()) { // JQ001: our jobs run elsewhere
+      if (done.length) log('dropped', { ids: done.map(([id]) => Number(id)) });
+      done = [];
+      await register(conn, 'reregistered');
+    } else if (jobs.length === 0 && done.length === 0) await idle(POLL_MS); // wait for NOTIFY, or poll
+  }
+  await completeAlone(conn, done); // stopping: report what finished before unregistering
+}
+
+async function completeAlone(conn, done) {
+  if (done.length === 0 || reaped()) return;
+  const { rows: [{ ok }] } = await conn.query('SELECT jobq_complete_many($1, $2::bigint[], $3::jsonb[]) AS ok',
+    [workerId, done.map(([id]) => id), done.map(([, r]) => r)]);
+  const completed = new Set(ok.map(String));
+  for (const [id] of done) {
+    log(completed.has(String(id)) ? 'completed' : 'lost', { id: Number(id) }); // lost: not ours any more
+    inHand.delete(String(id));
   }
 }
 
+// Runs one job: [id, result] to complete with the next checkout, or undefined when it was
+// failed (reported at once) or dropped.
 async function runOne(conn, job) {
   const id = Number(job.id);
   if (reaped()) return log('dropped', { id });
@@ -188,9 +216,7 @@ async function runOne(conn, job) {
     return log('failed', { id, state, error: error.message });
   }
   if (reaped()) return log('dropped', { id });
-  const { rows: [{ ok }] } = await conn.query('SELECT jobq_complete($1, $2, $3) AS ok',
-    [job.id, workerId, result === undefined ? null : JSON.stringify(result)]);
-  log(ok ? 'completed' : 'lost', { id }); // lost: not ours any more
+  return [job.id, result === undefined ? null : JSON.stringify(result)];
 }
 
 async function fail(conn, job, error) {

@@ -3,8 +3,12 @@
 
 What it does
     Registers a jobq worker, then loops: check out up to JOBQ_BATCH jobs, run a
-    handler on each, and report jobq_complete (the handler's return value is the
-    result) or jobq_fail (error = {"message", "type"} of the exception). When the
+    handler on each in turn, and report the batch's successes (the handler's return
+    value is the result) in the same call that checks out the next batch,
+    jobq_complete_and_checkout: one round trip and one commit per batch. A failure
+    is reported at once with jobq_fail (error = {"message", "type"} of the
+    exception). JQ002 from the fused call (a job in hand was finished elsewhere)
+    makes it report the others with jobq_complete_many. When the
     queue is empty it waits for NOTIFY jobq (sent on enqueue) for up to 1 s, then
     polls anyway. A background thread heartbeats on its own connection every
     heartbeat_timeout / 3, sending the ids of the jobs in hand (`holding`: the
@@ -133,37 +137,67 @@ class Worker:
         return 0
 
     def work(self, conn):
+        # One round trip and one commit per batch: the jobs of a batch that succeeded are
+        # completed by the call that checks out the next batch (jobq_complete_and_checkout).
+        done = []  # (id, result) of jobs finished here, not yet reported
         while not self.stopping.is_set():
             jobs = []
             with self.hand_lock:
                 self.checkouts += 1
             try:
                 jobs = conn.execute(
-                    "SELECT * FROM jobq_checkout(%s, %s, %s)", (self.worker_id, QUEUES, BATCH)
+                    "SELECT * FROM jobq_complete_and_checkout(%s, %s::bigint[], %s::jsonb[], %s, %s)",
+                    (self.worker_id, [i for i, _ in done], [r for _, r in done], QUEUES, BATCH),
                 ).fetchall()
+                for i, _ in done:
+                    log("completed", id=i)
             except psycopg.Error as e:
-                if e.sqlstate != "JQ001":
+                if e.sqlstate == "JQ002":  # some were finished elsewhere: report the others alone
+                    self.complete_alone(conn, done)
+                elif e.sqlstate == "JQ001":
+                    self.reaped_id = self.worker_id
+                else:
                     raise
-                self.reaped_id = self.worker_id
             finally:
                 with self.hand_lock:
                     self.checkouts -= 1
+                    self.in_hand.difference_update(i for i, _ in done)
                     self.in_hand.update(job["id"] for job in jobs)
+            done = []
             for job in jobs:
                 log("claimed", id=job["id"], attempt=job["attempt"])
             for job in jobs:
-                try:
-                    self.run_one(conn, job)
-                finally:
+                finished = self.run_one(conn, job)
+                if finished is not None:
+                    done.append(finished)
+                else:
                     with self.hand_lock:
                         self.in_hand.discard(job["id"])
             if self.reaped():  # JQ001 from checkout or heartbeat: our jobs run elsewhere
+                if done:
+                    log("dropped", ids=[i for i, _ in done])
+                done = []
                 self.register(conn, "reregistered")
-            elif not jobs:  # idle: wait for an enqueue's NOTIFY, or poll after POLL_S
+            elif not jobs and not done:  # idle: wait for an enqueue's NOTIFY, or poll after POLL_S
                 for _ in conn.notifies(timeout=POLL_S, stop_after=1):
                     pass
+        self.complete_alone(conn, done)  # stopping: report what finished before unregistering
+
+    def complete_alone(self, conn, done):
+        if not done or self.reaped():
+            return
+        ok = set(conn.execute(
+            "SELECT jobq_complete_many(%s, %s::bigint[], %s::jsonb[]) AS ok",
+            (self.worker_id, [i for i, _ in done], [r for _, r in done]),
+        ).fetchone()["ok"])
+        for i, _ in done:
+            log("completed" if i in ok else "lost", id=i)  # lost: not ours any more
+        with self.hand_lock:
+            self.in_hand.difference_update(i for i, _ in done)
 
     def run_one(self, conn, job):
+        """Runs one job: (id, result) to complete with the next checkout, or None when it
+        was failed (reported at once) or dropped."""
         if self.reaped():
             return log("dropped", id=job["id"])
         if job["id"] in self.cancelled:
@@ -178,11 +212,7 @@ class Worker:
             return log("failed", id=job["id"], state=state, error=str(e))
         if self.reaped():
             return log("dropped", id=job["id"])
-        done = conn.execute(
-            "SELECT jobq_complete(%s, %s, %s) AS ok",
-            (job["id"], self.worker_id, None if result is None else Jsonb(result)),
-        ).fetchone()["ok"]
-        log("completed" if done else "lost", id=job["id"])  # lost: not ours any more
+        return (job["id"], None if result is None else Jsonb(result))
 
     def fail(self, conn, job, error):
         state = conn.execute(

@@ -220,3 +220,47 @@ BEGIN
     END IF;
     PERFORM jobq._refuse_foreign_worker(worker);
 END $$;
+
+-- One round trip and one commit per job, or per batch: the worker's protocol. Completes (or
+-- fails) the jobs in hand through jobq_complete_many (jobq_fail_many), then checks out the
+-- next ones through jobq_checkout, all in the caller's one transaction; `job_ids` empty for
+-- the first call. Fencing is all or nothing: if any job in hand is no longer executing under
+-- this worker (cancelled and finished, or reaped), the call raises JQ002 naming them and
+-- nothing is completed, failed or checked out; a reaped or unknown worker gets JQ001, as
+-- from jobq_checkout. Checks and refusals are those of the two calls (22004, 22023, 42501).
+CREATE FUNCTION jobq._refuse_fenced(worker uuid, job_ids bigint[], kept bigint[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF cardinality(kept) = cardinality(job_ids) THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM jobq.workers w
+      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start);
+    IF NOT FOUND THEN
+        PERFORM jobq._refuse_worker(worker);
+    END IF;
+    RAISE EXCEPTION 'jobq: jobs % are no longer executing under worker %; nothing was finished or checked out',
+        ARRAY(SELECT d FROM unnest(job_ids) d WHERE d <> ALL (kept)), worker
+        USING ERRCODE = 'JQ002',
+              HINT = 'Stop working on those jobs (cancelled, or finished elsewhere); finish the others and check out again.';
+END $$;
+
+CREATE FUNCTION jobq_complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL,
+                                           queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
+RETURNS SETOF jobq.job LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._refuse_fenced(worker, job_ids, @extschema@.jobq_complete_many(worker, job_ids, results));
+    RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
+END $$;
+
+CREATE FUNCTION jobq_fail_and_checkout(worker uuid, job_ids bigint[], errors jsonb[] DEFAULT NULL,
+                                       queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
+RETURNS SETOF jobq.job LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_states text[];
+BEGIN
+    v_states := @extschema@.jobq_fail_many(worker, job_ids, errors);
+    PERFORM jobq._refuse_fenced(worker, job_ids, ARRAY(
+        SELECT i.id FROM unnest(job_ids, v_states) AS i(id, state) WHERE i.state IS NOT NULL));
+    RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
+END $$;

@@ -68,6 +68,8 @@ GRANT EXECUTE ON FUNCTION
     jobq_fail(bigint, uuid, jsonb, interval, boolean),
     jobq_complete_many(uuid, bigint[], jsonb[]),
     jobq_fail_many(uuid, bigint[], jsonb[]),
+    jobq_complete_and_checkout(uuid, bigint[], jsonb[], text[], integer),
+    jobq_fail_and_checkout(uuid, bigint[], jsonb[], text[], integer),
     jobq_acquire_lock(text, uuid, interval),
     jobq_release_lock(text, uuid),
     jobq_lock_holder(text)

@@ -2,8 +2,11 @@
 //!
 //! What it does
 //!   Registers a jobq worker, then loops: check out up to JOBQ_BATCH jobs, run `handle` on
-//!   each, and report jobq_complete (the handler's value is the result) or jobq_fail (error =
-//!   {"message", "type"}). When the queue is empty it waits for NOTIFY jobq (sent on enqueue)
+//!   each in turn, and report the batch's successes (the handler's value is the result) in the
+//!   same call that checks out the next batch, jobq_complete_and_checkout: one round trip and
+//!   one commit per batch. A failure is reported at once with jobq_fail (error = {"message",
+//!   "type"}); JQ002 from the fused call (a job in hand was finished elsewhere) makes it report
+//!   the others with jobq_complete_many. When the queue is empty it waits for NOTIFY jobq (sent on enqueue)
 //!   for up to 1 s, then polls anyway. A task heartbeats on its own connection every
 //!   heartbeat_timeout / 3, sending the ids of the jobs in hand (`holding`: the server puts
 //!   back any job executing under this worker that the list lacks, e.g. a checkout whose
@@ -144,35 +147,62 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
     let db = connect(dsn, &s.name, Some(tx)).await?;
     db.batch_execute("LISTEN jobq").await?;
     register(&db, s, "registered", fixed_hb).await?;
+    // One round trip and one commit per batch: the jobs of a batch that succeeded are
+    // completed by the call that checks out the next batch (jobq_complete_and_checkout).
+    let mut done: Vec<(i64, Value)> = Vec::new(); // finished here, not yet reported
     while !*stop.borrow() {
         let worker = s.worker.lock().unwrap().unwrap();
         s.hand.lock().await.checkouts += 1;
-        let claimed = db.query("SELECT id, attempt, payload FROM jobq_checkout($1, $2, $3)", &[&worker, queues, &batch]).await;
+        let (ids, results): (Vec<i64>, Vec<Value>) = done.iter().cloned().unzip();
+        let claimed = db
+            .query("SELECT id, attempt, payload FROM jobq_complete_and_checkout($1, $2, $3, $4, $5)", &[&worker, &ids, &results, queues, &batch])
+            .await;
         {
             let mut hand = s.hand.lock().await;
             hand.checkouts -= 1;
+            for id in &ids {
+                hand.jobs.remove(id);
+            }
             if let Ok(rows) = &claimed {
                 hand.jobs.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
             }
         }
         let jobs: Vec<Job> = match claimed {
-            Ok(rows) => rows.iter().map(|r| Job { id: r.get(0), attempt: r.get(1), payload: r.get(2) }).collect(),
+            Ok(rows) => {
+                for id in &ids {
+                    s.log("completed", json!({"id": id}));
+                }
+                rows.iter().map(|r| Job { id: r.get(0), attempt: r.get(1), payload: r.get(2) }).collect()
+            }
             Err(e) if is_reaped(&e) => {
                 *s.reaped.lock().unwrap() = Some(worker);
                 vec![]
             }
+            Err(e) if e.code().map(|c| c.code()) == Some("JQ002") => {
+                complete_alone(&db, s, worker, &done).await?; // some were finished elsewhere
+                vec![]
+            }
             Err(e) => return Err(e),
         };
+        done.clear();
         for job in &jobs {
             s.log("claimed", json!({"id": job.id, "attempt": job.attempt}));
         }
         for job in &jobs {
-            run_one(&db, s, worker, job).await?;
-            s.hand.lock().await.jobs.remove(&job.id);
+            match run_one(&db, s, worker, job).await? {
+                Some(result) => done.push((job.id, result)),
+                None => {
+                    s.hand.lock().await.jobs.remove(&job.id);
+                }
+            }
         }
         if s.reaped() {
+            if !done.is_empty() {
+                s.log("dropped", json!({"ids": done.iter().map(|(id, _)| *id).collect::<Vec<_>>()}));
+            }
+            done.clear();
             register(&db, s, "reregistered", fixed_hb).await?;
-        } else if jobs.is_empty() {
+        } else if jobs.is_empty() && done.is_empty() {
             while notified.try_recv().is_ok() {} // wake-ups from before this checkout
             tokio::select! {
                 _ = notified.recv() => {}
@@ -182,6 +212,7 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
         }
     }
     let worker = s.worker.lock().unwrap().take().unwrap();
+    complete_alone(&db, s, worker, &done).await?; // stopping: report what finished first
     match db.query_one("SELECT jobq_unregister_worker($1)", &[&worker]).await {
         Ok(row) => s.log("unregistered", json!({"worker_id": worker, "returned": row.get::<_, i32>(0)})),
         Err(e) if is_reaped(&e) => {}
@@ -190,10 +221,27 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
     Ok(())
 }
 
-async fn run_one(db: &Client, s: &Shared, worker: Uuid, job: &Job) -> Result<(), Error> {
+/// Reports finished jobs without a checkout (after JQ002, or when stopping).
+async fn complete_alone(db: &Client, s: &Shared, worker: Uuid, done: &[(i64, Value)]) -> Result<(), Error> {
+    if done.is_empty() || s.reaped() {
+        return Ok(());
+    }
+    let (ids, results): (Vec<i64>, Vec<Value>) = done.iter().cloned().unzip();
+    let ok: Vec<i64> = db.query_one("SELECT jobq_complete_many($1, $2, $3)", &[&worker, &ids, &results]).await?.get(0);
+    let mut hand = s.hand.lock().await;
+    for id in &ids {
+        s.log(if ok.contains(id) { "completed" } else { "lost" }, json!({"id": id})); // lost: not ours any more
+        hand.jobs.remove(id);
+    }
+    Ok(())
+}
+
+/// Runs one job: its result to complete with the next checkout, or None when it was failed
+/// (reported at once) or dropped.
+async fn run_one(db: &Client, s: &Shared, worker: Uuid, job: &Job) -> Result<Option<Value>, Error> {
     if s.reaped() {
         s.log("dropped", json!({"id": job.id}));
-        return Ok(());
+        return Ok(None);
     }
     let outcome = if s.cancelled.lock().unwrap().contains(&job.id) {
         Err(("Cancelled".to_string(), "cancelled before start".to_string()))
@@ -202,21 +250,18 @@ async fn run_one(db: &Client, s: &Shared, worker: Uuid, job: &Job) -> Result<(),
     };
     if s.reaped() {
         s.log("dropped", json!({"id": job.id}));
-        return Ok(());
+        return Ok(None);
     }
     match outcome {
-        Ok(result) => {
-            let ok: bool = db.query_one("SELECT jobq_complete($1, $2, $3)", &[&job.id, &worker, &result]).await?.get(0);
-            s.log(if ok { "completed" } else { "lost" }, json!({"id": job.id})); // lost: not ours any more
-        }
+        Ok(result) => Ok(Some(result)),
         Err((kind, message)) => {
             let error = json!({"type": kind, "message": message});
             let state: Option<String> = db.query_one("SELECT jobq_fail($1, $2, $3)", &[&job.id, &worker, &error]).await?.get(0);
             s.cancelled.lock().unwrap().remove(&job.id);
             s.log("failed", json!({"id": job.id, "state": state, "error": message}));
+            Ok(None)
         }
     }
-    Ok(())
 }
 
 /// Heartbeats on its own connection, so a long job never starves them.
