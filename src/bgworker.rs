@@ -11,7 +11,8 @@
 //!   `pg_stat_activity` (`jobq reap pass`, active or idle) and reports its table statistics
 //!   after it (so autovacuum sees the rows it deleted). That SQL function catches and logs the
 //!   errors of a pass, so a bad pass never stops the next one. If the extension is not
-//!   created in the database yet, it says so once and waits. At least once a second it
+//!   created in the database yet, it says so once and waits. Every 200 ms it raises the
+//!   claim floors of its database (`src/floors.rs`). At least once a second it
 //!   checks whether someone waits to lock its database exclusively (`DROP DATABASE`, `ALTER
 //!   DATABASE … RENAME`), and then leaves, as autovacuum does, so that such a command is
 //!   never blocked by it.
@@ -20,7 +21,7 @@
 //! `pg_terminate_backend()` does not unregister them for good), start only once the server
 //! is out of recovery (a hot standby runs neither until it is promoted) and check
 //! `RecoveryInProgress()` on every tick anyway.
-use crate::gucs;
+use crate::{floors, gucs};
 use pgrx::bgworkers::*;
 use pgrx::prelude::*;
 use pgrx::PgMemoryContexts;
@@ -34,6 +35,9 @@ const STABLE: Duration = Duration::from_secs(60);
 /// The reaper's longest sleep: how soon it notices a DROP DATABASE waiting for it (PostgreSQL
 /// waits 5 s for other sessions to leave a database it drops).
 const REAPER_TICK: Duration = Duration::from_secs(1);
+/// How often the reaper raises the claim floors (src/floors.rs): a checkout walks the dead
+/// entries of at most this long's claims.
+const FLOOR_TICK: Duration = Duration::from_millis(200);
 
 /// Exponential backoff for (re)starting the reaper: 1 s, 2 s, 4 s … 60 s.
 #[derive(Default)]
@@ -221,7 +225,7 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
     let mut said_missing = false;
     let mut current = interval();
     let mut last_pass: Option<Instant> = None;
-    while BackgroundWorker::wait_latch(Some(current.min(REAPER_TICK))) {
+    while BackgroundWorker::wait_latch(Some(current.min(REAPER_TICK).min(FLOOR_TICK))) {
         reload_config_on_sighup();
         if interval() != current {
             current = interval();
@@ -234,6 +238,7 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
             log!("jobq reaper: leaving database \"{database}\": another session waits to drop or alter it");
             unsafe { pg_sys::proc_exit(0) };
         }
+        floors::raise();
         if last_pass.is_some_and(|t| t.elapsed() < current) {
             continue;
         }

@@ -8,10 +8,13 @@
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
 //! - `src/privileges.rs`: `jobq._may_act_for()`, who may act for a worker; the grants are in
 //!   `src/sql/privileges.sql`.
-//! - `src/bgworker.rs`: the background worker that runs the reap pass.
+//! - `src/floors.rs`: claim floors, where checkout starts walking the waiting set (shared
+//!   memory, lowered at commit by whoever makes a job ready, raised by the background worker).
+//! - `src/bgworker.rs`: the background worker that runs the reap pass and raises the floors.
 use pgrx::prelude::*;
 
 mod bgworker;
+mod floors;
 mod gucs;
 mod liveness;
 mod privileges;
@@ -27,6 +30,7 @@ pub extern "C-unwind" fn _PG_init() {
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     gucs::define(preloading);
     if preloading {
+        floors::init();
         bgworker::register();
     }
 }

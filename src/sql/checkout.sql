@@ -97,11 +97,14 @@ DECLARE
     v_skip_u   text[] := '{}';
     v_blocked  "char";
     c          record;
+    f          record;
 BEGIN
+    SELECT * INTO f FROM jobq._floor('jobq.ready'::regclass, CASE WHEN cardinality(queues) = 1 THEN queues[1] END);
     FOR c IN
         SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key
           FROM jobq.ready r
          WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
+           AND (r.priority, r.run_at, r.id) >= (f.priority, f.run_at, f.id)
            AND (NOT paused OR NOT EXISTS (
                    SELECT 1 FROM jobq.pauses p
                     WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
@@ -160,6 +163,9 @@ DECLARE
     v_queue    text;                 -- set when exactly one queue is asked for
     v_paused   boolean;
     v_rc       boolean;              -- READ COMMITTED: the fast path may run
+    v_fp       integer;              -- the claim floor: no ready row of these queues has a
+    v_fr       timestamptz;          -- claim key (priority, run_at, id) below it
+    v_fi       bigint;
     v_claimed  bigint[] := '{}';
     v_skip_c   text[] := '{}';       -- concurrency keys found full during this call,
     v_skip_l   integer[] := '{}';    -- for jobs with this limit or a lower one
@@ -182,6 +188,8 @@ BEGIN
         v_queue := queues[1];
     END IF;
     v_rc := current_setting('transaction_isolation') = 'read committed';
+    -- Where the walk starts: past the dead entries of earlier claims (src/floors.rs).
+    SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;
 
     -- Fast path, one statement: if the worker is alive and the caller's to act for (judged
     -- inside the statement), lock the
@@ -208,6 +216,7 @@ BEGIN
                   FROM jobq.ready r
                  WHERE EXISTS (SELECT 1 FROM live)
                    AND r.queue = v_queue AND r.run_at <= v_now
+                   AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
                             WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
@@ -243,6 +252,7 @@ BEGIN
                   FROM jobq.ready r
                  WHERE EXISTS (SELECT 1 FROM live)
                    AND (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                   AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
                             WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
@@ -297,6 +307,7 @@ BEGIN
                            r.concurrency_limit, r.while_key
                       FROM jobq.ready r
                      WHERE r.queue = v_queue AND r.run_at <= v_now
+                   AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
                                 WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
@@ -330,6 +341,7 @@ BEGIN
                            r.concurrency_limit, r.while_key
                       FROM jobq.ready r
                      WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                   AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
                                 WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))

@@ -57,6 +57,7 @@ DECLARE
     v_id      bigint;
     v_holder  record;
     v_ready   tid;
+    v_ready_queue text;
 BEGIN
     IF queue IS NULL OR payload IS NULL OR priority IS NULL OR max_attempts IS NULL
        OR unique_strategy IS NULL OR on_conflict IS NULL OR concurrency_limit IS NULL THEN
@@ -101,7 +102,10 @@ BEGIN
                 v_ready := jobq._lock_ready(v_holder.job_id);
                 IF v_ready IS NOT NULL THEN
                     UPDATE jobq.ready r SET priority = jobq_enqueue.priority, run_at = v_run_at
-                     WHERE r.ctid = v_ready;
+                     WHERE r.ctid = v_ready
+                    RETURNING r.queue INTO v_ready_queue;  -- the holder's queue, maybe not this one
+                    PERFORM jobq._lower_floor('jobq.ready'::regclass, v_ready_queue, jobq_enqueue.priority,
+                                              v_run_at, v_holder.job_id);
                     UPDATE jobq.jobs j
                        SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
                      WHERE j.id = v_holder.job_id;

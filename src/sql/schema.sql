@@ -168,10 +168,12 @@ BEGIN
 END $$;
 CREATE INDEX locks_expiring ON jobq.locks (expires_at) WHERE worker_id IS NOT NULL;
 
--- Makes jobs `ids` waiting: inserts the ready row of each of them that is in state 'ready'.
--- The one place that derives a ready row from a job row.
+-- Makes jobs `ids` waiting: inserts the ready row of each of them that is in state 'ready',
+-- and lowers the claim floors to their keys at commit (src/floors.rs). The one place that
+-- derives a ready row from a job row.
 CREATE FUNCTION jobq._enter_ready(ids bigint[]) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
     INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
                             concurrency_limit, while_key)
     SELECT j.queue, j.priority, j.run_at, j.id, j.kind,
@@ -180,8 +182,13 @@ LANGUAGE sql SET search_path = pg_catalog, jobq, pg_temp AS $$
            j.concurrency_key, j.concurrency_limit,
            CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END
       FROM jobq.jobs j
-     WHERE j.id = ANY (ids) AND j.state = 'ready'
-$$;
+     WHERE j.id = ANY (ids) AND j.state = 'ready';
+    -- The rows of one call share queue, priority and run_at but for a requeue by the reaper.
+    PERFORM jobq._lower_floor('jobq.ready'::regclass, j.queue, j.priority, j.run_at, min(j.id))
+       FROM jobq.jobs j
+      WHERE j.id = ANY (ids) AND j.state = 'ready'
+      GROUP BY j.queue, j.priority, j.run_at;
+END $$;
 
 -- Locks the ready row of waiting job `job` and returns its ctid; NULL when the job is not
 -- waiting. Callers then lock the job row: ready row first, as checkout does, so that a
