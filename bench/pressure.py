@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Throughput under pressure from elsewhere (the long-transaction issue): one system, one
+scenario, on a running bench cluster (bench/pressure.sh starts it and runs every cell).
+
+16 workers (one connection each) loop: check out a batch of 10, then for each job 1 ms of work
+and its completion in its own transaction. A producer keeps about 4,000 jobs ready. After
+--clean seconds the pressure starts for --pressure seconds, then --after seconds more:
+  xid      one session idle in a transaction that holds an xid (BEGIN; SELECT txid_current();)
+  readers  four REPEATABLE READ sessions, each in one transaction for the whole pressure,
+           looping SELECT count(*) over the tables the system's checkout reads
+Every 5 s it prints a JSON line: completions/s, the checkout calls' p99 (ms) in that
+interval, and the hot tables' sizes (tables + indexes, MB) and dead tuples.
+
+  python3 bench/pressure.py SYSTEM SCENARIO DSN [--clean S] [--pressure S] [--after S]
+"""
+import argparse
+import json
+import threading
+import time
+
+import psycopg
+
+SYSTEMS = {
+    "jobq": {
+        "checkout": "SELECT id FROM jobq_checkout(%(w)s, ARRAY['bench'], 10)",
+        "complete": "SELECT jobq_complete(%(id)s, %(w)s)",
+        "ready": "SELECT count(*) FROM jobq.ready WHERE queue = 'bench'",
+        "enqueue": "SELECT count(*) FROM jobq_enqueue_batch('bench', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, %(n)s)))",
+        "tables": ["jobq.ready", "jobq.jobs"],
+    },
+    "baseline": {
+        "checkout": "UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id IN ("
+        "SELECT id FROM baseline_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() "
+        "ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED) RETURNING id",
+        "complete": "DELETE FROM baseline_jobs WHERE id = %(id)s",
+        "ready": "SELECT count(*) FROM baseline_jobs WHERE state = 'ready'",
+        "enqueue": "INSERT INTO baseline_jobs (queue, payload) SELECT 'bench', '{}' FROM generate_series(1, %(n)s)",
+        "tables": ["baseline_jobs"],
+    },
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("system", choices=SYSTEMS)
+    ap.add_argument("scenario", choices=["xid", "readers"])
+    ap.add_argument("dsn")
+    ap.add_argument("--clean", type=int, default=60)
+    ap.add_argument("--pressure", type=int, default=300)
+    ap.add_argument("--after", type=int, default=30)
+    ap.add_argument("--workers", type=int, default=16)
+    a = ap.parse_args()
+    sql = SYSTEMS[a.system]
+    total = a.clean + a.pressure + a.after
+    start = time.monotonic()
+    stop = threading.Event()
+    lock = threading.Lock()
+    done = []        # completion times
+    checkouts = []   # (time, seconds) of each checkout call
+
+    def worker(i):
+        with psycopg.connect(a.dsn, autocommit=True) as c:
+            w = c.execute("SELECT w FROM bench_workers WHERE client = %s", (i,)).fetchone()[0] if a.system == "jobq" else None
+            while not stop.is_set():
+                t0 = time.monotonic()
+                ids = [r[0] for r in c.execute(sql["checkout"], {"w": w}).fetchall()]
+                t1 = time.monotonic()
+                with lock:
+                    checkouts.append((t1, t1 - t0))
+                if not ids:
+                    time.sleep(0.01)
+                for job in ids:
+                    time.sleep(0.001)  # the work
+                    c.execute(sql["complete"], {"id": job, "w": w})
+                    with lock:
+                        done.append(time.monotonic())
+
+    def producer():
+        with psycopg.connect(a.dsn, autocommit=True) as c:
+            while not stop.is_set():
+                n = c.execute(sql["ready"]).fetchone()[0]
+                if n < 4000:
+                    c.execute(sql["enqueue"], {"n": min(1000, 4000 - n)})
+                else:
+                    time.sleep(0.02)
+
+    def pressure():
+        time.sleep(a.clean)
+        if stop.is_set():
+            return
+        conns = []
+        try:
+            if a.scenario == "xid":
+                c = psycopg.connect(a.dsn)
+                c.execute("SELECT txid_current()")  # idle in transaction, holding an xid
+                conns.append(c)
+                time.sleep(a.pressure)
+            else:
+                def reader():
+                    with psycopg.connect(a.dsn) as c:
+                        c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                        end = time.monotonic() + a.pressure
+                        while time.monotonic() < end and not stop.is_set():
+                            for t in sql["tables"]:
+                                c.execute(f"SELECT count(*) FROM {t}").fetchone()
+                readers = [threading.Thread(target=reader) for _ in range(4)]
+                for r in readers:
+                    r.start()
+                for r in readers:
+                    r.join()
+        finally:
+            for c in conns:
+                c.close()
+
+    with psycopg.connect(a.dsn, autocommit=True) as mon:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(a.workers)]
+        threads += [threading.Thread(target=producer), threading.Thread(target=pressure)]
+        for t in threads:
+            t.start()
+        rels = ", ".join(f"'{t}'::regclass" for t in sql["tables"])
+        for k in range(5, total + 1, 5):
+            time.sleep(max(0, start + k - time.monotonic()))
+            now = time.monotonic()
+            with lock:
+                n = sum(1 for t in done if t > now - 5)
+                lat = sorted(s for t, s in checkouts if t > now - 5)
+            p99 = lat[int(len(lat) * 0.99)] * 1000 if lat else None
+            size, dead = mon.execute(
+                f"SELECT round(sum(pg_total_relation_size(r)) / 1048576.0, 1), sum(pg_stat_get_dead_tuples(r)) "
+                f"FROM unnest(ARRAY[{rels}]) r"
+            ).fetchone()
+            phase = "clean" if k <= a.clean else "pressure" if k <= a.clean + a.pressure else "after"
+            print(json.dumps({"t": k, "phase": phase, "jobs_per_s": n / 5, "checkout_p99_ms": p99,
+                              "hot_mb": float(size), "dead_tuples": int(dead)}), flush=True)
+        stop.set()
+        for t in threads:
+            t.join()
+
+
+if __name__ == "__main__":
+    main()
