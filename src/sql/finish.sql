@@ -6,6 +6,13 @@
 -- was cancelled or finished, gets false / NULL and changes nothing. A worker of another role
 -- gets 42501 (src/privileges.rs): the statement that changes the job requires the caller to
 -- be allowed to act for the worker, and only when it changed nothing is the reason looked up.
+--
+-- The fence is written `(CASE WHEN state = 'executing' THEN worker_id END) = worker` on
+-- purpose: with `state = 'executing' AND worker_id = worker` the planner may prefer the
+-- worker's partial index (jobs_executing_by_worker) to the primary key, and that index keeps
+-- an entry for every job the worker ever ran until vacuum removes it: forever under a
+-- snapshot held elsewhere. Measured under bench/pressure.sh: 44 million index entries read in
+-- 5 s, and completion slower with every job. This form leaves the primary key as the only path.
 
 CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -19,13 +26,13 @@ BEGIN
         -- Nothing is kept: delete now rather than write a 'completed' row for the next reap
         -- pass to delete (half the WAL and no index insert; see README, Performance).
         DELETE FROM jobq.jobs j
-         WHERE j.id = jobq_complete.job_id AND j.state = 'executing' AND j.worker_id = worker
+         WHERE j.id = jobq_complete.job_id AND (CASE WHEN j.state = 'executing' THEN j.worker_id END) = worker
            AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
         RETURNING j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_slot INTO r;
     ELSE
         UPDATE jobq.jobs j
            SET state = 'completed', finished_at = clock_timestamp(), result = jobq_complete.result
-         WHERE j.id = jobq_complete.job_id AND j.state = 'executing' AND j.worker_id = worker
+         WHERE j.id = jobq_complete.job_id AND (CASE WHEN j.state = 'executing' THEN j.worker_id END) = worker
            AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
         RETURNING j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_slot INTO r;
     END IF;
@@ -65,7 +72,7 @@ BEGIN
     SELECT x.queue, x.attempt, x.max_attempts, x.cancel_requested_at, x.unique_key, x.unique_strategy,
            x.concurrency_key, x.concurrency_slot INTO j
       FROM jobq.jobs x
-     WHERE x.id = jobq_fail.job_id AND x.state = 'executing' AND x.worker_id = worker
+     WHERE x.id = jobq_fail.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
        FOR UPDATE OF x;
     IF NOT FOUND THEN

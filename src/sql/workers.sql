@@ -156,7 +156,7 @@ BEGIN
             interrupted_at = CASE WHEN interrupted THEN v_now ELSE j.interrupted_at END,
             finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL
                                  OR (interrupted AND j.attempt >= j.max_attempts) THEN v_now END
-         WHERE j.id = ANY (ids) AND j.worker_id = worker AND j.state = 'executing'
+         WHERE j.id = ANY (ids) AND (CASE WHEN j.state = 'executing' THEN j.worker_id END) = worker  -- primary key only (finish.sql)
         RETURNING j.id, j.state, j.queue, j.unique_key, j.unique_strategy, j.concurrency_key,
                   j.concurrency_slot
     LOOP
