@@ -303,6 +303,8 @@ fn every_reference_worker_completes_with_one_commit_per_batch() {
         });
         let n: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = $1 AND state = 'completed'", &[&queue]).unwrap().get(0);
         assert_eq!(n, 7, "{lang:?}");
+        // A backend flushes its function counts as it exits: await the seven completions.
+        wait_until("the worker's function counts", PATIENCE, || calls(&mut c)[4] - before[4] >= 7);
         let after = calls(&mut c);
         let [fused, fail_fused, checkout, many, complete] = [0, 1, 2, 3, 4].map(|i| after[i] - before[i]);
         assert!(fused >= 2, "{lang:?}: {fused} fused calls");
