@@ -55,12 +55,11 @@ struct Floor {
     len: u8,
     name: [u8; NAME_MAX],
     key: Key,
-    recent: Key,     // the lowest key committed since the raise began (HIGHEST otherwise)
-    generation: u64, // which creation of this slot: a raise only updates the one it read
+    recent: Key, // the lowest key committed since the raise began (HIGHEST otherwise)
 }
 
 impl Floor {
-    const FREE: Floor = Floor { used: false, all: false, db: 0, rel: 0, len: 0, name: [0; NAME_MAX], key: LOWEST, recent: LOWEST, generation: 0 };
+    const FREE: Floor = Floor { used: false, all: false, db: 0, rel: 0, len: 0, name: [0; NAME_MAX], key: LOWEST, recent: LOWEST };
 
     fn is(&self, id: &Id) -> bool {
         self.used && self.db == id.db && self.rel == id.rel && self.all == id.queue.is_none()
@@ -75,7 +74,6 @@ struct Floors {
 unsafe impl PGRXSharedMemory for Floors {}
 
 static FLOORS: PgLwLock<Floors> = unsafe { PgLwLock::new(c"jobq_floors") };
-static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Called from _PG_init while preloading.
@@ -208,7 +206,6 @@ fn apply_lowering(pending: &[(Id, Key)]) {
                         f.len = q.len() as u8;
                         f.name[..q.len()].copy_from_slice(q.as_bytes());
                     }
-                    f.generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
                     floors.slots[s] = f;
                 }
             }
@@ -226,7 +223,7 @@ pub fn raise() {
     }
     let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
     // Step 1.
-    let seen: Vec<(usize, Id, Key, u64)> = {
+    let seen: Vec<(usize, Id, Key)> = {
         let mut floors = FLOORS.exclusive();
         let mine: Vec<usize> = (0..SLOTS).filter(|&s| floors.slots[s].used && floors.slots[s].db == db).collect();
         mine.into_iter()
@@ -234,7 +231,7 @@ pub fn raise() {
                 let f = &mut floors.slots[s];
                 f.recent = HIGHEST;
                 let queue = (!f.all).then(|| String::from_utf8_lossy(&f.name[..f.len as usize]).into_owned());
-                (s, Id { db, rel: f.rel, queue }, f.key, f.generation)
+                (s, Id { db, rel: f.rel, queue }, f.key)
             })
             .collect()
     };
@@ -245,7 +242,7 @@ pub fn raise() {
     let found: Vec<Option<Key>> = BackgroundWorker::transaction(|| {
         let rel: Option<pg_sys::Oid> = Spi::get_one("SELECT to_regclass('jobq.ready')::oid").ok().flatten();
         seen.iter()
-            .map(|(_, id, key, _)| {
+            .map(|(_, id, key)| {
                 if rel.map(|r| r.to_u32()) != Some(id.rel) {
                     return None; // the extension was dropped or re-created: forget this floor
                 }
@@ -254,13 +251,10 @@ pub fn raise() {
             })
             .collect()
     });
-    // Step 3.
+    // Step 3. Only this pass frees slots, so a slot it read still holds the same floor.
     let mut floors = FLOORS.exclusive();
-    for ((s, id, _, generation), m) in seen.iter().zip(found) {
+    for ((s, _, _), m) in seen.iter().zip(found) {
         let f = &mut floors.slots[*s];
-        if !f.is(id) || f.generation != *generation {
-            continue;
-        }
         match m {
             None => *f = Floor::FREE,
             Some(m) => f.key = f.key.max(m.min(f.recent)),

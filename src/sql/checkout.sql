@@ -87,7 +87,8 @@ END $$;
 -- failure that skipping would have avoided. The guarantees are the same rows and locks as
 -- in READ COMMITTED; only the cost per candidate is higher.
 CREATE FUNCTION jobq._checkout_in_snapshot(worker uuid, queues text[], max_jobs integer,
-                                           now timestamptz, paused boolean)
+                                           now timestamptz, paused boolean,
+                                           fp integer, fr timestamptz, fi bigint)
 RETURNS bigint[]
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -97,14 +98,12 @@ DECLARE
     v_skip_u   text[] := '{}';
     v_blocked  "char";
     c          record;
-    f          record;
 BEGIN
-    SELECT * INTO f FROM jobq._floor('jobq.ready'::regclass, CASE WHEN cardinality(queues) = 1 THEN queues[1] END);
     FOR c IN
         SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key
           FROM jobq.ready r
          WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
-           AND (r.priority, r.run_at, r.id) >= (f.priority, f.run_at, f.id)
+           AND (r.priority, r.run_at, r.id) >= (fp, fr, fi)  -- the claim floor (fp, fr, fi)
            AND (NOT paused OR NOT EXISTS (
                    SELECT 1 FROM jobq.pauses p
                     WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
@@ -293,7 +292,7 @@ BEGIN
     END IF;
     v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
     IF NOT v_rc THEN
-        v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused);
+        v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused, v_fp, v_fr, v_fi);
     ELSE
         LOOP
             v_want := max_jobs - cardinality(v_claimed);
@@ -307,7 +306,7 @@ BEGIN
                            r.concurrency_limit, r.while_key
                       FROM jobq.ready r
                      WHERE r.queue = v_queue AND r.run_at <= v_now
-                   AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
+                       AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
                                 WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
@@ -341,7 +340,7 @@ BEGIN
                            r.concurrency_limit, r.while_key
                       FROM jobq.ready r
                      WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
-                   AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
+                       AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
                                 WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))

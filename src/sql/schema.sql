@@ -173,21 +173,27 @@ CREATE INDEX locks_expiring ON jobq.locks (expires_at) WHERE worker_id IS NOT NU
 -- derives a ready row from a job row.
 CREATE FUNCTION jobq._enter_ready(ids bigint[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_groups integer;
 BEGIN
-    INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
-                            concurrency_limit, while_key)
-    SELECT j.queue, j.priority, j.run_at, j.id, j.kind,
-           j.concurrency_key IS NOT NULL
-               OR coalesce(j.unique_strategy IN ('while_executing', 'until_executing'), false),
-           j.concurrency_key, j.concurrency_limit,
-           CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END
-      FROM jobq.jobs j
-     WHERE j.id = ANY (ids) AND j.state = 'ready';
-    -- The rows of one call share queue, priority and run_at but for a requeue by the reaper.
-    PERFORM jobq._lower_floor('jobq.ready'::regclass, j.queue, j.priority, j.run_at, min(j.id))
-       FROM jobq.jobs j
-      WHERE j.id = ANY (ids) AND j.state = 'ready'
-      GROUP BY j.queue, j.priority, j.run_at;
+    -- One pass: the inserted rows' keys feed the floors. The rows of one call share queue,
+    -- priority and run_at but for a requeue by the reaper.
+    WITH ins AS (
+        INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
+                                concurrency_limit, while_key)
+        SELECT j.queue, j.priority, j.run_at, j.id, j.kind,
+               j.concurrency_key IS NOT NULL
+                   OR coalesce(j.unique_strategy IN ('while_executing', 'until_executing'), false),
+               j.concurrency_key, j.concurrency_limit,
+               CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END
+          FROM jobq.jobs j
+         WHERE j.id = ANY (ids) AND j.state = 'ready'
+        RETURNING queue, priority, run_at, id
+    )
+    SELECT count(*) INTO v_groups
+      FROM (SELECT jobq._lower_floor('jobq.ready'::regclass, i.queue, i.priority, i.run_at, min(i.id))
+              FROM ins i
+             GROUP BY i.queue, i.priority, i.run_at) g;
 END $$;
 
 -- Locks the ready row of waiting job `job` and returns its ctid; NULL when the job is not
