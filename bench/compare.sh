@@ -141,7 +141,7 @@ fi
 
 # --- c: steady state --------------------------------------------------------------------------
 # main table of each system, for dead tuples and autovacuum runs
-table_of() { case $1 in jobq|jobq_r0) echo jobq.jobs ;; baseline) echo public.baseline_jobs ;; procrastinate) echo public.procrastinate_jobs ;; graphile) echo graphile_worker._private_jobs ;; esac; }
+table_of() { case $1 in jobq|jobq_r0) echo jobq.live_jobs ;; baseline) echo public.baseline_jobs ;; procrastinate) echo public.procrastinate_jobs ;; graphile) echo graphile_worker._private_jobs ;; esac; }
 if has c; then
   { echo "## c. steady state: enqueue+checkout+complete, 16 clients, ${STEADY}s"; echo; header
     echo "Backlog of 10,000 ready jobs at the start; each iteration enqueues one job and works one, so it stays put. Jobs/s per minute from \`pgbench -P 60\`."

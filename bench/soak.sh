@@ -42,9 +42,10 @@ SAMPLE="SELECT concat_ws(' | ', to_char(now(), 'HH24:MI:SS'),
   (SELECT count(*) FROM jobq.jobs WHERE state = 'ready'),
   (SELECT count(*) FROM jobq.jobs WHERE state = 'completed'),
   (SELECT count(*) FROM jobq.slots),
-  pg_size_pretty(pg_table_size('jobq.jobs')), pg_size_pretty(pg_indexes_size('jobq.jobs')),
+  pg_size_pretty(pg_table_size('jobq.live_jobs') + pg_table_size('jobq.finished_jobs')),
+  pg_size_pretty(pg_indexes_size('jobq.live_jobs') + pg_indexes_size('jobq.finished_jobs')),
   pg_size_pretty(pg_total_relation_size('jobq.slots')), pg_size_pretty(pg_total_relation_size('jobq.locks')),
-  (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass))"
+  (SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE relid IN ('jobq.live_jobs'::regclass, 'jobq.finished_jobs'::regclass)))"
 {
   echo "# Soak: $RATE jobs/s for $SECS s, a tenth of them with per-user concurrency keys, jobq.retention = $RETENTION"
   echo

@@ -74,5 +74,5 @@ fn every_job_completes_exactly_once_under_16_concurrent_workers() {
         .unwrap();
     assert_eq!((r.get::<_, i64>(0), r.get::<_, i64>(1)), (JOBS, JOBS));
     assert_eq!((r.get::<_, i32>(2), r.get::<_, i32>(3)), (1, 1));
-    assert_waiting_set_consistent(&mut c);
+    assert_job_tables_consistent(&mut c);
 }

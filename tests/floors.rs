@@ -122,7 +122,7 @@ fn order_holds_under_concurrent_enqueues(queue: &str, iso: IsolationLevel) {
     }
     let left: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = $1 AND state <> 'completed'", &[&queue]).unwrap().get(0);
     assert_eq!(left, 0);
-    assert_waiting_set_consistent(&mut c);
+    assert_job_tables_consistent(&mut c);
 }
 
 #[test]

@@ -124,7 +124,7 @@ fn unique_enqueue_race(strategy: &'static str, on_conflict: &'static str, iso: I
             _ => unreachable!(),
         }
     }
-    assert_waiting_set_consistent(&mut c);
+    assert_job_tables_consistent(&mut c);
 }
 
 #[test]
@@ -243,7 +243,7 @@ fn replace_never_rejects_when_the_holder_starts_in_between() {
     let errors: Vec<String> = outcomes.into_iter().flatten().collect();
     assert!(errors.is_empty(), "{} enqueues failed, e.g. {:?}", errors.len(), errors.first());
     assert!(started.load(Ordering::Relaxed) > 10, "the workers started jobs while the producers enqueued");
-    assert_waiting_set_consistent(&mut cluster.connect(&name));
+    assert_job_tables_consistent(&mut cluster.connect(&name));
 }
 
 #[test]
@@ -329,7 +329,114 @@ fn cancels_and_replaces_racing_checkouts_never_deadlock_and_lose_nothing() {
     assert_eq!(done as usize, completed.len(), "the completed jobs are the ones workers completed");
     assert_eq!(done + cancelled, total, "every job ended completed or cancelled");
     assert!(cancelled > 0 && done > 0, "both cancels and completions happened ({cancelled}, {done})");
-    assert_waiting_set_consistent(&mut c);
+    assert_job_tables_consistent(&mut c);
+}
+
+/// A job moves between jobq.live_jobs and jobq.finished_jobs when it finishes (complete,
+/// fail, cancel) and when it is retried. Cancels and retries of random jobs race workers that
+/// complete or discard them: a cancel always finds the job (never NULL, whichever table it is
+/// in at that instant), no call fails, and every job is in exactly one table at the end.
+#[test]
+fn cancels_retries_and_completions_move_jobs_between_tables_without_losing_one() {
+    let (cluster, name, mut c) = db();
+    const JOBS: i64 = 300;
+    let first: i64 = c
+        .query_one(
+            &format!(
+                "SELECT min(jobq_enqueue('move', jsonb_build_object('n', g),
+                                         unique_key => CASE WHEN g % 3 = 0 THEN 'mv' || g END))
+                   FROM generate_series(1, {JOBS}) g"
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let workers: Vec<_> = (0..3)
+        .map(|k| {
+            let (url, stop, errors) = (cluster.url(&name), stop.clone(), errors.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+                let w = register(&mut c);
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let ids: Vec<i64> = match c.query("SELECT id FROM jobq_checkout($1, ARRAY['move'], 2)", &[&w]) {
+                        Ok(rows) => rows.iter().map(|r| r.get(0)).collect(),
+                        Err(e) => {
+                            errors.lock().unwrap().push(format!("checkout {}: {e}", sqlstate(&e)));
+                            continue;
+                        }
+                    };
+                    for id in ids {
+                        n += 1;
+                        // Complete most, discard some: both leave jobq.live_jobs.
+                        let r = if (n + k) % 4 == 0 {
+                            c.query_one("SELECT jobq_fail($1, $2, discard => true) IS NOT NULL", &[&id, &w])
+                        } else {
+                            c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w])
+                        };
+                        if let Err(e) = r {
+                            errors.lock().unwrap().push(format!("finish {}: {e}", sqlstate(&e)));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let outcomes = hammer(cluster, &name, 8, move |i, c| {
+        let (mut errors, mut nulls, mut cancelled, mut retried) = (Vec::new(), 0, 0, 0);
+        for n in 0..300i64 {
+            // Half the sessions spread over every job, half cancel and retry the same 8 jobs
+            // at once, so those flip between the tables under each other's feet.
+            let id = if i < 4 { first + (n / 2) % 8 } else { first + (n * 37 + i as i64 * 53) % JOBS };
+            if i % 2 == 0 {
+                match c.query_one("SELECT jobq_cancel($1)", &[&id]) {
+                    Ok(r) => match r.get::<_, Option<String>>(0).as_deref() {
+                        None => nulls += 1,
+                        Some("cancelled") => cancelled += 1,
+                        Some(_) => {}
+                    },
+                    Err(e) => errors.push(format!("cancel {}: {e}", sqlstate(&e))),
+                }
+            } else {
+                match c.query_one("SELECT jobq_retry($1)", &[&id]) {
+                    Ok(r) => retried += r.get::<_, bool>(0) as i32,
+                    Err(e) => errors.push(format!("retry {}: {e}", sqlstate(&e))),
+                }
+            }
+        }
+        (errors, nulls, cancelled, retried)
+    });
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut all_errors: Vec<String> = errors.lock().unwrap().drain(..).collect();
+    let (mut nulls, mut cancelled, mut retried) = (0, 0, 0);
+    for (e, n, ca, r) in outcomes {
+        all_errors.extend(e);
+        nulls += n;
+        cancelled += ca;
+        retried += r;
+    }
+    assert!(all_errors.is_empty(), "{} calls failed, e.g. {:?}", all_errors.len(), all_errors.first());
+    assert_eq!(nulls, 0, "a cancel did not find an existing job");
+    assert!(cancelled > 0 && retried > 0, "both cancels and retries took effect ({cancelled}, {retried})");
+    let r = c.query_one("SELECT count(*), count(DISTINCT id) FROM jobq.jobs WHERE queue = 'move'", &[]).unwrap();
+    assert_eq!((r.get::<_, i64>(0), r.get::<_, i64>(1)), (JOBS, JOBS), "every job is in exactly one table");
+    assert_job_tables_consistent(&mut c);
+    // The unique keys follow their jobs: held by every job that is not finished, by no other.
+    let wrong: i64 = c
+        .query_one(
+            "SELECT count(*) FROM jobq.jobs j FULL JOIN jobq.locks l ON l.job_id = j.id
+              WHERE j.queue = 'move' AND j.unique_key IS NOT NULL
+                AND (l.key IS NOT NULL) <> (j.state IN ('ready', 'executing'))",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(wrong, 0, "unique keys held exactly by the jobs that are not finished");
 }
 
 #[test]
@@ -466,7 +573,7 @@ fn while_executing_never_overlaps(iso: Iso) {
     if iso == Iso::RepeatableRead {
         assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
     }
-    assert_waiting_set_consistent(&mut c);
+    assert_job_tables_consistent(&mut c);
 }
 
 #[test]
@@ -500,7 +607,7 @@ fn concurrency_limit_holds(iso: Iso) {
     if iso == Iso::RepeatableRead {
         assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
     }
-    assert_waiting_set_consistent(&mut c);
+    assert_job_tables_consistent(&mut c);
 }
 
 #[test]

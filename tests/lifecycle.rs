@@ -200,7 +200,7 @@ fn fail_retries_with_backoff_then_dies_and_retry_revives() {
     // Make it due, and the error is visible. (A test-only shortcut as superuser: the job
     // row and its row in the waiting set, jobq.ready, carry run_at together.)
     c.batch_execute(&format!(
-        "UPDATE jobq.jobs SET run_at = now() WHERE id = {id}; UPDATE jobq.ready SET run_at = now() WHERE id = {id};"
+        "UPDATE jobq.live_jobs SET run_at = now() WHERE id = {id}; UPDATE jobq.ready SET run_at = now() WHERE id = {id};"
     ))
     .unwrap();
     let row = c.query_one("SELECT id, attempt, last_error FROM jobq_checkout($1)", &[&w]).unwrap();

@@ -102,7 +102,7 @@ fn a_role_granted_nothing_is_refused_everything() {
         refused(&mut m, &sql);
     }
     let relations = every_relation(&mut su);
-    for want in ["jobq.jobs", "jobq.workers", "jobq.locks", "jobq.queue_stats", "jobq.slots", "jobq.pauses", "jobq.jobs_id_seq"] {
+    for want in ["jobq.jobs", "jobq.live_jobs", "jobq.finished_jobs", "jobq.workers", "jobq.locks", "jobq.queue_stats", "jobq.slots", "jobq.pauses", "jobq.jobs_id_seq"] {
         assert!(relations.contains(&want.to_string()), "{want} in {relations:?}");
     }
     for rel in &relations {
@@ -110,7 +110,7 @@ fn a_role_granted_nothing_is_refused_everything() {
     }
     refused(&mut m, "SELECT payload FROM jobq.jobs");
     refused(&mut m, "SELECT nextval('jobq.jobs_id_seq')");
-    refused(&mut m, "UPDATE jobq.jobs SET state = 'completed'");
+    refused(&mut m, "UPDATE jobq.live_jobs SET state = 'completed'");
     refused(&mut m, "DELETE FROM jobq.workers");
     assert_eq!(fingerprint(&mut su), before, "nothing changed");
 }
@@ -215,7 +215,7 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut p, "SELECT jobq_register_worker()");
     refused(&mut p, "SELECT jobq_pause('q')");
     refused(&mut p, "SELECT * FROM jobq_reap()");
-    refused(&mut p, "INSERT INTO jobq.jobs (queue, payload, priority, run_at, enqueued_at, state, max_attempts) VALUES ('q', '{}', 0, now(), now(), 'ready', 1)");
+    refused(&mut p, "INSERT INTO jobq.live_jobs (queue, payload, priority, run_at, enqueued_at, state, max_attempts) VALUES ('q', '{}', 0, now(), now(), 'ready', 1)");
 
     let mut w = cluster.connect_as(&db, &worker);
     let me: Uuid = w.query_one("SELECT jobq_register_worker('w')", &[]).unwrap().get(0);
@@ -244,7 +244,8 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     ad.query("SELECT * FROM jobq_reap()", &[]).unwrap();
     ad.query("SELECT * FROM jobq.slots", &[]).unwrap();
     // An admin does not get to write the tables either: every write goes through a function.
-    refused(&mut ad, "DELETE FROM jobq.jobs");
+    refused(&mut ad, "DELETE FROM jobq.live_jobs");
+    refused(&mut ad, "DELETE FROM jobq.finished_jobs");
 }
 
 #[test]

@@ -430,7 +430,7 @@ fn the_background_worker_behaves_like_postgres_own() {
     c.execute("SELECT jobq_cancel(jobq_enqueue('q')) FROM generate_series(1, 50)", &[]).unwrap();
     wait_until("the reaper to prune them", PATIENCE, || c.query_one("SELECT count(*) FROM jobq.jobs", &[]).unwrap().get::<_, i64>(0) == 0);
     wait_until("the reaper's deletes to show in the statistics", PATIENCE, || {
-        c.query_one("SELECT n_tup_del FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass", &[]).unwrap().get::<_, i64>(0) >= 50
+        c.query_one("SELECT n_tup_del FROM pg_stat_user_tables WHERE relid = 'jobq.finished_jobs'::regclass", &[]).unwrap().get::<_, i64>(0) >= 50
     });
     drop(c);
 

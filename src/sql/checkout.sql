@@ -53,7 +53,7 @@ DECLARE
     v_slot  integer;
 BEGIN
     SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit INTO j
-      FROM jobq.jobs x WHERE x.id = job;
+      FROM jobq.live_jobs x WHERE x.id = job;
     IF j.unique_strategy = 'while_executing' THEN
         IF jobq._take_slot('u', j.unique_key, 1, job) IS NULL THEN
             RETURN 'u';
@@ -72,7 +72,7 @@ BEGIN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
     END IF;
     DELETE FROM jobq.ready r WHERE r.ctid = ready;
-    UPDATE jobq.jobs x
+    UPDATE jobq.live_jobs x
        SET state = 'executing', worker_id = _claim_keyed.worker, attempt = x.attempt + 1,
            started_at = started, concurrency_slot = v_slot
      WHERE x.id = job;
@@ -120,7 +120,7 @@ BEGIN
             CONTINUE WHEN NOT FOUND;
             IF NOT c.keyed THEN
                 DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
-                UPDATE jobq.jobs x
+                UPDATE jobq.live_jobs x
                    SET state = 'executing', worker_id = _checkout_in_snapshot.worker,
                        attempt = x.attempt + 1, started_at = now
                  WHERE x.id = c.id;
@@ -229,7 +229,7 @@ BEGIN
                    AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
                 RETURNING r.id
             ), claimed AS (
-                UPDATE jobq.jobs j
+                UPDATE jobq.live_jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
@@ -265,7 +265,7 @@ BEGIN
                    AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
                 RETURNING r.id
             ), claimed AS (
-                UPDATE jobq.jobs j
+                UPDATE jobq.live_jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
@@ -323,7 +323,7 @@ BEGIN
                      WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand WHERE NOT cand.keyed))
                     RETURNING r.id
                 ), claimed AS (
-                    UPDATE jobq.jobs j
+                    UPDATE jobq.live_jobs j
                        SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                            started_at = v_now
                      WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
@@ -357,7 +357,7 @@ BEGIN
                      WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand WHERE NOT cand.keyed))
                     RETURNING r.id
                 ), claimed AS (
-                    UPDATE jobq.jobs j
+                    UPDATE jobq.live_jobs j
                        SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                            started_at = v_now
                      WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
@@ -404,6 +404,6 @@ BEGIN
            j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
            j.unique_strategy, j.concurrency_limit, j.started_at
       FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
-      JOIN jobq.jobs j ON j.id = k.id
+      JOIN jobq.live_jobs j ON j.id = k.id
      ORDER BY k.ord;
 END $$;

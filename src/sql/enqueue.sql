@@ -106,7 +106,7 @@ BEGIN
                     RETURNING r.queue INTO v_ready_queue;  -- the holder's queue, maybe not this one
                     PERFORM jobq._lower_floor('jobq.ready'::regclass, v_ready_queue, jobq_enqueue.priority,
                                               v_run_at, v_holder.job_id);
-                    UPDATE jobq.jobs j
+                    UPDATE jobq.live_jobs j
                        SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
                      WHERE j.id = v_holder.job_id;
                     IF v_run_at <= v_now THEN
@@ -134,7 +134,7 @@ BEGIN
         END LOOP;
     END IF;
 
-    INSERT INTO jobq.jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
+    INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
                            unique_key, unique_strategy, concurrency_key, concurrency_limit)
     VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts,
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
@@ -181,7 +181,7 @@ BEGIN
     END IF;
     -- Ids come from the sequence in row order, so ordering by id is payload order.
     WITH ins AS (
-        INSERT INTO jobq.jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
+        INSERT INTO jobq.live_jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
         SELECT queue, kind, p.payload, priority, v_run_at, v_now, 'ready', max_attempts
           FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
          ORDER BY p.ord

@@ -17,32 +17,31 @@
 CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    r record;
+    j jobq.live_jobs;
 BEGIN
     IF job_id IS NULL OR worker IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id and worker must not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF jobq.retention_ms() = 0 THEN
-        -- Nothing is kept: delete now rather than write a 'completed' row for the next reap
-        -- pass to delete (half the WAL and no index insert; see README, Performance).
-        DELETE FROM jobq.jobs j
-         WHERE j.id = jobq_complete.job_id AND (CASE WHEN j.state = 'executing' THEN j.worker_id END) = worker
-           AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
-        RETURNING j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_slot INTO r;
-    ELSE
-        UPDATE jobq.jobs j
-           SET state = 'completed', finished_at = clock_timestamp(), result = jobq_complete.result
-         WHERE j.id = jobq_complete.job_id AND (CASE WHEN j.state = 'executing' THEN j.worker_id END) = worker
-           AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
-        RETURNING j.unique_key, j.unique_strategy, j.concurrency_key, j.concurrency_slot INTO r;
-    END IF;
+    -- The job leaves jobq.live_jobs; with jobq.retention = 0 nothing is kept, otherwise it
+    -- goes to jobq.finished_jobs. One DELETE and one INSERT, not jobq._archive's UPDATE first:
+    -- the hot path writes each row version once (README, Performance).
+    DELETE FROM jobq.live_jobs x
+     WHERE x.id = jobq_complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+       AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+    RETURNING x.* INTO j;
     IF NOT FOUND THEN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN false;
     END IF;
-    IF r.unique_key IS NOT NULL OR r.concurrency_key IS NOT NULL THEN
-        PERFORM jobq._release_keys(job_id, 'completed', r.unique_key, r.unique_strategy,
-                                   r.concurrency_key, r.concurrency_slot);
+    IF jobq.retention_ms() > 0 THEN
+        j.state := 'completed';
+        j.finished_at := clock_timestamp();
+        j.result := jobq_complete.result;
+        INSERT INTO jobq.finished_jobs SELECT (j).*;
+    END IF;
+    IF j.unique_key IS NOT NULL OR j.concurrency_key IS NOT NULL THEN
+        PERFORM jobq._release_keys(job_id, 'completed', j.unique_key, j.unique_strategy,
+                                   j.concurrency_key, j.concurrency_slot);
     END IF;
     RETURN true;
 END $$;
@@ -71,7 +70,7 @@ BEGIN
     END IF;
     SELECT x.queue, x.attempt, x.max_attempts, x.cancel_requested_at, x.unique_key, x.unique_strategy,
            x.concurrency_key, x.concurrency_slot INTO j
-      FROM jobq.jobs x
+      FROM jobq.live_jobs x
      WHERE x.id = jobq_fail.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
        FOR UPDATE OF x;
@@ -82,7 +81,7 @@ BEGIN
     v_state := CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
                     WHEN discard OR j.attempt >= j.max_attempts THEN 'dead'
                     ELSE 'ready' END;
-    UPDATE jobq.jobs x
+    UPDATE jobq.live_jobs x
        SET state = v_state,
            last_error = error,
            run_at = CASE WHEN v_state = 'ready' THEN v_now + coalesce(retry_in, jobq._backoff(x.attempt))
@@ -91,6 +90,8 @@ BEGIN
      WHERE x.id = jobq_fail.job_id;
     IF v_state = 'ready' THEN
         PERFORM jobq._enter_ready(ARRAY[job_id]);
+    ELSE
+        PERFORM jobq._archive(ARRAY[job_id]);
     END IF;
     PERFORM jobq._release_keys(job_id, v_state, j.unique_key, j.unique_strategy,
                                j.concurrency_key, j.concurrency_slot);
@@ -105,6 +106,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS
 DECLARE
     j        record;
     v_ready  tid;
+    v_state  text;
 BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
@@ -114,26 +116,31 @@ BEGIN
         v_ready := jobq._lock_ready(job_id);
         IF v_ready IS NOT NULL THEN
             DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
-            UPDATE jobq.jobs x SET state = 'cancelled', finished_at = clock_timestamp()
+            UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
             RETURNING x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
+            PERFORM jobq._archive(ARRAY[job_id]);
             PERFORM jobq._release_keys(job_id, 'cancelled', j.unique_key, j.unique_strategy,
                                        j.concurrency_key, NULL);
             RETURN 'cancelled';
         END IF;
         BEGIN
-            SELECT x.state INTO j FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
+            SELECT x.state INTO j FROM jobq.live_jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
             IF NOT FOUND THEN
-                RETURN NULL;
+                -- Finished, or no such job. One snapshot over both tables (jobq.jobs) sees a
+                -- job that jobq_retry moved back meanwhile in jobq.live_jobs: look again then.
+                SELECT x.state INTO v_state FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
+                CONTINUE WHEN v_state IN ('ready', 'executing');
+                RETURN v_state;
             ELSIF j.state = 'ready' THEN
                 -- It became ready again since we looked (a retry, a requeue): give the job
                 -- row back (this block's subtransaction ends) and take the ready row first.
                 RAISE EXCEPTION USING ERRCODE = 'JQ900';
-            ELSIF j.state = 'executing' THEN
-                -- The worker sees the request in jobq_heartbeat; the reaper cancels it if the worker dies.
-                UPDATE jobq.jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
-                 WHERE x.id = jobq_cancel.job_id;
             END IF;
+            -- Executing: the worker sees the request in jobq_heartbeat; the reaper cancels
+            -- it if the worker dies.
+            UPDATE jobq.live_jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
+             WHERE x.id = jobq_cancel.job_id;
             RETURN j.state;
         EXCEPTION WHEN SQLSTATE 'JQ900' THEN
             NULL;
@@ -150,7 +157,7 @@ BEGIN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
     END IF;
     SELECT x.queue, x.unique_key, x.unique_strategy INTO j
-      FROM jobq.jobs x
+      FROM jobq.finished_jobs x
      WHERE x.id = jobq_retry.job_id AND x.state IN ('dead', 'cancelled')
        FOR UPDATE;
     IF NOT FOUND THEN
@@ -160,7 +167,12 @@ BEGIN
        AND NOT jobq._take_key(j.unique_key, job_id) THEN
         RETURN false;
     END IF;
-    UPDATE jobq.jobs x
+    -- Back to jobq.live_jobs, waiting again.
+    WITH moved AS (
+        DELETE FROM jobq.finished_jobs x WHERE x.id = jobq_retry.job_id RETURNING x.*
+    )
+    INSERT INTO jobq.live_jobs SELECT * FROM moved;
+    UPDATE jobq.live_jobs x
        SET state = 'ready', attempt = 0, run_at = clock_timestamp(), finished_at = NULL,
            cancel_requested_at = NULL, interrupted_at = NULL
      WHERE x.id = jobq_retry.job_id;

@@ -24,7 +24,7 @@ BEGIN
     BEGIN
         SELECT r.requeued, r.dead INTO requeued, dead
           FROM jobq._return_jobs(worker, true, ARRAY(
-                   SELECT j.id FROM jobq.jobs j
+                   SELECT j.id FROM jobq.live_jobs j
                     WHERE j.worker_id = worker AND j.state = 'executing'
                     ORDER BY j.id
                       FOR UPDATE SKIP LOCKED)) r;
@@ -35,7 +35,7 @@ BEGIN
         GET DIAGNOSTICS locks = ROW_COUNT;
         DELETE FROM jobq.workers w
          WHERE w.id = worker
-           AND NOT EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.worker_id = worker AND j.state = 'executing')
+           AND NOT EXISTS (SELECT 1 FROM jobq.live_jobs j WHERE j.worker_id = worker AND j.state = 'executing')
            AND NOT EXISTS (SELECT 1 FROM jobq.locks l WHERE l.worker_id = worker);
         removed := FOUND;
     EXCEPTION WHEN OTHERS THEN
@@ -77,7 +77,7 @@ BEGIN
         workers_reaped := workers_reaped + r.removed::integer;
     END LOOP;
     FOR w IN
-        SELECT DISTINCT j.worker_id AS id FROM jobq.jobs j
+        SELECT DISTINCT j.worker_id AS id FROM jobq.live_jobs j
          WHERE j.state = 'executing'
            AND NOT EXISTS (SELECT 1 FROM jobq.workers x WHERE x.id = j.worker_id)
     LOOP
@@ -98,14 +98,11 @@ BEGIN
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.
-    -- The outer statement has nothing but id = ANY (ARRAY(...)), so its only plan is the
-    -- primary key: with IN (...), or with a state condition, the planner could walk every
-    -- finished job kept (jobs_finished) per pass. The rows are ours, locked by the subquery.
+    -- The rows are ours, locked by the subquery (a jobq_retry holding one keeps it).
     LOOP
-        DELETE FROM jobq.jobs j
-         WHERE j.id = ANY (ARRAY(SELECT f.id FROM jobq.jobs f
-                                  WHERE f.state IN ('completed', 'dead', 'cancelled')
-                                    AND f.finished_at < v_cutoff
+        DELETE FROM jobq.finished_jobs j
+         WHERE j.id = ANY (ARRAY(SELECT f.id FROM jobq.finished_jobs f
+                                  WHERE f.finished_at < v_cutoff
                                   ORDER BY f.finished_at
                                   LIMIT 10000
                                     FOR UPDATE SKIP LOCKED));

@@ -19,8 +19,14 @@ CREATE TABLE jobq.workers (
 
 CREATE SEQUENCE jobq.jobs_id_seq AS bigint;
 
--- Every job, from enqueue until jobq.retention after it finished.
-CREATE TABLE jobq.jobs (
+-- Jobs live in two tables, so that what checkout and completion touch stays the size of
+-- the work in flight, however much history is kept (README, "History"):
+--   jobq.live_jobs      jobs in state 'ready' or 'executing';
+--   jobq.finished_jobs  jobs 'completed', 'dead' or 'cancelled', until jobq.retention prunes them;
+--   jobq.jobs           the view of both that clients read.
+-- A job moves between them in one transaction (DELETE ... RETURNING, then INSERT), so a
+-- snapshot sees it in exactly one. The two tables have the same columns in the same order.
+CREATE TABLE jobq.live_jobs (
     id                   bigint PRIMARY KEY DEFAULT nextval('jobq.jobs_id_seq'),
     queue                text NOT NULL,
     kind                 text,
@@ -29,7 +35,7 @@ CREATE TABLE jobq.jobs (
     run_at               timestamptz NOT NULL,
     enqueued_at          timestamptz NOT NULL,
     -- 'ready', 'executing', 'completed', 'dead' or 'cancelled'. Only jobq's functions write
-    -- this table; there is deliberately no CHECK here: PostgreSQL 15 deserialises a table's
+    -- these tables; there is deliberately no CHECK here: PostgreSQL 15 deserialises a table's
     -- CHECK expressions on every UPDATE statement, ~3.5% of the checkout+complete path.
     state                text NOT NULL,
     attempt              integer NOT NULL DEFAULT 0,
@@ -47,14 +53,34 @@ CREATE TABLE jobq.jobs (
     last_error           jsonb,
     result               jsonb
 );
-ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.jobs.id;
+ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.live_jobs.id;
 
--- jobq.jobs has no index on waiting jobs: checkout reads jobq.ready below and touches a job
--- row only to claim it, by primary key.
+-- jobq.live_jobs has no index on waiting jobs: checkout reads jobq.ready below and touches a
+-- job row only to claim it, by primary key.
 -- Heartbeat (cancel requests), unregister and the reaper find a worker's jobs here.
-CREATE INDEX jobs_executing_by_worker ON jobq.jobs (worker_id) WHERE state = 'executing';
+CREATE INDEX jobs_executing_by_worker ON jobq.live_jobs (worker_id) WHERE state = 'executing';
+
+CREATE TABLE jobq.finished_jobs (LIKE jobq.live_jobs, PRIMARY KEY (id));
 -- The reaper prunes finished jobs oldest first.
-CREATE INDEX jobs_finished ON jobq.jobs (finished_at) WHERE state IN ('completed', 'dead', 'cancelled');
+CREATE INDEX jobs_finished ON jobq.finished_jobs (finished_at);
+
+CREATE VIEW jobq.jobs AS
+SELECT * FROM jobq.live_jobs
+UNION ALL
+SELECT * FROM jobq.finished_jobs;
+
+-- Moves jobs `ids` that are in a finished state from jobq.live_jobs to jobq.finished_jobs.
+-- The paths that finish a job rarely (cancel, death, cancellation by the reaper) set the
+-- state in place and then call this; completion, the hot path, moves its row in one step.
+CREATE FUNCTION jobq._archive(ids bigint[]) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, jobq, pg_temp AS $$
+    WITH moved AS (
+        DELETE FROM jobq.live_jobs j
+         WHERE j.id = ANY (ids) AND j.state IN ('completed', 'dead', 'cancelled')
+        RETURNING j.*
+    )
+    INSERT INTO jobq.finished_jobs SELECT * FROM moved
+$$;
 
 -- The waiting set: exactly one row per job in state 'ready' (due or scheduled), with what
 -- checkout orders, filters and claims by, and nothing else. Checkout walks this small table
@@ -151,7 +177,8 @@ CREATE TYPE jobq.job AS (
 -- database (an extension's tables are otherwise dumped empty), so a restore continues where
 -- the dump was taken: no job lost, no id reused, every key still held.
 SELECT pg_catalog.pg_extension_config_dump('jobq.workers', '');
-SELECT pg_catalog.pg_extension_config_dump('jobq.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.live_jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.finished_jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.ready', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.locks', '');
@@ -186,7 +213,7 @@ BEGIN
                    OR coalesce(j.unique_strategy IN ('while_executing', 'until_executing'), false),
                j.concurrency_key, j.concurrency_limit,
                CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END
-          FROM jobq.jobs j
+          FROM jobq.live_jobs j
          WHERE j.id = ANY (ids) AND j.state = 'ready'
         RETURNING queue, priority, run_at, id
     )
@@ -209,7 +236,7 @@ DECLARE
     v     tid;
 BEGIN
     LOOP
-        SELECT x.queue, x.priority, x.run_at, x.state INTO j FROM jobq.jobs x WHERE x.id = job;
+        SELECT x.queue, x.priority, x.run_at, x.state INTO j FROM jobq.live_jobs x WHERE x.id = job;
         IF NOT FOUND OR j.state <> 'ready' OR j::text = prev THEN
             RETURN NULL;
         END IF;

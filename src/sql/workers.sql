@@ -98,10 +98,10 @@ BEGIN
     END IF;
     IF holding IS NOT NULL THEN
         PERFORM jobq._return_jobs(worker, true, ARRAY(
-            SELECT j.id FROM jobq.jobs j
+            SELECT j.id FROM jobq.live_jobs j
              WHERE j.worker_id = worker AND j.state = 'executing' AND j.id <> ALL (holding)));
     END IF;
-    RETURN ARRAY(SELECT j.id FROM jobq.jobs j
+    RETURN ARRAY(SELECT j.id FROM jobq.live_jobs j
                   WHERE j.worker_id = worker AND j.state = 'executing'
                     AND j.cancel_requested_at IS NOT NULL
                   ORDER BY j.id);
@@ -147,7 +147,7 @@ BEGIN
     requeued := 0;
     dead := 0;
     FOR r IN
-        UPDATE jobq.jobs j SET
+        UPDATE jobq.live_jobs j SET
             state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
                          WHEN interrupted AND j.attempt >= j.max_attempts THEN 'dead'
                          ELSE 'ready' END,
@@ -166,8 +166,9 @@ BEGIN
             PERFORM jobq._enter_ready(ARRAY[r.id]);
             requeued := requeued + 1;
             PERFORM pg_notify('jobq', r.queue);
-        ELSIF r.state = 'dead' THEN
-            dead := dead + 1;
+        ELSE
+            PERFORM jobq._archive(ARRAY[r.id]);
+            dead := dead + (r.state = 'dead')::integer;
         END IF;
     END LOOP;
 END $$;
@@ -189,7 +190,7 @@ BEGIN
         PERFORM jobq._refuse_worker(worker);
     END IF;
     SELECT r.requeued INTO v_requeued FROM jobq._return_jobs(worker, false, ARRAY(
-        SELECT j.id FROM jobq.jobs j WHERE j.worker_id = worker AND j.state = 'executing')) r;
+        SELECT j.id FROM jobq.live_jobs j WHERE j.worker_id = worker AND j.state = 'executing')) r;
     DELETE FROM jobq.locks l WHERE l.worker_id = worker;
     DELETE FROM jobq.workers w WHERE w.id = worker;
     RETURN v_requeued;

@@ -249,17 +249,21 @@ impl Cluster {
     }
 }
 
-/// The waiting set's invariant (src/sql/schema.sql, jobq.ready): a job is in state 'ready'
-/// exactly when it has one row in jobq.ready, and that row carries the job's queue, kind,
-/// priority and run_at.
-pub fn assert_waiting_set_consistent(c: &mut Client) {
+/// The invariants of the job tables (src/sql/schema.sql): a job is in state 'ready' exactly
+/// when it has one row in jobq.ready, and that row carries the job's queue, kind, priority and
+/// run_at; jobq.live_jobs holds only ready and executing jobs, jobq.finished_jobs only
+/// finished ones, and no job is in both.
+pub fn assert_job_tables_consistent(c: &mut Client) {
     let r = c
         .query_one(
-            "SELECT (SELECT count(*) FROM jobq.ready r LEFT JOIN jobq.jobs j ON j.id = r.id
+            "SELECT (SELECT count(*) FROM jobq.ready r LEFT JOIN jobq.live_jobs j ON j.id = r.id
                       WHERE j.id IS NULL OR j.state <> 'ready'
                          OR (j.queue, j.kind, j.priority, j.run_at) IS DISTINCT FROM (r.queue, r.kind, r.priority, r.run_at)),
-                    (SELECT count(*) FROM jobq.jobs j
-                      WHERE j.state = 'ready' AND (SELECT count(*) FROM jobq.ready r WHERE r.id = j.id) <> 1)",
+                    (SELECT count(*) FROM jobq.live_jobs j
+                      WHERE j.state = 'ready' AND (SELECT count(*) FROM jobq.ready r WHERE r.id = j.id) <> 1),
+                    (SELECT count(*) FROM jobq.live_jobs WHERE state NOT IN ('ready', 'executing'))
+                  + (SELECT count(*) FROM jobq.finished_jobs WHERE state NOT IN ('completed', 'dead', 'cancelled')),
+                    (SELECT count(*) FROM jobq.live_jobs l JOIN jobq.finished_jobs f USING (id))",
             &[],
         )
         .unwrap();
@@ -268,4 +272,6 @@ pub fn assert_waiting_set_consistent(c: &mut Client) {
         (0, 0),
         "ready rows without a waiting job (or with other values), waiting jobs without exactly one ready row"
     );
+    assert_eq!(r.get::<_, i64>(2), 0, "jobs in the wrong table for their state");
+    assert_eq!(r.get::<_, i64>(3), 0, "jobs in both jobq.live_jobs and jobq.finished_jobs");
 }
