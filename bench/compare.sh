@@ -4,7 +4,7 @@
 # scripts (bench/scripts/<system>_*.sql), so the client cost is identical; the peers are installed
 # from PyPI / npm into target/bench-peers (bench/systems/*.sh), never vendored.
 #
-#   bench/compare.sh [--workloads a,b,c,d,e,f] [--systems "jobq jobq_r0 baseline procrastinate graphile"]
+#   bench/compare.sh [--workloads a,b,c,d,e,f] [--systems "jobq jobq_r0 jobq_dn baseline procrastinate graphile"]
 #                    [--runs N] [--seconds N] [--steady-seconds N] [--big-backlog N] [--async]
 #   STEADY_SYSTEMS="jobq baseline" bench/compare.sh ...   workload c for these systems only
 #   bench/compare.sh --quick      CI: jobq vs baseline only, a regression check (below)
@@ -28,7 +28,7 @@
 # hot-path regression of more than 2x. Writes only target/bench-quick.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WORKLOADS=a,b,c,d,e,f; SYSTEMS="jobq jobq_r0 baseline procrastinate graphile"; RUNS=3; SECS=10
+WORKLOADS=a,b,c,d,e,f; SYSTEMS="jobq jobq_r0 jobq_dn baseline procrastinate graphile"; RUNS=3; SECS=10
 STEADY=600; BIG=10000000; SYNC=on; QUICK=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -141,7 +141,7 @@ fi
 
 # --- c: steady state --------------------------------------------------------------------------
 # main table of each system, for dead tuples and autovacuum runs
-table_of() { case $1 in jobq|jobq_r0) echo jobq.live_jobs ;; baseline) echo public.baseline_jobs ;; procrastinate) echo public.procrastinate_jobs ;; graphile) echo graphile_worker._private_jobs ;; esac; }
+table_of() { case $1 in jobq|jobq_r0|jobq_dn) echo jobq.live_jobs ;; baseline) echo public.baseline_jobs ;; procrastinate) echo public.procrastinate_jobs ;; graphile) echo graphile_worker._private_jobs ;; esac; }
 if has c; then
   { echo "## c. steady state: enqueue+checkout+complete, 16 clients, ${STEADY}s"; echo; header
     echo "Backlog of 10,000 ready jobs at the start; each iteration enqueues one job and works one, so it stays put. Jobs/s per minute from \`pgbench -P 60\`."

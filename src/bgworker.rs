@@ -12,16 +12,17 @@
 //!   after it (so autovacuum sees the rows it deleted). That SQL function catches and logs the
 //!   errors of a pass, so a bad pass never stops the next one. If the extension is not
 //!   created in the database yet, it says so once and waits. Every 200 ms it raises the
-//!   claim floors of its database (`src/floors.rs`). At least once a second it
-//!   checks whether someone waits to lock its database exclusively (`DROP DATABASE`, `ALTER
-//!   DATABASE … RENAME`), and then leaves, as autovacuum does, so that such a command is
-//!   never blocked by it.
+//!   claim floors of its database (`src/floors.rs`) and checks whether someone waits to lock
+//!   its database exclusively (`DROP DATABASE`, `ALTER DATABASE … RENAME`), and then leaves,
+//!   as autovacuum does, so that such a command is never blocked by it. Woken through its
+//!   latch by the commits of enqueues with `jobq.notify = deferred`, it sends their NOTIFYs
+//!   (`src/wakes.rs`).
 //!
 //! Both re-read the configuration on SIGHUP, exit promptly on SIGTERM (with code 1, so a
 //! `pg_terminate_backend()` does not unregister them for good), start only once the server
 //! is out of recovery (a hot standby runs neither until it is promoted) and check
 //! `RecoveryInProgress()` on every tick anyway.
-use crate::{floors, gucs};
+use crate::{floors, gucs, wakes};
 use pgrx::bgworkers::*;
 use pgrx::prelude::*;
 use pgrx::PgMemoryContexts;
@@ -32,9 +33,6 @@ const RESTART_AFTER: Duration = Duration::from_secs(5);
 const LAUNCHER_TICK: Duration = Duration::from_millis(500);
 /// A reaper that ran this long before it stopped was not crash-looping: no backoff.
 const STABLE: Duration = Duration::from_secs(60);
-/// The reaper's longest sleep: how soon it notices a DROP DATABASE waiting for it (PostgreSQL
-/// waits 5 s for other sessions to leave a database it drops).
-const REAPER_TICK: Duration = Duration::from_secs(1);
 /// How often the reaper raises the claim floors (src/floors.rs): a checkout walks the dead
 /// entries of at most this long's claims.
 const FLOOR_TICK: Duration = Duration::from_millis(200);
@@ -220,12 +218,18 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
     let db_oid = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db_oid), None);
     let database = database_name();
+    // Deferred wake-ups (src/wakes.rs): an enqueue's commit sets this worker's latch; the first
+    // send also notifies every queue with a due job (what was noted before it started).
+    let serving = wakes::serve();
     log!("jobq reaper: serving database \"{database}\" every {:?}", interval());
 
     let mut said_missing = false;
     let mut current = interval();
     let mut last_pass: Option<Instant> = None;
-    while BackgroundWorker::wait_latch(Some(current.min(REAPER_TICK).min(FLOOR_TICK))) {
+    let mut sweep = true;
+    let tick = || interval().min(FLOOR_TICK);
+    let mut last_tick = Instant::now().checked_sub(FLOOR_TICK).unwrap_or_else(Instant::now);
+    while BackgroundWorker::wait_latch(Some(tick().saturating_sub(last_tick.elapsed()))) {
         reload_config_on_sighup();
         if interval() != current {
             current = interval();
@@ -234,6 +238,14 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
         if unsafe { pg_sys::RecoveryInProgress() } {
             continue;
         }
+        if serving {
+            wakes::send(std::mem::take(&mut sweep));
+        }
+        // Wake-ups set the latch often; the rest runs on its ticks.
+        if last_tick.elapsed() < tick() {
+            continue;
+        }
+        last_tick = Instant::now();
         if BackgroundWorker::transaction(database_wanted_exclusively) {
             log!("jobq reaper: leaving database \"{database}\": another session waits to drop or alter it");
             unsafe { pg_sys::proc_exit(0) };

@@ -1,6 +1,6 @@
 //! The `jobq.*` settings. They are real GUCs with units, so `'200ms'`, `'2s'` and `'1d'`
 //! all work and out-of-range values are refused by PostgreSQL itself.
-use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::ffi::CString;
 
 pub static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
@@ -8,6 +8,18 @@ pub static REAP_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static HEARTBEAT_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000);
 /// Retention is in seconds: a day in milliseconds would still fit, a month would not.
 pub static RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+
+/// Who sends the NOTIFY of an enqueue (src/wakes.rs).
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Debug)]
+pub enum Notify {
+    /// The enqueuing transaction, as SPEC words it.
+    #[name = c"immediate"]
+    Immediate,
+    /// The background worker, right after the enqueue commits.
+    #[name = c"deferred"]
+    Deferred,
+}
+pub static NOTIFY: GucSetting<Notify> = GucSetting::<Notify>::new(Notify::Immediate);
 
 /// Defines the settings. `jobq.database` only exists with `shared_preload_libraries = 'jobq'`:
 /// it is read once at server start, and PostgreSQL refuses to define such a setting in a
@@ -52,6 +64,14 @@ pub fn define(preloading: bool) {
         i32::MAX,
         GucContext::Suset,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_enum_guc(
+        c"jobq.notify",
+        c"Who sends the NOTIFY that wakes listening workers: the enqueuing transaction (immediate) or the background worker right after its commit (deferred).",
+        c"deferred lets enqueues commit without waiting for each other; it falls back to immediate where no background worker serves the database.",
+        &NOTIFY,
+        GucContext::Userset,
+        GucFlags::default(),
     );
 }
 

@@ -10,7 +10,10 @@
 //!   `src/sql/privileges.sql`.
 //! - `src/floors.rs`: claim floors, where checkout starts walking the waiting set (shared
 //!   memory, lowered at commit by whoever makes a job ready, raised by the background worker).
-//! - `src/bgworker.rs`: the background worker that runs the reap pass and raises the floors.
+//! - `src/wakes.rs`: the NOTIFY that wakes listening workers, sent by the enqueuing transaction
+//!   or, with `jobq.notify = deferred`, by the background worker right after its commit.
+//! - `src/bgworker.rs`: the background worker that runs the reap pass, raises the floors and
+//!   sends deferred wake-ups.
 use pgrx::prelude::*;
 
 mod bgworker;
@@ -18,6 +21,7 @@ mod floors;
 mod gucs;
 mod liveness;
 mod privileges;
+mod wakes;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -31,6 +35,7 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::define(preloading);
     if preloading {
         floors::init();
+        wakes::init();
         bgworker::register();
     }
 }

@@ -110,7 +110,7 @@ BEGIN
                        SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
                      WHERE j.id = v_holder.job_id;
                     IF v_run_at <= v_now THEN
-                        PERFORM pg_notify('jobq', queue);
+                        PERFORM jobq._notify(queue);
                     END IF;
                     RETURN v_holder.job_id;
                 END IF;
@@ -141,9 +141,10 @@ BEGIN
             concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END);
     PERFORM jobq._enter_ready(ARRAY[v_id]);
 
-    -- PostgreSQL folds identical notifications of one transaction into one.
+    -- One notification per queue per transaction: PostgreSQL folds identical ones, and
+    -- jobq._notify (deferred) notes a queue once.
     IF v_run_at <= v_now THEN
-        PERFORM pg_notify('jobq', queue);
+        PERFORM jobq._notify(queue);
     END IF;
     RETURN v_id;
 END $$;
@@ -191,6 +192,6 @@ BEGIN
     PERFORM jobq._enter_ready(v_ids);
     RETURN QUERY SELECT u.id FROM unnest(v_ids) AS u(id);
     IF v_run_at <= v_now THEN
-        PERFORM pg_notify('jobq', queue);
+        PERFORM jobq._notify(queue);
     END IF;
 END $$;

@@ -96,7 +96,7 @@ BEGIN
     PERFORM jobq._release_keys(job_id, v_state, j.unique_key, j.unique_strategy,
                                j.concurrency_key, j.concurrency_slot);
     IF v_state = 'ready' AND retry_in = interval '0' THEN
-        PERFORM pg_notify('jobq', j.queue);
+        PERFORM jobq._notify(j.queue);
     END IF;
     RETURN v_state;
 END $$;
@@ -177,7 +177,7 @@ BEGIN
            cancel_requested_at = NULL, interrupted_at = NULL
      WHERE x.id = jobq_retry.job_id;
     PERFORM jobq._enter_ready(ARRAY[job_id]);
-    PERFORM pg_notify('jobq', j.queue);
+    PERFORM jobq._notify(j.queue);
     RETURN true;
 END $$;
 

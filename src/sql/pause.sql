@@ -25,6 +25,6 @@ BEGIN
      WHERE p.queue IS NOT DISTINCT FROM jobq_resume.queue AND p.kind IS NOT DISTINCT FROM jobq_resume.kind;
     -- Wake the workers of a resumed queue.
     IF FOUND AND queue IS NOT NULL THEN
-        PERFORM pg_notify('jobq', queue);
+        PERFORM jobq._notify(queue);
     END IF;
 END $$;

@@ -165,7 +165,7 @@ BEGIN
         IF r.state = 'ready' THEN
             PERFORM jobq._enter_ready(ARRAY[r.id]);
             requeued := requeued + 1;
-            PERFORM pg_notify('jobq', r.queue);
+            PERFORM jobq._notify(r.queue);
         ELSE
             PERFORM jobq._archive(ARRAY[r.id]);
             dead := dead + (r.state = 'dead')::integer;
