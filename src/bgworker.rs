@@ -229,7 +229,10 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
     let mut sweep = true;
     let tick = || interval().min(FLOOR_TICK);
     let mut last_tick = Instant::now().checked_sub(FLOOR_TICK).unwrap_or_else(Instant::now);
-    while BackgroundWorker::wait_latch(Some(tick().saturating_sub(last_tick.elapsed()))) {
+    // Rounded up to whole milliseconds, the unit of WaitLatch: rounded down, the last
+    // fraction of a tick would spin.
+    let until_tick = |last: Instant| Duration::from_millis(tick().saturating_sub(last.elapsed()).as_micros().div_ceil(1000) as u64);
+    while BackgroundWorker::wait_latch(Some(until_tick(last_tick))) {
         reload_config_on_sighup();
         if interval() != current {
             current = interval();

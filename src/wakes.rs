@@ -27,8 +27,9 @@ use crate::gucs;
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Databases served at once (one background worker each).
 const SERVERS: usize = 64;
@@ -194,12 +195,25 @@ unsafe extern "C-unwind" fn leave(_code: i32, _arg: pg_sys::Datum) {
     }
 }
 
+/// The longest a sweep waits for the previous one: many distinct queues noted at once
+/// overflow the table on every commit, and a sweep reads the whole waiting set.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// When this background worker last swept.
+    static LAST_SWEEP: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Whether its last send was skipped (logged once until one goes through).
+    static SKIPPING: Cell<bool> = const { Cell::new(false) };
+}
+
 /// The background worker's send: one NOTIFY per queue noted for its database since the last
-/// send, in one transaction; with `sweep` (its first send) or after an overflow, one for every
-/// queue with a due job. Errors are the transaction's (a full notification queue): the worker
-/// restarts, and its first send sweeps.
+/// send, in one transaction; with `sweep` (its first send) or after an overflow (at most once
+/// per SWEEP_EVERY), one for every queue with a due job. It never raises: with PostgreSQL's
+/// notification queue over half full (a listener that stopped reading) it sends nothing and
+/// sweeps later instead, so the background worker's other duties never stop for it.
 pub fn send(sweep: bool) {
     let db = my_db();
+    let may_sweep = sweep || LAST_SWEEP.get().is_none_or(|t| t.elapsed() >= SWEEP_EVERY);
     let (queues, overflow) = {
         let mut w = WAKES.exclusive();
         let mut queues = Vec::new();
@@ -207,15 +221,20 @@ pub fn send(sweep: bool) {
             queues.push(String::from_utf8_lossy(&n.name[..n.len as usize]).into_owned());
             n.db = 0;
         }
-        let overflow = w.servers.iter_mut().find(|s| s.db == db).is_some_and(|s| std::mem::take(&mut s.overflow));
+        // An overflow not swept now stays flagged for a later send.
+        let overflow = may_sweep
+            && w.servers.iter_mut().find(|s| s.db == db).is_some_and(|s| std::mem::take(&mut s.overflow));
         (queues, overflow)
     };
     if queues.is_empty() && !overflow && !sweep {
         return;
     }
-    BackgroundWorker::transaction(|| {
-        // A sweep reads the waiting set whole (DISTINCT over every waiting job): only at start
-        // and after an overflow, and only once the extension exists here.
+    let sent = BackgroundWorker::transaction(|| {
+        if Spi::get_one::<bool>("SELECT pg_catalog.pg_notification_queue_usage() < 0.5").ok().flatten() != Some(true) {
+            return false;
+        }
+        // A sweep reads the waiting set whole (DISTINCT over every waiting job): only at start,
+        // after an overflow, after a skipped send, and only once the extension exists here.
         let sweep = (sweep || overflow)
             && Spi::get_one::<bool>("SELECT to_regclass('jobq.ready') IS NOT NULL").ok().flatten() == Some(true);
         let sql = if sweep {
@@ -226,8 +245,22 @@ pub fn send(sweep: bool) {
         } else {
             "SELECT pg_catalog.pg_notify('jobq', n.q) FROM unnest($1::text[]) AS n(q)"
         };
-        Spi::run_with_args(sql, &[queues.into()]).ok();
+        Spi::run_with_args(sql, &[queues.into()]).is_ok()
     });
+    if sweep || overflow {
+        LAST_SWEEP.set(Some(Instant::now()));
+    }
+    if !sent {
+        // Sweep when it can send again (flagged as an overflow); say so once.
+        if let Some(s) = WAKES.exclusive().servers.iter_mut().find(|s| s.db == db) {
+            s.overflow = true;
+        }
+        if !SKIPPING.replace(true) {
+            warning!("jobq: deferred wake-ups wait: the NOTIFY queue is over half full (a listener stopped reading?)");
+        }
+    } else if SKIPPING.replace(false) {
+        log!("jobq: deferred wake-ups are sent again");
+    }
 }
 
 #[pg_schema]

@@ -110,7 +110,7 @@ BEGIN
                        SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
                      WHERE j.id = v_holder.job_id;
                     IF v_run_at <= v_now THEN
-                        PERFORM jobq._notify(queue);
+                        PERFORM jobq._notify(v_ready_queue);  -- where the job waits
                     END IF;
                     RETURN v_holder.job_id;
                 END IF;

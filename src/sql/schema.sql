@@ -198,8 +198,13 @@ CREATE INDEX locks_expiring ON jobq.locks (expires_at) WHERE worker_id IS NOT NU
 -- Makes jobs `ids` waiting: inserts the ready row of each of them that is in state 'ready',
 -- and lowers the claim floors to their keys at commit (src/floors.rs). The one place that
 -- derives a ready row from a job row.
+-- enable_seqscan = off: the job rows are read by primary key only. PL/pgSQL keeps this
+-- statement's plan for the session, and for `id = ANY (ids)` (an array of unknown length)
+-- over a table whose statistics say it is small, as after CREATE EXTENSION, that plan is a
+-- sequential scan: every enqueue then read every job row (measured: 0.6 ms of CPU per
+-- enqueue after 8,000 jobs, 1,200 enqueues/s at one client).
 CREATE FUNCTION jobq._enter_ready(ids bigint[]) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp SET enable_seqscan = off AS $$
 DECLARE
     v_groups integer;
 BEGIN
