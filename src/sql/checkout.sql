@@ -151,17 +151,12 @@ END $$;
 -- table), so on a large table it crosses jit_above_cost and every checkout compiled its
 -- statements with LLVM: 1.7 s of JIT per call at 1.4M ready jobs (bench/soak.sh found it).
 -- A checkout reads a handful of rows; JIT never pays here.
--- enable_seqscan = off: every row checkout reads is found through an index, whatever the
--- statistics said when the session's plans were made: a worker that starts on an empty
--- queue would otherwise keep a plan that reads the whole job table to claim by id (see
--- jobq._enter_ready, measured there).
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
 RETURNS SETOF jobq.job
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, jobq, pg_temp
 SET plan_cache_mode = force_generic_plan
-SET jit = off
-SET enable_seqscan = off AS $$
+SET jit = off AS $$
 DECLARE
     v_now      timestamptz := clock_timestamp();
     v_queue    text;                 -- set when exactly one queue is asked for
