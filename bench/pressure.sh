@@ -8,13 +8,15 @@
 #   readers  four REPEATABLE READ sessions looping SELECT count(*) over the tables checkout reads
 #
 #   bench/pressure.sh [--clean S] [--pressure S] [--after S] [--scenarios "xid readers"] [--systems "jobq baseline"]
+#                     [--only "jobq:xid ..."]   run only these system:scenario pairs again; the
+#                                               report still covers every pair (earlier runs' data)
 #
 # Output: bench/results/pressure.md: per system and scenario, jobs/s and the checkout calls'
 # p99 every 5 s, the hot tables' size and dead tuples, and the summary ratios the issue asks
 # for (pressure / clean jobs/s, worst p99 / clean p99, the first 10 s after / clean).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CLEAN=60; PRESSURE=300; AFTER=30; SCENARIOS="xid readers"; SYSTEMS="jobq baseline"
+CLEAN=60; PRESSURE=300; AFTER=30; SCENARIOS="xid readers"; SYSTEMS="jobq baseline"; ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --clean) CLEAN=$2; shift 2 ;;
@@ -22,6 +24,7 @@ while [ $# -gt 0 ]; do
     --after) AFTER=$2; shift 2 ;;
     --scenarios) SCENARIOS=$2; shift 2 ;;
     --systems) SYSTEMS=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -33,6 +36,7 @@ RAW=target/bench-pressure; mkdir -p "$RAW"
 DSN="host=127.0.0.1 port=$PORT user=postgres dbname=bench"
 for sc in $SCENARIOS; do
   for s in $SYSTEMS; do
+    [ -z "$ONLY" ] || [[ " $ONLY " == *" $s:$sc "* ]] || continue
     "${s}_reset" 4000 >/dev/null
     echo "pressure: $s, $sc: ${CLEAN}s clean, ${PRESSURE}s under pressure, ${AFTER}s after" >&2
     python3 bench/pressure.py "$s" "$sc" "$DSN" --clean "$CLEAN" --pressure "$PRESSURE" --after "$AFTER" > "$RAW/$s-$sc.jsonl"
@@ -46,12 +50,13 @@ names = {"xid": "one session idle in a transaction holding an xid",
          "readers": "four REPEATABLE READ sessions looping SELECT count(*) over the tables checkout reads"}
 print("# Throughput under pressure from elsewhere\n")
 print(f"`bench/pressure.sh --clean {clean} --pressure {pressure} --after {after}`, {machine}, synchronous_commit = on, jobq {rev}. "
-      "16 workers (batch 10, 1 ms of work per job, each job completed in its own transaction), ~4,000 jobs kept ready.\n")
+      "16 workers (batch 10, 1 ms of work per job, each job completed in its own transaction), ~4,000 jobs kept ready "
+      "(the producer counts enqueued minus completed itself). Empty checkouts: calls that found nothing (workers starved).\n")
 for sc in scenarios.split():
     rows = {s: [json.loads(l) for l in open(f"{raw}/{s}-{sc}.jsonl")] for s in systems.split()}
     print(f"## {names[sc]}\n")
-    print("| system | clean jobs/s | under pressure | ratio | checkout p99 clean → worst (ms) | first 10 s after / clean | hot tables MB, end of pressure | dead tuples, end of pressure |")
-    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+    print("| system | clean jobs/s | under pressure | ratio | checkout p99 clean → worst (ms) | first 10 s after / clean | hot tables MB, end of pressure | dead tuples, end of pressure | empty checkouts under pressure |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
     for s, r in rows.items():
         c = [x for x in r if x["phase"] == "clean" and x["t"] > 10]  # past the warm-up
         p = [x for x in r if x["phase"] == "pressure"]
@@ -61,7 +66,7 @@ for sc in scenarios.split():
         cp = sorted(x["checkout_p99_ms"] for x in c if x["checkout_p99_ms"] is not None)
         cp99 = cp[len(cp) // 2] if cp else float("nan")
         worst = max((x["checkout_p99_ms"] or 0) for x in p) if p else float("nan")
-        print(f"| {s} | {cj:.0f} | {pj:.0f} | {pj / cj:.2f} | {cp99:.1f} → {worst:.1f} | {aj / cj:.2f} | {p[-1]['hot_mb']} | {p[-1]['dead_tuples']} |")
+        print(f"| {s} | {cj:.0f} | {pj:.0f} | {pj / cj:.2f} | {cp99:.1f} → {worst:.1f} | {aj / cj:.2f} | {p[-1]['hot_mb']} | {p[-1]['dead_tuples']} | {sum(x.get('empty_checkouts', 0) for x in p)} |")
     print("\nEvery 5 s (jobs/s, checkout p99 ms):\n")
     print("| s | phase | " + " | ".join(f"{s} jobs/s | {s} p99" for s in rows) + " |")
     print("| ---: | --- | " + " | ".join("---: | ---:" for _ in rows) + " |")
