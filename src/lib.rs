@@ -79,6 +79,9 @@ mod tests {
         assert_eq!(ok, Some(true));
         let reaped = Spi::get_one::<i32>("SELECT workers_reaped FROM jobq_reap()").unwrap();
         assert_eq!(reaped, Some(0));
+        // jobq.notify = deferred without a background worker: the enqueue notifies itself.
+        Spi::run("SET jobq.notify = deferred").unwrap();
+        assert!(Spi::get_one::<i64>("SELECT jobq_enqueue('q')").unwrap().is_some());
     }
 
     #[pg_test]
