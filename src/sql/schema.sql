@@ -52,7 +52,13 @@ CREATE TABLE jobq.live_jobs (
     concurrency_slot     integer,       -- the slot of jobq.slots held while executing
     last_error           jsonb,
     result               jsonb
-);
+)
+-- Every job leaves two dead versions here (the claim's update, the completion's delete):
+-- vacuumed after a fixed number of them, without cost-based sleeps, like jobq.ready below,
+-- so the table stays the size of the work in flight instead of growing by 20% of it between
+-- visits, and catches up at once after a long transaction elsewhere ended.
+WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+      autovacuum_vacuum_cost_delay = 0);
 ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.live_jobs.id;
 
 -- jobq.live_jobs has no index on waiting jobs: checkout reads jobq.ready below and touches a
