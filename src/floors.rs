@@ -32,8 +32,8 @@
 //!   become visible at COMMIT PREPARED, in another session, after the lowering could be done.
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
+use crate::xact::Notes;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const SLOTS: usize = 1024;
@@ -88,7 +88,7 @@ fn enabled() -> bool {
 
 /// Which floor: a queue's (None: all queues) of one jobq.ready table of one database.
 #[derive(Clone, PartialEq)]
-struct Id {
+pub(crate) struct Id {
     db: u32,
     rel: u32,
     queue: Option<String>,
@@ -131,55 +131,31 @@ pub fn floor(rel: pg_sys::Oid, queue: Option<&str>) -> Key {
 }
 
 thread_local! {
-    /// Keys this transaction made ready, per floor, lowered into the floors at commit.
-    static PENDING: RefCell<Vec<(Id, Key)>> = const { RefCell::new(Vec::new()) };
-    static CALLBACK: RefCell<bool> = const { RefCell::new(false) };
+    /// Keys this transaction made ready, per floor, lowered into the floors at commit
+    /// (src/xact.rs).
+    pub(crate) static PENDING: Notes<(Id, Key)> = const { Notes::new() };
 }
 
 pub fn lower(rel: pg_sys::Oid, queue: &str, key: Key) {
     if !enabled() {
         return;
     }
-    CALLBACK.with(|c| {
-        if !*c.borrow() {
-            unsafe { pg_sys::RegisterXactCallback(Some(at_end_of_transaction), std::ptr::null_mut()) };
-            *c.borrow_mut() = true;
-        }
-    });
     PENDING.with(|p| {
-        let mut p = p.borrow_mut();
-        for id in [Id::new(rel, Some(queue)), Id::new(rel, None)].into_iter().flatten() {
-            match p.iter_mut().find(|(i, _)| *i == id) {
-                Some((_, k)) => *k = (*k).min(key),
-                None => p.push((id, key)),
+        p.update(|p| {
+            for id in [Id::new(rel, Some(queue)), Id::new(rel, None)].into_iter().flatten() {
+                match p.iter_mut().find(|(i, _)| *i == id) {
+                    Some((_, k)) => *k = (*k).min(key),
+                    None => p.push((id, key)),
+                }
             }
-        }
+        })
     });
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    match event {
-        pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE => {
-            if PENDING.with(|p| !p.borrow().is_empty()) {
-                error!("jobq: PREPARE TRANSACTION is not supported for a transaction that makes jobs ready");
-            }
-        }
-        pg_sys::XactEvent::XACT_EVENT_COMMIT => {
-            let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-            if !pending.is_empty() {
-                apply_lowering(&pending);
-            }
-        }
-        pg_sys::XactEvent::XACT_EVENT_ABORT => PENDING.with(|p| p.borrow_mut().clear()),
-        _ => {}
-    }
 }
 
 /// At commit: each floor (and its `recent`) becomes min(floor, key); a missing floor is
 /// created at the lowest key. Nothing here may fail (the transaction has committed); a full
 /// table just creates nothing.
-fn apply_lowering(pending: &[(Id, Key)]) {
+pub(crate) fn apply_lowering(pending: &[(Id, Key)]) {
     // Most commits change nothing: look under the shared lock first.
     let needed = {
         let floors = FLOORS.share();

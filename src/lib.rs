@@ -12,6 +12,8 @@
 //!   memory, lowered at commit by whoever makes a job ready, raised by the background worker).
 //! - `src/wakes.rs`: the NOTIFY that wakes listening workers, sent by the enqueuing transaction
 //!   or, with `jobq.notify = deferred`, by the background worker right after its commit.
+//! - `src/xact.rs`: the one end-of-transaction callback that publishes what floors and
+//!   wake-ups noted, at COMMIT.
 //! - `src/bgworker.rs`: the background worker that runs the reap pass, raises the floors and
 //!   sends deferred wake-ups.
 use pgrx::prelude::*;
@@ -22,6 +24,7 @@ mod gucs;
 mod liveness;
 mod privileges;
 mod wakes;
+mod xact;
 
 ::pgrx::pg_module_magic!(name, version);
 

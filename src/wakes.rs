@@ -27,7 +27,8 @@ use crate::gucs;
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
-use std::cell::{Cell, RefCell};
+use crate::xact::Notes;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -75,9 +76,8 @@ fn my_db() -> u32 {
 }
 
 thread_local! {
-    /// Queues this transaction noted, sent to shared memory at commit.
-    static PENDING: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
-    static CALLBACK: RefCell<bool> = const { RefCell::new(false) };
+    /// Queues this transaction noted, sent to shared memory at commit (src/xact.rs).
+    pub(crate) static PENDING: Notes<String> = const { Notes::new() };
 }
 
 /// Wakes the listeners of `queue`: now, in this transaction, or through the background worker
@@ -96,17 +96,12 @@ pub fn notify(queue: &str) {
         }
         return;
     }
-    CALLBACK.with(|c| {
-        if !*c.borrow() {
-            unsafe { pg_sys::RegisterXactCallback(Some(at_end_of_transaction), std::ptr::null_mut()) };
-            *c.borrow_mut() = true;
-        }
-    });
     PENDING.with(|p| {
-        let mut p = p.borrow_mut();
-        if !p.iter().any(|q| q == queue) {
-            p.push(queue.to_owned());
-        }
+        p.update(|p| {
+            if !p.iter().any(|q| q == queue) {
+                p.push(queue.to_owned());
+            }
+        })
     });
 }
 
@@ -116,28 +111,9 @@ fn served() -> bool {
     WAKES.share().servers.iter().any(|s| s.db == db)
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
-    match event {
-        pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE => {
-            if PENDING.with(|p| !p.borrow().is_empty()) {
-                error!("jobq: PREPARE TRANSACTION is not supported for a transaction that notifies (jobq.notify = deferred)");
-            }
-        }
-        pg_sys::XactEvent::XACT_EVENT_COMMIT => {
-            let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-            if !pending.is_empty() {
-                post(&pending);
-            }
-        }
-        pg_sys::XactEvent::XACT_EVENT_ABORT => PENDING.with(|p| p.borrow_mut().clear()),
-        _ => {}
-    }
-}
-
 /// At commit: notes the queues not noted yet and wakes the background worker. Nothing here
 /// may fail (the transaction has committed).
-fn post(queues: &[String]) {
+pub(crate) fn post(queues: &[String]) {
     let db = my_db();
     let latch = {
         let mut w = WAKES.exclusive();

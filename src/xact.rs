@@ -1,0 +1,74 @@
+//! The end of a transaction: what the claim floors (src/floors.rs) and deferred wake-ups
+//! (src/wakes.rs) noted during it is published to shared memory at COMMIT, once the
+//! transaction's rows are visible and before its client learns of the commit, and forgotten
+//! at ABORT. One transaction callback, registered once per backend, serves both, and runs them
+//! in this order: floors first, so that a worker woken by a deferred wake-up never starts its
+//! checkout above the job that woke it.
+use crate::{floors, wakes};
+use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
+
+/// What one module noted during the current transaction.
+pub struct Notes<T>(RefCell<Vec<T>>);
+
+impl<T> Notes<T> {
+    pub const fn new() -> Self {
+        Notes(RefCell::new(Vec::new()))
+    }
+
+    /// Changes the notes, making sure they are published or forgotten at the end of the
+    /// transaction.
+    pub fn update(&self, f: impl FnOnce(&mut Vec<T>)) {
+        watch();
+        f(&mut self.0.borrow_mut());
+    }
+
+    fn any(&self) -> bool {
+        !self.0.borrow().is_empty()
+    }
+
+    fn take(&self) -> Vec<T> {
+        std::mem::take(&mut *self.0.borrow_mut())
+    }
+}
+
+thread_local! {
+    static WATCHING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn watch() {
+    if !WATCHING.replace(true) {
+        unsafe { pg_sys::RegisterXactCallback(Some(at_end_of_transaction), std::ptr::null_mut()) };
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    match event {
+        pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE => {
+            // Their rows become visible at COMMIT PREPARED, in another session: too late here.
+            if floors::PENDING.with(Notes::any) {
+                error!("jobq: PREPARE TRANSACTION is not supported for a transaction that makes jobs ready");
+            }
+            if wakes::PENDING.with(Notes::any) {
+                error!("jobq: PREPARE TRANSACTION is not supported for a transaction that notifies (jobq.notify = deferred)");
+            }
+        }
+        pg_sys::XactEvent::XACT_EVENT_COMMIT => {
+            // Nothing here may fail: the transaction has committed.
+            let keys = floors::PENDING.with(Notes::take);
+            if !keys.is_empty() {
+                floors::apply_lowering(&keys);
+            }
+            let queues = wakes::PENDING.with(Notes::take);
+            if !queues.is_empty() {
+                wakes::post(&queues);
+            }
+        }
+        pg_sys::XactEvent::XACT_EVENT_ABORT => {
+            floors::PENDING.with(Notes::take);
+            wakes::PENDING.with(Notes::take);
+        }
+        _ => {}
+    }
+}
