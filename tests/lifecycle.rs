@@ -3,7 +3,6 @@
 mod common;
 
 use common::*;
-use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -697,17 +696,8 @@ fn listen_gets_the_queue_name_once_per_transaction() {
          NOTIFY jobq, 'end-marker';",
     )
     .unwrap();
-    let mut got = Vec::new();
-    let mut n = listener.notifications();
-    let mut it = n.timeout_iter(Duration::from_secs(10));
-    loop {
-        let note = it.next().unwrap().expect("a notification within 10 s");
-        assert_eq!(note.channel(), "jobq");
-        if note.payload() == "end-marker" {
-            break;
-        }
-        got.push(note.payload().to_string());
-    }
+    let mut got: Vec<String> =
+        collect_until(&mut listener, "end-marker", Duration::from_secs(10)).into_iter().map(|(payload, _)| payload).collect();
     got.sort();
     assert_eq!(got, ["mail", "sms"]);
 }

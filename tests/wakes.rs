@@ -14,22 +14,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// (payload, sender pid).
 fn notes_until(listener: &mut Client, marker: &mut Client, until: &str) -> Vec<(String, i32)> {
     marker.batch_execute(&format!("NOTIFY jobq, '{until}'")).unwrap();
-    collect_until(listener, until)
-}
-
-/// Notifications on channel jobq before the first with payload `until`.
-fn collect_until(listener: &mut Client, until: &str) -> Vec<(String, i32)> {
-    let mut got = Vec::new();
-    let mut n = listener.notifications();
-    let mut it = n.timeout_iter(PATIENCE);
-    loop {
-        let note = it.next().unwrap().expect("a notification");
-        assert_eq!(note.channel(), "jobq");
-        if note.payload() == until {
-            return got;
-        }
-        got.push((note.payload().to_string(), note.process_id()));
-    }
+    collect_until(listener, until, PATIENCE)
 }
 
 fn pid(c: &mut Client) -> i32 {
@@ -80,7 +65,7 @@ fn deferred_wake_ups_come_from_the_background_worker_after_the_commit() {
     // background worker sent a later, committed one ('probe'): it sends everything noted at once.
     p.batch_execute("BEGIN; SELECT jobq_enqueue('open')").unwrap();
     marker.batch_execute("SET jobq.notify = deferred; SELECT jobq_enqueue('probe')").unwrap();
-    assert!(collect_until(&mut listener, "probe").is_empty(), "no wake-up before the commit");
+    assert!(collect_until(&mut listener, "probe", PATIENCE).is_empty(), "no wake-up before the commit");
     p.batch_execute("COMMIT").unwrap();
     let note = listener.notifications().timeout_iter(PATIENCE).next().unwrap().expect("the wake-up of 'open'");
     assert_eq!((note.payload(), note.process_id()), ("open", reaper));

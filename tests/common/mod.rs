@@ -5,6 +5,7 @@
 //! do that). Every cluster is stopped when the test process exits.
 #![allow(dead_code)]
 
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -274,4 +275,20 @@ pub fn assert_job_tables_consistent(c: &mut Client) {
     );
     assert_eq!(r.get::<_, i64>(2), 0, "jobs in the wrong table for their state");
     assert_eq!(r.get::<_, i64>(3), 0, "jobs in both jobq.live_jobs and jobq.finished_jobs");
+}
+
+/// The notifications `listener` gets on channel jobq before the first with payload `until`,
+/// each as (payload, sender pid); fails if none comes within `timeout`.
+pub fn collect_until(listener: &mut Client, until: &str, timeout: Duration) -> Vec<(String, i32)> {
+    let mut got = Vec::new();
+    let mut n = listener.notifications();
+    let mut it = n.timeout_iter(timeout);
+    loop {
+        let note = it.next().unwrap().expect("a notification");
+        assert_eq!(note.channel(), "jobq");
+        if note.payload() == until {
+            return got;
+        }
+        got.push((note.payload().to_string(), note.process_id()));
+    }
 }
