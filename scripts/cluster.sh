@@ -26,7 +26,6 @@ listen_addresses = '127.0.0.1'
 port = $PORT
 unix_socket_directories = '$DATA'
 shared_preload_libraries = 'jobq'
-jobq.database = '$DB'
 CONF
   fi
   if ! as_pg "$PGBIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then

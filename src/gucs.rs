@@ -3,7 +3,9 @@
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::ffi::CString;
 
-pub static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"postgres"));
+/// Empty: every database where jobq is installed.
+pub static DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(16);
 pub static REAP_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static HEARTBEAT_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000);
 /// Retention is in seconds: a day in milliseconds would still fit, a month would not.
@@ -28,13 +30,23 @@ pub fn define(preloading: bool) {
     if preloading {
         GucRegistry::define_string_guc(
             c"jobq.database",
-            c"Database the jobq background worker serves.",
+            c"The one database the jobq background workers serve; empty: every database where jobq is installed.",
             c"Only read at server start.",
             &DATABASE,
             GucContext::Postmaster,
             GucFlags::default(),
         );
     }
+    GucRegistry::define_int_guc(
+        c"jobq.max_databases",
+        c"Most databases the jobq background workers serve at once (one reaper each).",
+        c"Each reaper is a background worker: max_worker_processes must leave room for them.",
+        &MAX_DATABASES,
+        0,
+        1024,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"jobq.reap_interval",
         c"Time between two reap passes of the jobq background worker.",

@@ -14,8 +14,9 @@
 //!   or, with `jobq.notify = deferred`, by the background worker right after its commit.
 //! - `src/xact.rs`: the one end-of-transaction callback that publishes what floors and
 //!   wake-ups noted, at COMMIT.
-//! - `src/bgworker.rs`: the background worker that runs the reap pass, raises the floors and
-//!   sends deferred wake-ups.
+//! - `src/bgworker.rs`: the background workers: a launcher, and a reaper in every database
+//!   where jobq is installed that runs the reap pass, raises the floors and sends deferred
+//!   wake-ups.
 use pgrx::prelude::*;
 
 mod bgworker;
@@ -39,7 +40,7 @@ pub extern "C-unwind" fn _PG_init() {
     if preloading {
         floors::init();
         wakes::init();
-        bgworker::register();
+        bgworker::init();
     }
 }
 
@@ -52,7 +53,7 @@ extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["locks"]);
 extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout"]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
-extension_sql_file!("sql/reap.sql", name = "reap", requires = ["pause", gucs::jobq::retention_ms]);
+extension_sql_file!("sql/reap.sql", name = "reap", requires = ["pause", gucs::jobq::retention_ms, bgworker::jobq::serve_database]);
 extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["stats"], finalize);
 

@@ -1,10 +1,10 @@
-//! The end of a transaction: what the claim floors (src/floors.rs) and deferred wake-ups
-//! (src/wakes.rs) noted during it is published to shared memory at COMMIT, once the
-//! transaction's rows are visible and before its client learns of the commit, and forgotten
-//! at ABORT. One transaction callback, registered once per backend, serves both, and runs them
-//! in this order: floors first, so that a worker woken by a deferred wake-up never starts its
-//! checkout above the job that woke it.
-use crate::{floors, wakes};
+//! The end of a transaction: what the claim floors (src/floors.rs), deferred wake-ups
+//! (src/wakes.rs) and CREATE EXTENSION (src/bgworker.rs) noted during it is published to
+//! shared memory at COMMIT, once the transaction's rows are visible and before its client
+//! learns of the commit, and forgotten at ABORT. One transaction callback, registered once per
+//! backend, serves them all, and runs floors first, so that a worker woken by a deferred
+//! wake-up never starts its checkout above the job that woke it.
+use crate::{bgworker, floors, wakes};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 
@@ -64,10 +64,15 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             if !queues.is_empty() {
                 wakes::post(&queues);
             }
+            if bgworker::PENDING.with(Notes::any) {
+                bgworker::PENDING.with(Notes::take);
+                bgworker::post_serve();
+            }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT => {
             floors::PENDING.with(Notes::take);
             wakes::PENDING.with(Notes::take);
+            bgworker::PENDING.with(Notes::take);
         }
         _ => {}
     }

@@ -502,11 +502,11 @@ fn the_background_worker_recovers_around_an_open_transaction() {
 fn a_full_max_worker_processes_gets_a_backoff_not_a_line_every_tick() {
     // The launcher takes the only worker slot: the reaper cannot start.
     let cluster = Cluster::start("noslot", &["jobq.database = 'postgres'", "max_worker_processes = 1", "max_logical_replication_workers = 0"]);
-    wait_until("the launcher to fail to start the reaper", PATIENCE, || cluster.log().contains("could not start the reaper"));
+    wait_until("the launcher to fail to start the reaper", PATIENCE, || cluster.log().contains("could not start a reaper for \"postgres\""));
     // An observation window of 4 s (8 launcher ticks): with the backoff (1 s, 2 s, 4 s) at
     // most 3 attempts fall in it, where a retry every tick would make 8 lines.
     std::thread::sleep(Duration::from_secs(4));
-    let lines = cluster.log().matches("could not start the reaper").count();
+    let lines = cluster.log().matches("could not start a reaper").count();
     assert!((2..=4).contains(&lines), "{lines} lines in about 4 s");
     assert!(cluster.log().contains("trying again in 2 s"), "the delay doubles");
     cluster.pg_ctl_stop("fast");

@@ -134,18 +134,20 @@ EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: pass failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
 END $$;
 
--- CREATE EXTENSION in a database no background worker serves says so: without the preload,
--- or with jobq.database naming another database, nothing reaps here unless something calls
+-- CREATE EXTENSION tells the launcher to serve this database from its commit on
+-- (src/bgworker.rs), and says so where no background worker will: without the preload, or
+-- with jobq.database naming another database, nothing reaps here unless something calls
 -- jobq_reap().
 DO $$
 DECLARE
+    v_served    boolean := jobq._serve_database();
     v_preloaded boolean := 'jobq' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','));
-    v_served    text := current_setting('jobq.database', true);
 BEGIN
-    IF NOT v_preloaded OR v_served IS DISTINCT FROM current_database() THEN
+    IF NOT v_served THEN
         RAISE WARNING 'jobq: no background worker reaps database "%"', current_database()
             USING DETAIL = CASE WHEN NOT v_preloaded THEN 'jobq is not in shared_preload_libraries.'
-                                ELSE format('The background worker serves database "%s" (jobq.database).', v_served) END,
+                                ELSE format('The background worker serves database "%s" (jobq.database) only.',
+                                            current_setting('jobq.database', true)) END,
                   HINT = 'Until it does, dead workers are reaped and old jobs pruned only when something calls jobq_reap() (every few seconds).';
     END IF;
 END $$;
