@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine of this kind (Debian 12, Rust 1.95, root):
-# Debian packages, cargo-pgrx 0.18.0, and `cargo pgrx init` against the system PostgreSQL 15.
-# Then the reference workers' dependencies. Every step checks first and skips what is already there.
+# Debian packages, cargo-pgrx 0.18.0, PostgreSQL 17 and 18 built from Debian's source packages
+# (scripts/build-postgres.sh, once per machine), and `cargo pgrx init` against 15 (Debian's),
+# 17 and 18. Then the reference workers' dependencies. Every step checks first and skips what is
+# already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the versions it prepares.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-PKGS=(build-essential clang libclang-dev postgresql-15 postgresql-server-dev-15 sudo)
+PKGS=(build-essential clang libclang-dev postgresql-15 postgresql-server-dev-15 sudo pgbouncer)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -26,9 +28,19 @@ if ! cargo pgrx --version 2>/dev/null | grep -q "0.18.0"; then
   cargo install cargo-pgrx --version 0.18.0 --locked
 fi
 
-if ! grep -qs "pg15 = \"$PG_CONFIG\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
-  echo "setup: cargo pgrx init --pg15 $PG_CONFIG"
-  cargo pgrx init --pg15 "$PG_CONFIG"
+# Every version pgrx should know: what config.toml already names, and those asked for here.
+init_args=() missing_init=false
+for v in 15 17 18; do
+  if [ "$v" = 15 ]; then pgc=$PG_CONFIG; else pgc=/opt/jobq-pg/$v/bin/pg_config; fi
+  if [[ " ${JOBQ_PG_VERSIONS:-15 17 18} " == *" $v "* ]]; then
+    [ "$v" = 15 ] || ./scripts/build-postgres.sh "$v"
+    grep -qs "pg$v = \"$pgc\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" || missing_init=true
+  fi
+  if [ -x "$pgc" ]; then init_args+=("--pg$v" "$pgc"); fi
+done
+if $missing_init; then
+  echo "setup: cargo pgrx init ${init_args[*]}"
+  cargo pgrx init "${init_args[@]}"
 fi
 # The reference workers of examples/ (used by tests/cross_language.rs and the demo): Python's
 # psycopg, Node's pg, and the Rust worker's release build. Each skipped when already there.

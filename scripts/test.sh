@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: set-up, then `cargo pgrx test`, which runs the
-# #[pg_test] unit tests in src/ and every integration test in tests/ (those start their own
-# clusters). Everything runs as root except PostgreSQL itself, which runs as `postgres`.
+# The whole test suite, from a fresh machine: set-up, then for each PostgreSQL version
+# `cargo pgrx test pgNN`, which runs the #[pg_test] unit tests in src/ and every integration
+# test in tests/ (those start their own clusters, of the version under test). Everything runs
+# as root except PostgreSQL itself, which runs as `postgres`.
+#   scripts/test.sh                        PostgreSQL 15, 17 and 18
+#   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
+# Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export JOBQ_PG_VERSIONS=${JOBQ_PG_VERSIONS:-15 17 18}
 ./scripts/setup.sh
+# The upgrade script from 0.1.0 must be what src/ generates (scripts/upgrade-script.sh).
+./scripts/upgrade-script.sh --check
 # cargo pgrx test initdb's as `postgres` under this directory, so postgres must own it; it
 # lives under /tmp so that postgres can reach it whatever the permissions above the clone.
 PGDATA_PARENT=/tmp/jobq-pgrx-test
-rm -rf "$PGDATA_PARENT"
-install -d -o postgres -g postgres "$PGDATA_PARENT"
-cargo pgrx test pg15 --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
+for v in $JOBQ_PG_VERSIONS; do
+  echo "test: PostgreSQL $v"
+  rm -rf "$PGDATA_PARENT"
+  install -d -o postgres -g postgres "$PGDATA_PARENT"
+  cargo pgrx test "pg$v" --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
+done

@@ -36,7 +36,11 @@ fn start_in_snapshot(pid: i32) -> Option<pg_sys::TimestampTz> {
     unsafe {
         let n = pg_sys::pgstat_fetch_stat_numbackends();
         for i in 1..=n {
+            #[cfg(feature = "pg15")]
             let entry = pg_sys::pgstat_fetch_stat_local_beentry(i);
+            // Renamed in PostgreSQL 16; the same 1-based index into the same snapshot.
+            #[cfg(not(feature = "pg15"))]
+            let entry = pg_sys::pgstat_get_local_beentry_by_index(i);
             if entry.is_null() {
                 continue;
             }

@@ -28,7 +28,10 @@ pub mod jobq {
     pub fn may_act_for(owner: pg_sys::Oid) -> bool {
         unsafe {
             let caller = pg_sys::GetOuterUserId();
-            if caller == owner {
+            // No owner: a worker registered before jobq 0.2.0 (kept by the upgrade from 0.1.0,
+            // where anyone could act for any worker), so that the workers running across the
+            // upgrade finish their jobs; such a row is gone once its worker registers anew.
+            if caller == owner || owner == pg_sys::InvalidOid {
                 return true;
             }
             let admin = pg_sys::get_role_oid(c"jobq_admin".as_ptr(), true);

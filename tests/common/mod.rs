@@ -1,8 +1,8 @@
-//! Test clusters for the integration tests: real PostgreSQL 15 servers started by the tests
-//! themselves (initdb and pg_ctl run as the OS user `postgres` when the tests run as root,
-//! since initdb refuses root), each on a free loopback port, with jobq preloaded.
-//! They expect the extension to be installed already (`cargo pgrx test` / `cargo pgrx install`
-//! do that). Every cluster is stopped when the test process exits.
+//! Test clusters for the integration tests: real PostgreSQL servers of the version under test
+//! (`PG_BIN`), started by the tests themselves (initdb and pg_ctl run as the OS user
+//! `postgres` when the tests run as root, since initdb refuses root), each on a free loopback
+//! port, with jobq preloaded. They expect the extension to be installed already (`cargo pgrx
+//! test` / `cargo pgrx install` do that). Every cluster is stopped when the test process exits.
 #![allow(dead_code)]
 
 use postgres::fallible_iterator::FallibleIterator;
@@ -13,7 +13,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// The PostgreSQL under test: the one this build is for (`cargo pgrx test pgNN` builds with
+/// feature pgNN). 15 is Debian's; 17 and 18 are built by scripts/build-postgres.sh.
+#[cfg(feature = "pg15")]
 pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+#[cfg(feature = "pg17")]
+pub const PG_BIN: &str = "/opt/jobq-pg/17/bin";
+#[cfg(feature = "pg18")]
+pub const PG_BIN: &str = "/opt/jobq-pg/18/bin";
 
 static STARTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static DB_COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -167,10 +174,12 @@ pub fn append_conf(data: &Path, lines: &[String]) {
     }
 }
 
-/// One cluster shared by the tests of a test binary (they use separate databases).
+/// One cluster shared by the tests of a test binary (they use separate databases). Its
+/// background worker serves database postgres only: the tests call jobq_reap() themselves
+/// and count what a pass did, so no reaper may run in their databases.
 pub fn shared() -> &'static Cluster {
     static SHARED: OnceLock<Cluster> = OnceLock::new();
-    SHARED.get_or_init(|| Cluster::start("shared", &[]))
+    SHARED.get_or_init(|| Cluster::start("shared", &["jobq.database = 'postgres'"]))
 }
 
 /// A fresh database on the shared cluster and a connection to it.
