@@ -81,7 +81,13 @@ impl Worker {
 
     /// A worker connecting to `dsn` instead of the test database.
     fn start_with(lang: Lang, queue: &str, dsn: String) -> Worker {
+        Worker::start_env(lang, queue, dsn, &[])
+    }
+
+    /// A worker connecting to `dsn`, with more environment (`JOBQ_POOLED`, …).
+    fn start_env(lang: Lang, queue: &str, dsn: String, env: &[(&str, &str)]) -> Worker {
         let mut child = command(lang, "worker")
+            .envs(env.iter().copied())
             .env("JOBQ_DSN", dsn)
             .env("JOBQ_QUEUES", queue)
             .env("JOBQ_BATCH", "5")
@@ -312,4 +318,129 @@ fn every_reference_worker_completes_with_one_commit_per_batch() {
         assert_eq!(complete, 7, "{lang:?}: each job completed once");
         assert!(many >= fused, "{lang:?}: completions go through the batch call");
     }
+}
+
+/// PgBouncer (Debian's package) in transaction pooling mode in front of database `db` of
+/// `cluster`, on a free loopback port, run as the `postgres` OS user (it refuses root),
+/// stopped when dropped.
+struct Bouncer {
+    child: Child,
+    port: u16,
+}
+
+impl Bouncer {
+    fn start(cluster: &Cluster, db: &str, user: &str, pool_size: u32) -> Bouncer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let users = cluster.scratch_file("pgbouncer-users.txt");
+        std::fs::write(&users, format!("\"{user}\" \"\"\n\"postgres\" \"\"\n")).unwrap();
+        let ini = cluster.scratch_file("pgbouncer.ini");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\n{db} = host=127.0.0.1 port={} dbname={db}\n\n[pgbouncer]\n\
+                 listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+                 auth_type = trust\nauth_file = {}\npool_mode = transaction\n\
+                 default_pool_size = {pool_size}\nmax_client_conn = 200\n\
+                 ignore_startup_parameters = extra_float_digits,options\n\
+                 logfile = {}\n",
+                cluster.port,
+                users.display(),
+                cluster.scratch_file("pgbouncer.log").display()
+            ),
+        )
+        .unwrap();
+        for f in [&users, &ini] {
+            let _ = Command::new("chmod").arg("644").arg(f).status();
+        }
+        let child = Command::new("sudo")
+            .args(["-u", "postgres", "--", "/usr/sbin/pgbouncer"])
+            .arg(&ini)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()) // it logs to the logfile too
+            .spawn()
+            .expect("start pgbouncer (scripts/setup.sh installs it)");
+        let b = Bouncer { child, port };
+        wait_until("pgbouncer to accept connections", PATIENCE, || {
+            Client::connect(&format!("host=127.0.0.1 port={port} user=postgres dbname={db}"), postgres::NoTls).is_ok()
+        });
+        b
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        // sudo passes SIGTERM on to pgbouncer, which then exits.
+        let _ = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// SPEC, Poolers: the reference workers behind PgBouncer in transaction mode (polling instead
+/// of LISTEN, no bind_to_session, heartbeats with `holding`), more client connections than
+/// server sessions so that consecutive calls of one worker run in different sessions: every
+/// job completed exactly once, and a worker killed mid-job has its job completed by another
+/// once its heartbeats stop (the background worker reaps it after jobq.heartbeat_timeout).
+#[test]
+fn the_reference_workers_work_through_pgbouncer_in_transaction_mode() {
+    const N: usize = 300;
+    let cluster = Cluster::start("pooled", &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '3s'"]);
+    let db = "pooled";
+    let app = "pooled_app";
+    cluster.connect("postgres").batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let mut c = cluster.connect(db);
+    c.batch_execute(&format!("CREATE EXTENSION jobq; CREATE ROLE {app} LOGIN; GRANT jobq_worker TO {app};")).unwrap();
+    let bouncer = Bouncer::start(&cluster, db, app, 3);
+    let dsn = format!("postgresql://{app}@127.0.0.1:{}/{db}", bouncer.port);
+    let pooled = [("JOBQ_POOLED", "1"), ("JOBQ_POLL_S", "0.1")];
+    let workers: Vec<Worker> = [Lang::Python, Lang::Node, Lang::Rust]
+        .into_iter()
+        .map(|lang| Worker::start_env(lang, "pq", dsn.clone(), &pooled))
+        .collect();
+    let registered: Vec<(Option<i32>, bool)> = c
+        .query("SELECT backend_pid, owner::text = $1 FROM jobq.workers", &[&app])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(registered, vec![(None, true); 3], "registered without bind_to_session, owned by the app's role");
+    let ids: Vec<i64> = c
+        .query("SELECT jobq_enqueue('pq', '{\"sleep_ms\": 5}') FROM generate_series(1, $1::int)", &[&(N as i32)])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    wait_until("every job to complete", PATIENCE, || {
+        c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 'pq' AND state = 'completed'", &[]).unwrap().get::<_, i64>(0) == N as i64
+    });
+    // Six client connections (a main one and a heartbeat one per worker) shared three
+    // server sessions: the workers' calls moved between sessions.
+    let sessions: i64 = c.query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", &[&app]).unwrap().get(0);
+    assert!((1..=3).contains(&sessions), "{sessions} server sessions for the pooled workers");
+    let workers: Vec<Worker> = workers.into_iter().map(Worker::stop).collect();
+    let mut logged: Vec<i64> = workers.iter().flat_map(|w| w.ids("completed")).collect();
+    logged.sort();
+    assert_eq!(logged, ids, "every job reported completed by exactly one worker, once");
+    for w in &workers {
+        assert!(!w.ids("completed").is_empty(), "the {:?} worker did some of the work", w.lang);
+    }
+
+    // Crash recovery without a bound session: the heartbeats stop, the background worker
+    // reaps the worker after jobq.heartbeat_timeout, another worker completes the job.
+    let mut victim = Worker::start_env(Lang::Python, "pkill", dsn.clone(), &pooled);
+    let job: i64 = c.query_one("SELECT jobq_enqueue('pkill', '{\"sleep_ms\": 60000}')", &[]).unwrap().get(0);
+    wait_until("the victim to claim the job", PATIENCE, || victim.saw("claimed", Some(job)));
+    let rescuer = Worker::start_env(Lang::Node, "pkill", dsn.clone(), &pooled);
+    assert_eq!(unsafe { libc::kill(victim.child.id() as i32, libc::SIGKILL) }, 0);
+    victim.child.wait().unwrap();
+    // The rescuer gets the job once it is requeued; it sleeps 60 s, so cut it short: wait for
+    // the claim of the second attempt, which only the reaping makes possible.
+    wait_until("the rescuer to claim the requeued job", PATIENCE, || rescuer.saw("claimed", Some(job)));
+    let row = c.query_one("SELECT state, attempt, interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&job]).unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)),
+        ("executing".to_string(), 2, true),
+        "the killed worker's attempt was cut off and the job runs again elsewhere"
+    );
+    drop(rescuer);
+    drop(bouncer);
 }

@@ -24,6 +24,14 @@
  *   treats it as dead as soon as its session ends and the reaper requeues its jobs;
  *   the worker reconnects with exponential backoff (1 s .. 30 s) and registers again.
  *
+ *   Behind a pooler in transaction mode (JOBQ_POOLED=1, e.g. PgBouncer with
+ *   pool_mode = transaction), where consecutive calls may run in different server
+ *   sessions: no LISTEN (it polls every JOBQ_POLL_S instead), no bind_to_session (its
+ *   liveness is its heartbeats alone, so a crash is noticed after jobq.heartbeat_timeout);
+ *   a lost connection keeps the registration, which is not tied to a session. (pg sends
+ *   each parameterised query as one unnamed statement ending in one Sync: nothing of it
+ *   outlives the transaction.)
+ *
  * How to run (Node 20)
  *   cd examples/node && npm ci
  *   JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo node worker.js
@@ -37,6 +45,8 @@
  *   JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
  *   JOBQ_HANDLER      path of a module exporting the handler, instead of the demo one
  *   JOBQ_LOG_JSON     1: one JSON line per event on stdout (for test harnesses)
+ *   JOBQ_POOLED       1: behind a pooler in transaction mode (above)
+ *   JOBQ_POLL_S       how long an idle worker waits before it looks again (1; NOTIFY wakes it sooner unless pooled)
  *
  * The handler is an (async) function taking the job row ({id, queue, kind, payload,
  * attempt, ...}; id is a string, as pg returns bigint) and returning a JSON-serialisable
@@ -56,7 +66,8 @@ const BATCH = Number(process.env.JOBQ_BATCH || 10);
 const HEARTBEAT_S = Number(process.env.JOBQ_HEARTBEAT_S) || null;
 const LOG_JSON = process.env.JOBQ_LOG_JSON === '1';
 const NAME = `node-${os.hostname()}-${process.pid}`;
-const POLL_MS = 1000;
+const POLL_MS = (Number(process.env.JOBQ_POLL_S) || 1) * 1000;
+const POOLED = process.env.JOBQ_POOLED === '1';
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -126,14 +137,14 @@ async function run(h = demoHandler) {
     conn.on('notification', () => { notified = true; wakeUp(); });
     try {
       await conn.connect();
-      await conn.query('LISTEN jobq');
-      await register(conn, 'registered');
+      if (!POOLED) await conn.query('LISTEN jobq');
+      if (workerId === null) await register(conn, 'registered');
       backoff = 1000;
       await work(conn);
       await unregister(conn);
     } catch (e) {
       if (!isConnectionError(e)) throw e;
-      workerId = null; // our session is gone, so is the registration
+      if (!POOLED) workerId = null; // our session is gone, so is the registration
       log('disconnected', { error: e.message, retry_in: backoff / 1000 });
       notified = false; // so that only stop() cuts the backoff short
       await idle(backoff);
@@ -228,9 +239,9 @@ async function fail(conn, job, error) {
 
 async function register(conn, event) {
   const { rows: [row] } = await conn.query(
-    `SELECT jobq_register_worker($1, $2, bind_to_session => true) AS id,
+    `SELECT jobq_register_worker($1, $2, bind_to_session => $3) AS id,
             extract(epoch FROM current_setting('jobq.heartbeat_timeout', true)::interval) AS timeout`,
-    [NAME, JSON.stringify({ lang: 'node', pid: process.pid, host: os.hostname() })]);
+    [NAME, JSON.stringify({ lang: 'node', pid: process.pid, host: os.hostname() }), !POOLED]);
   heartbeatMs = (HEARTBEAT_S || Number(row.timeout || 30) / 3) * 1000;
   cancelled.clear();
   inHand.clear(); // the old registration's jobs run elsewhere

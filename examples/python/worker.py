@@ -23,6 +23,13 @@ What it does
     treats it as dead as soon as its session ends and the reaper requeues its jobs;
     the worker reconnects with exponential backoff (1 s .. 30 s) and registers again.
 
+    Behind a pooler in transaction mode (JOBQ_POOLED=1, e.g. PgBouncer with
+    pool_mode = transaction), where consecutive calls may run in different server
+    sessions: no LISTEN (it polls every JOBQ_POLL_S instead), no bind_to_session (its
+    liveness is its heartbeats alone, so a crash is noticed after jobq.heartbeat_timeout),
+    no server-side prepared statements; a lost connection keeps the registration, which
+    is not tied to a session.
+
 How to run
     pip install -r examples/python/requirements.txt
     JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo python3 examples/python/worker.py
@@ -36,6 +43,8 @@ Environment
     JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
     JOBQ_HANDLER      "module:function" to run instead of the demo handler
     JOBQ_LOG_JSON     1: one JSON line per event on stdout, flushed (for test harnesses)
+    JOBQ_POOLED       1: behind a pooler in transaction mode (above)
+    JOBQ_POLL_S       how long an idle worker waits before it looks again (1; NOTIFY wakes it sooner unless pooled)
 
 The handler is any callable taking the job (a dict: id, queue, kind, payload,
 attempt, ...) and returning a JSON-serialisable result; raising fails the job.
@@ -63,7 +72,11 @@ BATCH = int(os.environ.get("JOBQ_BATCH", "10"))
 HEARTBEAT_S = float(os.environ["JOBQ_HEARTBEAT_S"]) if os.environ.get("JOBQ_HEARTBEAT_S") else None
 LOG_JSON = os.environ.get("JOBQ_LOG_JSON") == "1"
 NAME = f"py-{socket.gethostname()}-{os.getpid()}"
-POLL_S = 1.0
+POLL_S = float(os.environ.get("JOBQ_POLL_S") or 1.0)
+POOLED = os.environ.get("JOBQ_POOLED") == "1"
+# A pooler in transaction mode may run a statement prepared in one server session in another:
+# never prepare server-side there.
+CONNECT = {"autocommit": True, "connect_timeout": 5} | ({"prepare_threshold": None} if POOLED else {})
 
 _log_lock = threading.Lock()
 
@@ -118,17 +131,18 @@ class Worker:
         backoff = 1
         while not self.stopping.is_set():
             try:
-                conn = psycopg.connect(
-                    DSN, autocommit=True, row_factory=dict_row, connect_timeout=5, application_name=NAME
-                )
+                conn = psycopg.connect(DSN, row_factory=dict_row, application_name=NAME, **CONNECT)
                 with conn:
-                    conn.execute("LISTEN jobq")
-                    self.register(conn, "registered")
+                    if not POOLED:
+                        conn.execute("LISTEN jobq")
+                    if self.worker_id is None:
+                        self.register(conn, "registered")
                     backoff = 1
                     self.work(conn)
                     self.unregister(conn)
             except (psycopg.OperationalError, psycopg.InterfaceError) as e:
-                self.worker_id = None  # our session is gone, so is the registration
+                if not POOLED:
+                    self.worker_id = None  # our session is gone, so is the registration
                 log("disconnected", error=str(e).strip(), retry_in=backoff)
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 30)
@@ -179,8 +193,11 @@ class Worker:
                 done = []
                 self.register(conn, "reregistered")
             elif not jobs and not done:  # idle: wait for an enqueue's NOTIFY, or poll after POLL_S
-                for _ in conn.notifies(timeout=POLL_S, stop_after=1):
-                    pass
+                if POOLED:
+                    self.stopping.wait(POLL_S)
+                else:
+                    for _ in conn.notifies(timeout=POLL_S, stop_after=1):
+                        pass
         self.complete_alone(conn, done)  # stopping: report what finished before unregistering
 
     def complete_alone(self, conn, done):
@@ -224,9 +241,9 @@ class Worker:
     # -- registration ------------------------------------------------------
     def register(self, conn, event):
         row = conn.execute(
-            """SELECT jobq_register_worker(%s, %s, bind_to_session => true) AS id,
+            """SELECT jobq_register_worker(%s, %s, bind_to_session => %s) AS id,
                       extract(epoch FROM current_setting('jobq.heartbeat_timeout', true)::interval) AS timeout""",
-            (NAME, Jsonb({"lang": "python", "pid": os.getpid(), "host": socket.gethostname()})),
+            (NAME, Jsonb({"lang": "python", "pid": os.getpid(), "host": socket.gethostname()}), not POOLED),
         ).fetchone()
         self.heartbeat_s = HEARTBEAT_S or float(row["timeout"] or 30) / 3
         self.cancelled.clear()
@@ -255,7 +272,7 @@ class Worker:
                 continue
             try:
                 if conn is None:
-                    conn = psycopg.connect(DSN, autocommit=True, connect_timeout=5, application_name=f"{NAME}-hb")
+                    conn = psycopg.connect(DSN, application_name=f"{NAME}-hb", **CONNECT)
                 with self.hand_lock:
                     holding = None if self.checkouts else sorted(self.in_hand)
                     ids = set(conn.execute("SELECT jobq_heartbeat(%s, %s::bigint[])", (wid, holding)).fetchone()[0])

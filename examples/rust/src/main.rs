@@ -20,6 +20,15 @@
 //!   as dead as soon as its session ends and the reaper requeues its jobs; the worker
 //!   reconnects with exponential backoff (1 s .. 30 s) and registers again.
 //!
+//!   Behind a pooler in transaction mode (JOBQ_POOLED=1, e.g. PgBouncer with pool_mode =
+//!   transaction), where consecutive calls may run in different server sessions: no LISTEN
+//!   (it polls every JOBQ_POLL_S instead), no bind_to_session (its liveness is its heartbeats
+//!   alone, so a crash is noticed after jobq.heartbeat_timeout); a lost connection keeps the
+//!   registration, which is not tied to a session. Every statement is sent with
+//!   `query_typed` (one unnamed statement, one round trip) in either mode: tokio-postgres'
+//!   `query` prepares a named statement in a round trip of its own, which a pooler may run
+//!   in another server session than the one that executes it.
+//!
 //! How to run
 //!   cargo run --release --manifest-path examples/rust/Cargo.toml
 //!   Enqueue from psql:  SELECT jobq_enqueue('default', '{"sleep_ms": 200}');
@@ -30,6 +39,8 @@
 //!   JOBQ_BATCH        jobs per checkout          (10)
 //!   JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
 //!   JOBQ_LOG_JSON     1: one JSON line per event on stdout (for test harnesses)
+//!   JOBQ_POOLED       1: behind a pooler in transaction mode (above)
+//!   JOBQ_POLL_S       how long an idle worker waits before it looks again (1; NOTIFY wakes it sooner unless pooled)
 //!
 //! The handler is `handle` below: replace it with your own. The demo one reads the payload:
 //! {"sleep_ms": N} sleeps N ms, {"fail": true} fails, anything else completes; its result is
@@ -41,10 +52,10 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
+use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client, Error, NoTls};
 use uuid::Uuid;
 
-const POLL: Duration = Duration::from_secs(1);
 
 struct Job {
     id: i64,
@@ -66,6 +77,8 @@ async fn handle(job: &Job, name: &str) -> Result<Value, (String, String)> {
 struct Shared {
     name: String,
     log_json: bool,
+    pooled: bool,
+    poll: Duration,
     worker: Mutex<Option<Uuid>>,      // the current registration
     reaped: Mutex<Option<Uuid>>,      // a registration that got JQ001
     cancelled: Mutex<HashSet<i64>>,   // jobs whose cancellation was requested
@@ -124,12 +137,13 @@ async fn connect(dsn: &str, app: &str, notify: Option<mpsc::UnboundedSender<()>>
 
 async fn register(db: &Client, s: &Shared, event: &str, fixed_heartbeat: Option<Duration>) -> Result<(), Error> {
     let row = db
-        .query_one(
-            "SELECT jobq_register_worker($1, $2, bind_to_session => true),
+        .query_typed(
+            "SELECT jobq_register_worker($1, $2, bind_to_session => $3),
                     extract(epoch FROM current_setting('jobq.heartbeat_timeout', true)::interval)::float8",
-            &[&s.name, &json!({"lang": "rust", "pid": std::process::id()})],
+            &[(&s.name, Type::TEXT), (&json!({"lang": "rust", "pid": std::process::id()}), Type::JSONB), (&!s.pooled, Type::BOOL)],
         )
-        .await?;
+        .await?
+        .remove(0);
     let id: Uuid = row.get(0);
     let timeout: Option<f64> = row.get(1);
     *s.heartbeat.lock().unwrap() = fixed_heartbeat.unwrap_or(Duration::from_secs_f64(timeout.unwrap_or(30.0) / 3.0));
@@ -145,8 +159,12 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
                  stop: &mut watch::Receiver<bool>) -> Result<(), Error> {
     let (tx, mut notified) = mpsc::unbounded_channel();
     let db = connect(dsn, &s.name, Some(tx)).await?;
-    db.batch_execute("LISTEN jobq").await?;
-    register(&db, s, "registered", fixed_hb).await?;
+    if !s.pooled {
+        db.batch_execute("LISTEN jobq").await?;
+    }
+    if s.worker.lock().unwrap().is_none() {
+        register(&db, s, "registered", fixed_hb).await?;
+    }
     // One round trip and one commit per batch: the jobs of a batch that succeeded are
     // completed by the call that checks out the next batch (jobq_complete_and_checkout).
     let mut done: Vec<(i64, Value)> = Vec::new(); // finished here, not yet reported
@@ -155,7 +173,10 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
         s.hand.lock().await.checkouts += 1;
         let (ids, results): (Vec<i64>, Vec<Value>) = done.iter().cloned().unzip();
         let claimed = db
-            .query("SELECT id, attempt, payload FROM jobq_complete_and_checkout($1, $2, $3, $4, $5)", &[&worker, &ids, &results, queues, &batch])
+            .query_typed(
+                "SELECT id, attempt, payload FROM jobq_complete_and_checkout($1, $2, $3, $4, $5)",
+                &[(&worker, Type::UUID), (&ids, Type::INT8_ARRAY), (&results, Type::JSONB_ARRAY), (queues, Type::TEXT_ARRAY), (&batch, Type::INT4)],
+            )
             .await;
         {
             let mut hand = s.hand.lock().await;
@@ -206,15 +227,15 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
             while notified.try_recv().is_ok() {} // wake-ups from before this checkout
             tokio::select! {
                 _ = notified.recv() => {}
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(s.poll) => {}
                 _ = stop.changed() => {}
             }
         }
     }
     let worker = s.worker.lock().unwrap().take().unwrap();
     complete_alone(&db, s, worker, &done).await?; // stopping: report what finished first
-    match db.query_one("SELECT jobq_unregister_worker($1)", &[&worker]).await {
-        Ok(row) => s.log("unregistered", json!({"worker_id": worker, "returned": row.get::<_, i32>(0)})),
+    match db.query_typed("SELECT jobq_unregister_worker($1)", &[(&worker, Type::UUID)]).await {
+        Ok(rows) => s.log("unregistered", json!({"worker_id": worker, "returned": rows[0].get::<_, i32>(0)})),
         Err(e) if is_reaped(&e) => {}
         Err(e) => return Err(e),
     }
@@ -227,7 +248,10 @@ async fn complete_alone(db: &Client, s: &Shared, worker: Uuid, done: &[(i64, Val
         return Ok(());
     }
     let (ids, results): (Vec<i64>, Vec<Value>) = done.iter().cloned().unzip();
-    let ok: Vec<i64> = db.query_one("SELECT jobq_complete_many($1, $2, $3)", &[&worker, &ids, &results]).await?.get(0);
+    let ok: Vec<i64> = db
+        .query_typed("SELECT jobq_complete_many($1, $2, $3)", &[(&worker, Type::UUID), (&ids, Type::INT8_ARRAY), (&results, Type::JSONB_ARRAY)])
+        .await?[0]
+        .get(0);
     let mut hand = s.hand.lock().await;
     for id in &ids {
         s.log(if ok.contains(id) { "completed" } else { "lost" }, json!({"id": id})); // lost: not ours any more
@@ -256,7 +280,10 @@ async fn run_one(db: &Client, s: &Shared, worker: Uuid, job: &Job) -> Result<Opt
         Ok(result) => Ok(Some(result)),
         Err((kind, message)) => {
             let error = json!({"type": kind, "message": message});
-            let state: Option<String> = db.query_one("SELECT jobq_fail($1, $2, $3)", &[&job.id, &worker, &error]).await?.get(0);
+            let state: Option<String> = db
+                .query_typed("SELECT jobq_fail($1, $2, $3)", &[(&job.id, Type::INT8), (&worker, Type::UUID), (&error, Type::JSONB)])
+                .await?[0]
+                .get(0);
             s.cancelled.lock().unwrap().remove(&job.id);
             s.log("failed", json!({"id": job.id, "state": state, "error": message}));
             Ok(None)
@@ -283,11 +310,11 @@ async fn heartbeat_loop(dsn: String, s: Arc<Shared>, mut done: watch::Receiver<b
         let Some(c) = &db else { continue };
         let hand = s.hand.lock().await;
         let holding: Option<Vec<i64>> = (hand.checkouts == 0).then(|| hand.jobs.iter().copied().collect());
-        let beat = c.query_one("SELECT jobq_heartbeat($1, $2)", &[&worker, &holding]).await;
+        let beat = c.query_typed("SELECT jobq_heartbeat($1, $2)", &[(&worker, Type::UUID), (&holding, Type::INT8_ARRAY)]).await;
         drop(hand);
         match beat {
-            Ok(row) => {
-                let ids: Vec<i64> = row.get(0);
+            Ok(rows) => {
+                let ids: Vec<i64> = rows[0].get(0);
                 let mut cancelled = s.cancelled.lock().unwrap();
                 let new: Vec<i64> = ids.into_iter().filter(|id| cancelled.insert(*id)).collect();
                 drop(cancelled);
@@ -318,6 +345,8 @@ async fn main() {
     let s = Arc::new(Shared {
         name: format!("rust-{host}-{}", std::process::id()),
         log_json: env("JOBQ_LOG_JSON").as_deref() == Some("1"),
+        pooled: env("JOBQ_POOLED").as_deref() == Some("1"),
+        poll: Duration::from_secs_f64(env("JOBQ_POLL_S").map_or(1.0, |p| p.parse().expect("JOBQ_POLL_S"))),
         worker: Mutex::new(None),
         reaped: Mutex::new(None),
         cancelled: Mutex::new(HashSet::new()),
@@ -344,7 +373,9 @@ async fn main() {
                 std::process::exit(1); // a database error that is not a lost connection: a bug
             }
             Err(e) => {
-                *s.worker.lock().unwrap() = None; // our session is gone, so is the registration
+                if !s.pooled {
+                    *s.worker.lock().unwrap() = None; // our session is gone, so is the registration
+                }
                 s.log("disconnected", json!({"error": e.to_string(), "retry_in": backoff}));
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(backoff)) => {}
