@@ -27,10 +27,11 @@ fn deferred_wake_ups_come_from_the_background_worker_after_the_commit() {
     let mut admin = cluster.connect("postgres");
     admin.batch_execute("CREATE DATABASE wakedb").unwrap();
     admin.batch_execute("CREATE DATABASE unserved").unwrap();
-    wait_until("the reaper to serve wakedb", PATIENCE, || cluster.log().contains("jobq reaper: serving database \"wakedb\""));
-    let reaper = cluster.pids_of("jobq reaper")[0];
     let mut p = cluster.connect("wakedb");
     p.batch_execute("CREATE EXTENSION jobq; SET jobq.notify = deferred").unwrap();
+    // A reaper serves a database once jobq is created there.
+    wait_until("the reaper to serve wakedb", PATIENCE, || cluster.log().contains("jobq reaper: serving database \"wakedb\""));
+    let reaper = cluster.pids_of("jobq reaper")[0];
     let mut listener = cluster.connect("wakedb");
     listener.batch_execute("LISTEN jobq").unwrap();
     let mut marker = cluster.connect("wakedb");
