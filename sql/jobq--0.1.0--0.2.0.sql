@@ -266,7 +266,8 @@ BEGIN
         RETURNING queue, priority, run_at, id
     )
     SELECT count(*) INTO v_groups
-      FROM (SELECT jobq._lower_floor('jobq.ready'::regclass, i.queue, i.priority, i.run_at, min(i.id))
+      FROM (SELECT jobq._lower_floor('jobq.ready'::regclass, i.queue, i.priority, i.run_at, min(i.id)),
+                   jobq._wake(i.queue, i.run_at, count(*))  -- waiting checkouts, at commit
               FROM ins i
              GROUP BY i.queue, i.priority, i.run_at) g;
 END $$;
@@ -300,6 +301,22 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
 /* </end connected objects> */
 
@@ -309,20 +326,6 @@ CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
 STRICT VOLATILE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'serve_database_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -345,67 +348,6 @@ CREATE  FUNCTION jobq."_may_act_for"(
 STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -534,12 +476,16 @@ BEGIN
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
+        -- A freed slot may let a waiting job start: wake a waiting checkout of this job's
+        -- queue (jobs of the key in other queues are found by their waiters' next look).
+        PERFORM jobq._wake(j.queue, '-infinity', 1) FROM jobq.jobs j WHERE j.id = job;
     END IF;
     IF unique_key IS NULL THEN
         RETURN;
     ELSIF unique_strategy = 'while_executing' THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
+        PERFORM jobq._wake(j.queue, '-infinity', 1) FROM jobq.jobs j WHERE j.id = job;
     ELSIF new_state IN ('completed', 'dead', 'cancelled') THEN
         DELETE FROM jobq.locks l WHERE l.key = unique_key AND l.job_id = job;
     ELSIF new_state = 'ready' AND unique_strategy = 'until_executing' THEN
@@ -728,6 +674,7 @@ BEGIN
                     UPDATE jobq.live_jobs j
                        SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
                      WHERE j.id = v_holder.job_id;
+                    PERFORM jobq._wake(v_ready_queue, v_run_at, 1);
                     IF v_run_at <= v_now THEN
                         PERFORM jobq._notify(v_ready_queue);  -- where the job waits
                     END IF;
@@ -882,8 +829,56 @@ $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS void
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   locks
+--   waits::jobq::wait_begin
+--   waits::jobq::wait
 
 -- Checkout: the hot path.
 --
@@ -1038,7 +1033,9 @@ END $$;
 -- table), so on a large table it crosses jit_above_cost and every checkout compiled its
 -- statements with LLVM: 1.7 s of JIT per call at 1.4M ready jobs (bench/soak.sh found it).
 -- A checkout reads a handful of rows; JIT never pays here.
-CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
+-- wait: see jobq._checkout_waiting below; a call without it pays one IS NOT NULL test.
+CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
+                              wait interval DEFAULT NULL)
 RETURNS SETOF jobq.job
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, jobq, pg_temp
@@ -1062,6 +1059,10 @@ DECLARE
     c          record;
     cur        refcursor;
 BEGIN
+    IF wait IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM jobq._checkout_waiting(worker, queues, max_jobs, wait);
+        RETURN;
+    END IF;
     IF max_jobs IS NULL THEN
         RAISE EXCEPTION 'jobq: max_jobs must not be NULL' USING ERRCODE = '22004';
     ELSIF max_jobs < 1 OR max_jobs > 10000 THEN
@@ -1293,6 +1294,50 @@ BEGIN
       FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
       JOIN jobq.live_jobs j ON j.id = k.id
      ORDER BY k.ord;
+END $$;
+
+-- jobq_checkout(..., wait): checks out; when nothing is available, waits inside the server
+-- (src/waits.rs) until a commit makes a job of these queues available, the earliest scheduled
+-- one comes due, or `wait` runs out, and checks out again. The waiter is registered before its
+-- first look, so no commit between a look and the sleep goes unnoticed. Each look runs in a
+-- subtransaction that is rolled back when it claimed nothing: whatever it locked (a keyed job
+-- whose slot was taken meanwhile) is not held while the call sleeps. READ COMMITTED only: a
+-- transaction snapshot would never see the jobs it waits for.
+CREATE FUNCTION jobq._checkout_waiting(worker uuid, queues text[], max_jobs integer, wait interval)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_until  timestamptz;
+    v_due    timestamptz;
+BEGIN
+    IF wait <= interval '0' OR wait > interval '1 hour' THEN
+        RAISE EXCEPTION 'jobq: wait must be more than 0 and at most 1 hour, got %', wait USING ERRCODE = '22023';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jobq: jobq_checkout with wait needs READ COMMITTED'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'A transaction snapshot never sees the jobs committed after it was taken.';
+    END IF;
+    v_until := clock_timestamp() + wait;
+    PERFORM jobq._wait_begin(worker, queues);
+    LOOP
+        BEGIN
+            RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
+            IF FOUND THEN
+                RETURN;
+            END IF;
+            RAISE SQLSTATE 'JQ000';  -- nothing claimed: let go of whatever the look locked
+        EXCEPTION WHEN SQLSTATE 'JQ000' THEN
+            NULL;
+        END;
+        EXIT WHEN clock_timestamp() >= v_until;
+        -- The earliest scheduled job of these queues: the waiter's alarm (a commit that
+        -- schedules an earlier one moves it). Read anew at each look: it costs a scan of these
+        -- queues' waiting rows, which is small when nothing is available.
+        SELECT min(r.run_at) INTO v_due FROM jobq.ready r
+         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at > clock_timestamp();
+        PERFORM jobq._wait(v_until, v_due);
+    END LOOP;
 END $$;
 /* </end connected objects> */
 
@@ -1616,7 +1661,11 @@ BEGIN
     END IF;
     DELETE FROM jobq.pauses p
      WHERE p.queue IS NOT DISTINCT FROM jobq_resume.queue AND p.kind IS NOT DISTINCT FROM jobq_resume.kind;
-    -- Wake the workers of a resumed queue.
+    -- Wake the workers of a resumed queue (waiting checkouts: all of them; of every queue
+    -- when a kind is resumed everywhere).
+    IF FOUND THEN
+        PERFORM jobq._wake(queue, '-infinity', 10000);
+    END IF;
     IF FOUND AND queue IS NOT NULL THEN
         PERFORM jobq._notify(queue);
     END IF;
@@ -1624,10 +1673,70 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   pause
 --   gucs::jobq::retention_ms
 --   bgworker::jobq::serve_database
+--   waits::jobq::waiting_workers
 
 -- Reaping: crash recovery. One pass removes dead workers (their executing jobs go back to
 -- the queue, their locks are released), releases expired locks and prunes old finished jobs.
@@ -1688,6 +1797,14 @@ DECLARE
     n         integer;
 BEGIN
     workers_reaped := 0; jobs_requeued := 0; jobs_dead := 0; locks_released := 0; jobs_pruned := 0;
+
+    -- A worker counts as alive while a checkout of it waits (src/waits.rs): the heartbeat of
+    -- a live worker that waits now is refreshed before anyone is judged.
+    UPDATE jobq.workers x SET heartbeat_at = v_now
+     WHERE x.id IN (SELECT y.id FROM jobq.workers y
+                     WHERE y.id = ANY (jobq._waiting_workers())
+                       AND jobq.worker_alive(y.heartbeat_at, y.backend_pid, y.backend_start)
+                       FOR UPDATE SKIP LOCKED);
 
     -- Dead workers, then orphaned jobs: executing under a worker that no longer exists.
     -- Checkout does not lock the worker's row, so a checkout that overlapped the pass that
@@ -1872,7 +1989,7 @@ GRANT EXECUTE ON FUNCTION
     jobq_register_worker(text, jsonb, boolean),
     jobq_heartbeat(uuid, bigint[]),
     jobq_unregister_worker(uuid),
-    jobq_checkout(uuid, text[], integer),
+    jobq_checkout(uuid, text[], integer, interval),
     jobq_complete(bigint, uuid, jsonb),
     jobq_fail(bigint, uuid, jsonb, interval, boolean),
     jobq_complete_many(uuid, bigint[], jsonb[]),

@@ -12,6 +12,8 @@
 //!   memory, lowered at commit by whoever makes a job ready, raised by the background worker).
 //! - `src/wakes.rs`: the NOTIFY that wakes listening workers, sent by the enqueuing transaction
 //!   or, with `jobq.notify = deferred`, by the background worker right after its commit.
+//! - `src/waits.rs`: `jobq_checkout(..., wait)`: waiting checkouts in shared memory, rung at
+//!   the commit of what makes their jobs available.
 //! - `src/xact.rs`: the one end-of-transaction callback that publishes what floors and
 //!   wake-ups noted, at COMMIT.
 //! - `src/bgworker.rs`: the background workers: a launcher, and a reaper in every database
@@ -24,6 +26,7 @@ mod floors;
 mod gucs;
 mod liveness;
 mod privileges;
+mod waits;
 mod wakes;
 mod xact;
 
@@ -40,6 +43,7 @@ pub extern "C-unwind" fn _PG_init() {
     if preloading {
         floors::init();
         wakes::init();
+        waits::init();
         bgworker::init();
     }
 }
@@ -50,10 +54,10 @@ extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("sql/workers.sql", name = "workers", requires = [liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller]);
 extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers"]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
-extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["locks"]);
+extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["locks", waits::jobq::wait_begin, waits::jobq::wait]);
 extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout"]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
-extension_sql_file!("sql/reap.sql", name = "reap", requires = ["pause", gucs::jobq::retention_ms, bgworker::jobq::serve_database]);
+extension_sql_file!("sql/reap.sql", name = "reap", requires = ["pause", gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
 extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["stats"], finalize);
 

@@ -1,10 +1,10 @@
-//! The end of a transaction: what the claim floors (src/floors.rs), deferred wake-ups
-//! (src/wakes.rs) and CREATE EXTENSION (src/bgworker.rs) noted during it is published to
+//! The end of a transaction: what the claim floors (src/floors.rs), waiting checkouts
+//! (src/waits.rs), deferred wake-ups (src/wakes.rs) and CREATE EXTENSION (src/bgworker.rs) noted during it is published to
 //! shared memory at COMMIT, once the transaction's rows are visible and before its client
 //! learns of the commit, and forgotten at ABORT. One transaction callback, registered once per
 //! backend, serves them all, and runs floors first, so that a worker woken by a deferred
 //! wake-up never starts its checkout above the job that woke it.
-use crate::{bgworker, floors, wakes};
+use crate::{bgworker, floors, waits, wakes};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 
@@ -36,7 +36,7 @@ thread_local! {
     static WATCHING: Cell<bool> = const { Cell::new(false) };
 }
 
-fn watch() {
+pub(crate) fn watch() {
     if !WATCHING.replace(true) {
         unsafe { pg_sys::RegisterXactCallback(Some(at_end_of_transaction), std::ptr::null_mut()) };
     }
@@ -47,19 +47,26 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
     match event {
         pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE => {
             // Their rows become visible at COMMIT PREPARED, in another session: too late here.
-            if floors::PENDING.with(Notes::any) {
+            if floors::PENDING.with(Notes::any) || waits::PENDING.with(Notes::any) {
                 error!("jobq: PREPARE TRANSACTION is not supported for a transaction that makes jobs ready");
             }
             if wakes::PENDING.with(Notes::any) {
                 error!("jobq: PREPARE TRANSACTION is not supported for a transaction that notifies (jobq.notify = deferred)");
             }
         }
+        pg_sys::XactEvent::XACT_EVENT_PREPARE => waits::leave(),
         pg_sys::XactEvent::XACT_EVENT_COMMIT => {
             // Nothing here may fail: the transaction has committed.
             let keys = floors::PENDING.with(Notes::take);
             if !keys.is_empty() {
                 floors::apply_lowering(&keys);
             }
+            // After the floors: a waiting checkout rung here starts at or below its job.
+            let made = waits::PENDING.with(Notes::take);
+            if !made.is_empty() {
+                waits::ring(&made);
+            }
+            waits::leave();
             let queues = wakes::PENDING.with(Notes::take);
             if !queues.is_empty() {
                 wakes::post(&queues);
@@ -70,6 +77,8 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT => {
+            waits::PENDING.with(Notes::take);
+            waits::leave();
             floors::PENDING.with(Notes::take);
             wakes::PENDING.with(Notes::take);
             bgworker::PENDING.with(Notes::take);

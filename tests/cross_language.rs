@@ -378,8 +378,9 @@ impl Drop for Bouncer {
 /// SPEC, Poolers: the reference workers behind PgBouncer in transaction mode (polling instead
 /// of LISTEN, no bind_to_session, heartbeats with `holding`), more client connections than
 /// server sessions so that consecutive calls of one worker run in different sessions: every
-/// job completed exactly once, and a worker killed mid-job has its job completed by another
-/// once its heartbeats stop (the background worker reaps it after jobq.heartbeat_timeout).
+/// job completed exactly once, a worker killed mid-job has its job completed by another
+/// once its heartbeats stop (the background worker reaps it after jobq.heartbeat_timeout), and
+/// a checkout with `wait` waits inside the server through the pooler.
 #[test]
 fn the_reference_workers_work_through_pgbouncer_in_transaction_mode() {
     const N: usize = 300;
@@ -442,5 +443,28 @@ fn the_reference_workers_work_through_pgbouncer_in_transaction_mode() {
         "the killed worker's attempt was cut off and the job runs again elsewhere"
     );
     drop(rescuer);
+
+    // A checkout that waits inside the server works through the pooler too (it needs no
+    // session state): woken by the commit of a job for it. Simple-query protocol, literal
+    // arguments: no statement outlives its transaction.
+    let url = format!("host=127.0.0.1 port={} user={app} dbname={db}", bouncer.port);
+    let waiting = std::thread::spawn(move || {
+        let mut p = Client::connect(&url, postgres::NoTls).unwrap();
+        let first = |rows: Vec<postgres::SimpleQueryMessage>| -> Option<String> {
+            rows.into_iter().find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                _ => None,
+            })
+        };
+        let w = first(p.simple_query("SELECT jobq_register_worker()").unwrap()).unwrap();
+        first(p.simple_query(&format!("SELECT id FROM jobq_checkout('{w}', ARRAY['pwait'], 1, '20 s')")).unwrap())
+    });
+    wait_until("the pooled checkout to wait", PATIENCE, || {
+        c.query_one("SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = $1 AND wait_event = 'Extension'", &[&app])
+            .unwrap()
+            .get(0)
+    });
+    let job: i64 = c.query_one("SELECT jobq_enqueue('pwait')", &[]).unwrap().get(0);
+    assert_eq!(waiting.join().unwrap(), Some(job.to_string()));
     drop(bouncer);
 }

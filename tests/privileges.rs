@@ -91,6 +91,7 @@ fn a_role_granted_nothing_is_refused_everything() {
     for sql in [
         "SELECT jobq_register_worker()".to_string(),
         format!("SELECT * FROM jobq_checkout('{w}', NULL, 1000)"),
+        format!("SELECT * FROM jobq_checkout('{w}', NULL, 1, '10 s')"),
         format!("SELECT jobq_unregister_worker('{w}')"),
         format!("SELECT jobq_heartbeat('{w}')"),
         format!("SELECT jobq_cancel({job})"),
@@ -274,6 +275,8 @@ fn a_worker_belongs_to_the_role_that_registered_it() {
         format!("SELECT jobq_heartbeat('{wa}', '{{}}')"),
         format!("SELECT * FROM jobq_checkout('{wa}', NULL, 10)"),
         format!("SELECT * FROM jobq_checkout('{wa}', ARRAY['q'])"),
+        // Refused before it waits: a foreign worker's call never sleeps.
+        format!("SELECT * FROM jobq_checkout('{wa}', ARRAY['q'], 1, '10 s')"),
         format!("SELECT jobq_unregister_worker('{wa}')"),
         format!("SELECT jobq_complete({j1}, '{wa}')"),
         format!("SELECT jobq_fail({j1}, '{wa}')"),

@@ -151,7 +151,9 @@ END $$;
 -- table), so on a large table it crosses jit_above_cost and every checkout compiled its
 -- statements with LLVM: 1.7 s of JIT per call at 1.4M ready jobs (bench/soak.sh found it).
 -- A checkout reads a handful of rows; JIT never pays here.
-CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
+-- wait: see jobq._checkout_waiting below; a call without it pays one IS NOT NULL test.
+CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
+                              wait interval DEFAULT NULL)
 RETURNS SETOF jobq.job
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, jobq, pg_temp
@@ -175,6 +177,10 @@ DECLARE
     c          record;
     cur        refcursor;
 BEGIN
+    IF wait IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM jobq._checkout_waiting(worker, queues, max_jobs, wait);
+        RETURN;
+    END IF;
     IF max_jobs IS NULL THEN
         RAISE EXCEPTION 'jobq: max_jobs must not be NULL' USING ERRCODE = '22004';
     ELSIF max_jobs < 1 OR max_jobs > 10000 THEN
@@ -406,4 +412,48 @@ BEGIN
       FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
       JOIN jobq.live_jobs j ON j.id = k.id
      ORDER BY k.ord;
+END $$;
+
+-- jobq_checkout(..., wait): checks out; when nothing is available, waits inside the server
+-- (src/waits.rs) until a commit makes a job of these queues available, the earliest scheduled
+-- one comes due, or `wait` runs out, and checks out again. The waiter is registered before its
+-- first look, so no commit between a look and the sleep goes unnoticed. Each look runs in a
+-- subtransaction that is rolled back when it claimed nothing: whatever it locked (a keyed job
+-- whose slot was taken meanwhile) is not held while the call sleeps. READ COMMITTED only: a
+-- transaction snapshot would never see the jobs it waits for.
+CREATE FUNCTION jobq._checkout_waiting(worker uuid, queues text[], max_jobs integer, wait interval)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_until  timestamptz;
+    v_due    timestamptz;
+BEGIN
+    IF wait <= interval '0' OR wait > interval '1 hour' THEN
+        RAISE EXCEPTION 'jobq: wait must be more than 0 and at most 1 hour, got %', wait USING ERRCODE = '22023';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jobq: jobq_checkout with wait needs READ COMMITTED'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'A transaction snapshot never sees the jobs committed after it was taken.';
+    END IF;
+    v_until := clock_timestamp() + wait;
+    PERFORM jobq._wait_begin(worker, queues);
+    LOOP
+        BEGIN
+            RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
+            IF FOUND THEN
+                RETURN;
+            END IF;
+            RAISE SQLSTATE 'JQ000';  -- nothing claimed: let go of whatever the look locked
+        EXCEPTION WHEN SQLSTATE 'JQ000' THEN
+            NULL;
+        END;
+        EXIT WHEN clock_timestamp() >= v_until;
+        -- The earliest scheduled job of these queues: the waiter's alarm (a commit that
+        -- schedules an earlier one moves it). Read anew at each look: it costs a scan of these
+        -- queues' waiting rows, which is small when nothing is available.
+        SELECT min(r.run_at) INTO v_due FROM jobq.ready r
+         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at > clock_timestamp();
+        PERFORM jobq._wait(v_until, v_due);
+    END LOOP;
 END $$;

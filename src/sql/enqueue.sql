@@ -109,6 +109,7 @@ BEGIN
                     UPDATE jobq.live_jobs j
                        SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
                      WHERE j.id = v_holder.job_id;
+                    PERFORM jobq._wake(v_ready_queue, v_run_at, 1);
                     IF v_run_at <= v_now THEN
                         PERFORM jobq._notify(v_ready_queue);  -- where the job waits
                     END IF;

@@ -23,7 +23,11 @@ BEGIN
     END IF;
     DELETE FROM jobq.pauses p
      WHERE p.queue IS NOT DISTINCT FROM jobq_resume.queue AND p.kind IS NOT DISTINCT FROM jobq_resume.kind;
-    -- Wake the workers of a resumed queue.
+    -- Wake the workers of a resumed queue (waiting checkouts: all of them; of every queue
+    -- when a kind is resumed everywhere).
+    IF FOUND THEN
+        PERFORM jobq._wake(queue, '-infinity', 10000);
+    END IF;
     IF FOUND AND queue IS NOT NULL THEN
         PERFORM jobq._notify(queue);
     END IF;

@@ -63,7 +63,7 @@ GRANT EXECUTE ON FUNCTION
     jobq_register_worker(text, jsonb, boolean),
     jobq_heartbeat(uuid, bigint[]),
     jobq_unregister_worker(uuid),
-    jobq_checkout(uuid, text[], integer),
+    jobq_checkout(uuid, text[], integer, interval),
     jobq_complete(bigint, uuid, jsonb),
     jobq_fail(bigint, uuid, jsonb, interval, boolean),
     jobq_complete_many(uuid, bigint[], jsonb[]),

@@ -58,6 +58,14 @@ DECLARE
 BEGIN
     workers_reaped := 0; jobs_requeued := 0; jobs_dead := 0; locks_released := 0; jobs_pruned := 0;
 
+    -- A worker counts as alive while a checkout of it waits (src/waits.rs): the heartbeat of
+    -- a live worker that waits now is refreshed before anyone is judged.
+    UPDATE jobq.workers x SET heartbeat_at = v_now
+     WHERE x.id IN (SELECT y.id FROM jobq.workers y
+                     WHERE y.id = ANY (jobq._waiting_workers())
+                       AND jobq.worker_alive(y.heartbeat_at, y.backend_pid, y.backend_start)
+                       FOR UPDATE SKIP LOCKED);
+
     -- Dead workers, then orphaned jobs: executing under a worker that no longer exists.
     -- Checkout does not lock the worker's row, so a checkout that overlapped the pass that
     -- reaped its worker can commit its claims after that pass; they are interrupted attempts

@@ -229,7 +229,8 @@ BEGIN
         RETURNING queue, priority, run_at, id
     )
     SELECT count(*) INTO v_groups
-      FROM (SELECT jobq._lower_floor('jobq.ready'::regclass, i.queue, i.priority, i.run_at, min(i.id))
+      FROM (SELECT jobq._lower_floor('jobq.ready'::regclass, i.queue, i.priority, i.run_at, min(i.id)),
+                   jobq._wake(i.queue, i.run_at, count(*))  -- waiting checkouts, at commit
               FROM ins i
              GROUP BY i.queue, i.priority, i.run_at) g;
 END $$;

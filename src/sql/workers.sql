@@ -118,12 +118,16 @@ BEGIN
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
+        -- A freed slot may let a waiting job start: wake a waiting checkout of this job's
+        -- queue (jobs of the key in other queues are found by their waiters' next look).
+        PERFORM jobq._wake(j.queue, '-infinity', 1) FROM jobq.jobs j WHERE j.id = job;
     END IF;
     IF unique_key IS NULL THEN
         RETURN;
     ELSIF unique_strategy = 'while_executing' THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
+        PERFORM jobq._wake(j.queue, '-infinity', 1) FROM jobq.jobs j WHERE j.id = job;
     ELSIF new_state IN ('completed', 'dead', 'cancelled') THEN
         DELETE FROM jobq.locks l WHERE l.key = unique_key AND l.job_id = job;
     ELSIF new_state = 'ready' AND unique_strategy = 'until_executing' THEN

@@ -1,0 +1,271 @@
+//! The checkout that waits inside the server: `jobq_checkout(..., wait)`.
+//!
+//! A call that found nothing registers as a waiter in shared memory (its database, its
+//! queues, its worker, its latch) and sleeps on its latch. The transaction that makes jobs
+//! available rings at its COMMIT (src/xact.rs), once they are visible: every function that
+//! makes a job waiting goes through `jobq._enter_ready`, whose floor notes (src/floors.rs) name
+//! the queue, the run_at and the number of jobs; `jobq._notify` (resume, a freed slot, …) names
+//! the queue too. A ring for jobs due now wakes at most as many waiters of that queue as jobs
+//! came (a herd of 64 waiters costs one checkout for one job, not 64); a ring for a job due
+//! later only moves the waiters' alarm earlier, without waking them to check out. The waiter
+//! also wakes by itself when the earliest scheduled job of its queues comes due, and looks
+//! again at least once a second whatever happens (the net under what no commit announces).
+//!
+//! While it sleeps the waiter holds no snapshot: it clears its xmin (`MyProc->xmin`) so that
+//! vacuum's horizon is not held back, and its next statement takes a new snapshot. (Only the
+//! snapshots of the statement that called jobq_checkout stay registered, unused: a client must
+//! not read other tables in the same statement as a waiting checkout.) It holds no row lock
+//! either: jobq_checkout rolls back, in a subtransaction, whatever an attempt locked without
+//! claiming it. It stops at once on a query cancel or `statement_timeout` (interrupts are
+//! checked at every wake), leaves with FATAL when its client has gone, and its worker counts as
+//! alive: each reap pass refreshes the heartbeat of the workers waiting in its database
+//! (`jobq._waiting_workers()`, used by jobq._reap).
+//!
+//! Without the preload there is no shared memory: the call looks again every 100 ms.
+use crate::xact::Notes;
+use pgrx::prelude::*;
+use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic, PgLwLock};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+/// Calls waiting at once, over all databases; one more waits like a call without the preload.
+const WAITERS: usize = 256;
+/// Queues a waiter names; more (or none: every queue) and it is woken for every queue.
+const QUEUES: usize = 8;
+/// Without the preload, or with every waiter slot taken: the interval between two looks.
+pub const POLL_MS: i64 = 100;
+/// The longest a waiter sleeps without looking again.
+const NET_MS: i64 = 1000;
+const NEVER: i64 = i64::MAX;
+
+#[derive(Copy, Clone)]
+struct Waiter {
+    pid: i32, // 0: free
+    db: u32,
+    latch: usize,
+    worker: [u8; 16],
+    any: bool,
+    nq: u8,
+    queues: [u32; QUEUES], // hashes of the queue names
+    rung: bool,            // jobs may be there: check out again
+    due: i64,              // TimestampTz when the earliest scheduled job it knows of comes due
+}
+
+const FREE: Waiter = Waiter { pid: 0, db: 0, latch: 0, worker: [0; 16], any: false, nq: 0, queues: [0; QUEUES], rung: false, due: NEVER };
+
+#[derive(Copy, Clone)]
+struct Waits {
+    waiters: [Waiter; WAITERS],
+}
+unsafe impl PGRXSharedMemory for Waits {}
+
+static WAITS: PgLwLock<Waits> = unsafe { PgLwLock::new(c"jobq_waits") };
+/// How many slots are taken: a commit rings only when some call waits (the common case, no
+/// waiter, costs one atomic read instead of the lock).
+static WAITING: PgAtomic<AtomicU32> = unsafe { PgAtomic::new(c"jobq_waiting") };
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Called from _PG_init while preloading.
+pub fn init() {
+    pg_shmem_init!(WAITS = Waits { waiters: [FREE; WAITERS] });
+    pg_shmem_init!(WAITING);
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+thread_local! {
+    /// What this transaction made available, rung at its commit: (queue or None for every
+    /// queue, run_at, jobs).
+    pub(crate) static PENDING: Notes<(Option<String>, i64, i64)> = const { Notes::new() };
+    /// This backend's waiter slot, while its transaction waits.
+    static MINE: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+fn hash(queue: &str) -> u32 {
+    // FNV-1a: a collision only wakes a waiter for nothing.
+    queue.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+}
+
+fn my_db() -> u32 {
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+
+/// At commit: wakes the waiters of what was noted. Nothing here may fail.
+pub(crate) fn ring(notes: &[(Option<String>, i64, i64)]) {
+    if WAITING.get().load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let db = my_db();
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let mut latches = Vec::new();
+    {
+        let mut w = WAITS.exclusive();
+        // Due now: per queue, the number of jobs is the number of waiters to wake.
+        // (hash of the queue or None for every queue, jobs)
+        let mut due_now: Vec<(Option<u32>, i64)> = Vec::new();
+        let wants = |x: &Waiter, h: Option<u32>| h.is_none_or(|h| x.any || x.queues[..x.nq as usize].contains(&h));
+        for (queue, run_at, jobs) in notes {
+            let h = queue.as_deref().map(hash);
+            if *run_at <= now {
+                match due_now.iter_mut().find(|(q, _)| *q == h) {
+                    Some((_, n)) => *n = n.saturating_add(*jobs),
+                    None => due_now.push((h, *jobs)),
+                }
+            } else {
+                for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db) {
+                    if wants(x, h) && *run_at < x.due {
+                        x.due = *run_at; // its alarm moves earlier; it need not check out now
+                        latches.push(x.latch);
+                    }
+                }
+            }
+        }
+        for (h, mut n) in due_now {
+            for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db && !x.rung) {
+                if n <= 0 {
+                    break;
+                }
+                if wants(x, h) {
+                    x.rung = true;
+                    latches.push(x.latch);
+                    n -= 1;
+                }
+            }
+        }
+    }
+    latches.sort_unstable();
+    latches.dedup();
+    for l in latches {
+        unsafe { pg_sys::SetLatch(l as *mut pg_sys::Latch) };
+    }
+}
+
+/// At the end of the transaction: the waiter slot of this backend is free again.
+pub(crate) fn leave() {
+    if let Some(i) = MINE.take() {
+        let mut w = WAITS.exclusive();
+        if w.waiters[i].pid == unsafe { pg_sys::MyProcPid } {
+            w.waiters[i] = FREE;
+            WAITING.get().fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+unsafe extern "C" {
+    /// PostgreSQL 14+: false when the client's socket is closed (not in pgrx's bindings).
+    fn pq_check_connection() -> bool;
+}
+
+#[pg_schema]
+pub mod jobq {
+    use super::*;
+
+    /// Notes that `jobs` jobs of `queue` (NULL: of every queue) become available at `run_at`
+    /// once this transaction commits; the waiting checkouts are rung then. Nothing happens
+    /// without the preload.
+    #[pg_extern(volatile, parallel_safe, name = "_wake")]
+    pub fn wake(queue: Option<&str>, run_at: TimestampWithTimeZone, jobs: i64) {
+        if ENABLED.load(Ordering::Relaxed) {
+            let note = (queue.map(str::to_owned), run_at.into_inner(), jobs);
+            PENDING.with(|p| p.update(|p| p.push(note)));
+        }
+    }
+
+    /// Registers this call as a waiter for `queues` (NULL: every queue) of `worker`, until
+    /// the end of the transaction. False without the preload or with every slot taken:
+    /// then `_wait` sleeps POLL_MS at a time.
+    #[pg_extern(volatile, name = "_wait_begin")]
+    pub fn wait_begin(worker: pgrx::Uuid, queues: Option<Vec<Option<String>>>) -> bool {
+        if !ENABLED.load(Ordering::Relaxed) {
+            return false;
+        }
+        let pid = unsafe { pg_sys::MyProcPid };
+        let names: Vec<String> = queues.unwrap_or_default().into_iter().flatten().collect();
+        let mut me = FREE;
+        me.pid = pid;
+        me.db = my_db();
+        me.latch = unsafe { pg_sys::MyLatch } as usize;
+        me.worker.copy_from_slice(worker.as_bytes());
+        me.any = names.is_empty() || names.len() > QUEUES;
+        if !me.any {
+            for (i, q) in names.iter().enumerate() {
+                me.queues[i] = hash(q);
+            }
+            me.nq = names.len() as u8;
+        }
+        let mut w = WAITS.exclusive();
+        let Some(i) = w.waiters.iter().position(|x| x.pid == pid || x.pid == 0) else { return false };
+        if w.waiters[i].pid == 0 {
+            WAITING.get().fetch_add(1, Ordering::AcqRel);
+        }
+        w.waiters[i] = me;
+        drop(w);
+        MINE.set(Some(i));
+        crate::xact::watch();
+        true
+    }
+
+    /// Sleeps until this waiter is rung, `due` (the earliest scheduled job of its queues, or
+    /// NULL) comes, `until` passes, or a second went by; returns at once if it was rung since
+    /// its last look. Without a waiter slot it sleeps POLL_MS. Holds no snapshot meanwhile.
+    #[pg_extern(volatile, name = "_wait")]
+    pub fn wait(until: TimestampWithTimeZone, due: Option<TimestampWithTimeZone>) {
+        let until: i64 = until.into_inner();
+        let mine = MINE.get();
+        if let (Some(i), Some(d)) = (mine, due) {
+            let mut w = WAITS.exclusive();
+            let x = &mut w.waiters[i];
+            x.due = x.due.min(d.into_inner());
+        }
+        let start = unsafe { pg_sys::GetCurrentTimestamp() };
+        loop {
+            let now = unsafe { pg_sys::GetCurrentTimestamp() };
+            let alarm = match mine {
+                Some(i) => {
+                    let mut w = WAITS.exclusive();
+                    let x = &mut w.waiters[i];
+                    if std::mem::take(&mut x.rung) {
+                        return;
+                    }
+                    if x.due <= now {
+                        x.due = NEVER;
+                        return;
+                    }
+                    until.min(x.due).min(start + NET_MS * 1000)
+                }
+                None => until.min(start + POLL_MS * 1000),
+            };
+            if now >= alarm {
+                return;
+            }
+            unsafe {
+                // No snapshot while asleep: the next statement takes a new one.
+                pg_sys::InvalidateCatalogSnapshot();
+                (*pg_sys::MyProc).xmin = pg_sys::InvalidTransactionId;
+                pg_sys::WaitLatch(
+                    pg_sys::MyLatch,
+                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                    ((alarm - now) / 1000).max(1) as _,
+                    pg_sys::PG_WAIT_EXTENSION,
+                );
+                pg_sys::ResetLatch(pg_sys::MyLatch);
+                if !pq_check_connection() {
+                    pg_sys::ClientConnectionLost = 1;
+                    pg_sys::InterruptPending = 1;
+                }
+            }
+            pgrx::check_for_interrupts!();
+        }
+    }
+
+    /// The workers waiting in this database's calls now: jobq._reap refreshes their
+    /// heartbeats, since a worker counts as alive while it waits.
+    #[pg_extern(volatile, name = "_waiting_workers")]
+    pub fn waiting_workers() -> Vec<pgrx::Uuid> {
+        if !ENABLED.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let db = my_db();
+        WAITS.share().waiters.iter().filter(|x| x.pid != 0 && x.db == db).map(|x| pgrx::Uuid::from_bytes(x.worker)).collect()
+    }
+}

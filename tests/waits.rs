@@ -1,0 +1,205 @@
+//! `jobq_checkout(..., wait)` (SPEC, jobq_checkout): a checkout that waits inside the server
+//! for a job, over real connections: woken by the commit that makes a job available (not by
+//! a rollback, not by another queue), out on time, a scheduled job taken when due, cancel and
+//! statement_timeout at once, no snapshot and no row lock held while it waits, the worker kept
+//! alive by the background worker however long it waits, and 16 waiters sharing a stream of
+//! jobs, each done exactly once.
+mod common;
+
+use common::*;
+use postgres::Client;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A checkout with `wait` on its own connection and thread: sends its backend pid, then
+/// returns the ids it got (or the SQLSTATE it failed with) and how long the call took.
+fn waiter(url: String, worker: Uuid, queue: &str, wait: &str) -> (i32, thread::JoinHandle<(Result<Vec<i64>, String>, Duration)>) {
+    let (tx, rx) = mpsc::channel();
+    let (queue, wait) = (queue.to_string(), wait.to_string());
+    let h = thread::spawn(move || {
+        let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+        tx.send(c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get::<_, i32>(0)).unwrap();
+        let start = Instant::now();
+        let got = c
+            .query("SELECT id FROM jobq_checkout($1, ARRAY[$2], 1, $3::text::interval)", &[&worker, &queue, &wait])
+            .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+            .map_err(|e| sqlstate(&e));
+        (got, start.elapsed())
+    });
+    (rx.recv().unwrap(), h)
+}
+
+/// Until backend `pid` sleeps in the wait: an active statement waiting on event Extension.
+fn await_sleeping(c: &mut Client, pid: i32) {
+    wait_until("the checkout to sleep", PATIENCE, || {
+        c.query_one(
+            "SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND wait_event = 'Extension'",
+            &[&pid],
+        )
+        .unwrap()
+        .get(0)
+    });
+}
+
+#[test]
+fn a_waiting_checkout_wakes_at_the_commit_of_a_job_for_it_and_holds_no_snapshot() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    for round in 0..3 {
+        let (pid, h) = waiter(cluster.url(&name), w, "q", "20 s");
+        await_sleeping(&mut c, pid);
+        // While it sleeps it holds no snapshot (vacuum's horizon is not held back) and no lock
+        // on any row.
+        let row = c
+            .query_one("SELECT backend_xmin IS NULL, backend_xid IS NULL FROM pg_stat_activity WHERE pid = $1", &[&pid])
+            .unwrap();
+        // (A row lock needs a transaction id: none means none held.)
+        assert_eq!((row.get::<_, bool>(0), row.get::<_, bool>(1)), (true, true), "no snapshot, no transaction id");
+        // A rollback and another queue wake nobody for a job: it goes on waiting.
+        c.batch_execute("BEGIN; SELECT jobq_enqueue('q'); ROLLBACK").unwrap();
+        let other: i64 = c.query_one("SELECT jobq_enqueue('other')", &[]).unwrap().get(0);
+        await_sleeping(&mut c, pid);
+        // The commit of a job for it: it returns with that job, well before its one-second
+        // look (three rounds: a look that merely happened to follow the commit would not
+        // do so three times).
+        let committed = Instant::now();
+        let job: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+        let (got, _) = h.join().unwrap();
+        let latency = committed.elapsed();
+        assert_eq!(got, Ok(vec![job]), "round {round}");
+        assert!(latency < Duration::from_millis(500), "round {round}: woken {latency:?} after the commit");
+        c.execute("SELECT jobq_complete($1, $2)", &[&job, &w]).unwrap();
+        c.execute("SELECT jobq_cancel($1)", &[&other]).unwrap();
+    }
+}
+
+#[test]
+fn a_waiting_checkout_runs_out_on_time_and_takes_a_scheduled_job_when_it_comes_due() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    let (_, h) = waiter(cluster.url(&name), w, "empty", "400 ms");
+    let (got, took) = h.join().unwrap();
+    assert_eq!(got, Ok(vec![]));
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+
+    // Scheduled before the wait, and scheduled while it waits.
+    for before in [true, false] {
+        let queue = format!("later{before}");
+        let schedule = |c: &mut Client| -> i64 {
+            c.query_one("SELECT jobq_enqueue($1, run_at => clock_timestamp() + interval '1200 ms')", &[&queue]).unwrap().get(0)
+        };
+        let job = if before { Some(schedule(&mut c)) } else { None };
+        let (pid, h) = waiter(cluster.url(&name), w, &queue, "20 s");
+        let job = job.unwrap_or_else(|| {
+            await_sleeping(&mut c, pid);
+            schedule(&mut c)
+        });
+        let (got, _) = h.join().unwrap();
+        assert_eq!(got, Ok(vec![job]), "scheduled before the wait: {before}");
+        let early: bool = c.query_one("SELECT started_at < run_at FROM jobq.jobs WHERE id = $1", &[&job]).unwrap().get(0);
+        assert!(!early, "not taken before it was due");
+    }
+}
+
+#[test]
+fn a_waiting_checkout_stops_at_once_on_cancel_and_statement_timeout_and_refuses_bad_waits() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    let (pid, h) = waiter(cluster.url(&name), w, "q", "30 s");
+    await_sleeping(&mut c, pid);
+    assert!(c.query_one("SELECT pg_cancel_backend($1)", &[&pid]).unwrap().get::<_, bool>(0));
+    let (got, took) = h.join().unwrap();
+    assert_eq!(got, Err("57014".to_string()));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+
+    let mut t = cluster.connect(&name);
+    t.batch_execute("SET statement_timeout = '300ms'").unwrap();
+    let e = t.query("SELECT * FROM jobq_checkout($1, ARRAY['q'], 1, '30 s')", &[&w]).unwrap_err();
+    assert_eq!(sqlstate(&e), "57014");
+    t.batch_execute("RESET statement_timeout").unwrap();
+
+    for bad in ["0 s", "-1 s", "1 hour 1 second"] {
+        let e = t.query("SELECT * FROM jobq_checkout($1, NULL, 1, $2::text::interval)", &[&w, &bad]).unwrap_err();
+        assert_eq!(sqlstate(&e), "22023", "wait => {bad}");
+    }
+    t.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    let e = t.query("SELECT * FROM jobq_checkout($1, NULL, 1, '1 s')", &[&w]).unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    t.batch_execute("ROLLBACK").unwrap();
+    // After all that, waiting still works on this connection.
+    let job: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let got: Vec<i64> = t.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 1, '5 s')", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![job]);
+}
+
+#[test]
+fn sixteen_waiters_share_a_stream_of_jobs_each_done_exactly_once() {
+    const N: i64 = 1500;
+    let (cluster, name, mut c) = db();
+    let done = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..16)
+        .map(|_| {
+            let (url, done, stop) = (cluster.url(&name), done.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+                let w = register(&mut c);
+                while !stop.load(Ordering::Relaxed) {
+                    for r in c.query("SELECT id FROM jobq_checkout($1, ARRAY['s'], 1, '300 ms')", &[&w]).unwrap() {
+                        let id: i64 = r.get(0);
+                        assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+                        done.lock().unwrap().push(id);
+                    }
+                }
+            })
+        })
+        .collect();
+    // A stream: jobs a few at a time, each batch committed on its own.
+    let mut ids = Vec::new();
+    while (ids.len() as i64) < N {
+        for r in c.query("SELECT jobq_enqueue('s') FROM generate_series(1, 1 + (random() * 4)::int)", &[]).unwrap() {
+            ids.push(r.get::<_, i64>(0));
+        }
+    }
+    wait_until("every job done", PATIENCE, || done.lock().unwrap().len() >= ids.len());
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut got = done.lock().unwrap().clone();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids, "each job done once");
+    let completed: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 's' AND state = 'completed'", &[]).unwrap().get(0);
+    assert_eq!(completed, ids.len() as i64);
+    assert_job_tables_consistent(&mut c);
+}
+
+/// The worker counts as alive while it waits, longer than jobq.heartbeat_timeout, with the
+/// background worker reaping: each pass refreshes a waiting worker's heartbeat.
+#[test]
+fn a_worker_waiting_longer_than_the_heartbeat_timeout_is_not_reaped() {
+    let cluster = Cluster::start("waits", &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1s'"]);
+    cluster.connect("postgres").batch_execute("CREATE DATABASE waitdb").unwrap();
+    let mut c = cluster.connect("waitdb");
+    c.batch_execute("CREATE EXTENSION jobq").unwrap();
+    wait_until("the reaper to serve waitdb", PATIENCE, || cluster.log().contains("jobq reaper: serving database \"waitdb\""));
+    let mut me = cluster.connect("waitdb");
+    let w = register(&mut me);
+    let got: Vec<i64> = me.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 1, '3 s')", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, Vec::<i64>::new(), "ran out after 3 s, the worker alive throughout");
+    // Waiting again: a job that comes after more than a heartbeat_timeout is still taken.
+    let (pid, h) = waiter(cluster.url("waitdb"), w, "q", "10 s");
+    await_sleeping(&mut c, pid);
+    // The condition here is time itself: more than a heartbeat_timeout spent waiting.
+    thread::sleep(Duration::from_millis(1500));
+    let job: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    assert_eq!(h.join().unwrap().0, Ok(vec![job]));
+    assert!(me.query_one("SELECT jobq_complete($1, $2)", &[&job, &w]).unwrap().get::<_, bool>(0));
+    cluster.pg_ctl_stop("fast");
+}
