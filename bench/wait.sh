@@ -21,7 +21,7 @@ OUT=bench/results/wait.md
 {
   echo "# Waiting for jobs: LISTEN + checkout vs jobq_checkout(..., wait)"
   echo
-  echo "\`bench/wait.sh --samples $SAMPLES\`, $(date -u +%Y-%m-%d), $(machine). One job at a time, 10-50 ms apart; latency from the enqueue's commit to the checkout's return; checkouts per job counts jobq_checkout calls (a waiting call's looks included)."
+  echo "\`bench/wait.sh --samples $SAMPLES\`, $(date -u +%Y-%m-%d), $(machine). One job at a time, 10-50 ms apart; latency from just before the enqueue call (which commits) to the checkout's return; checkouts per job counts jobq_checkout calls (a waiting call's looks included)."
   echo
   echo "| mode | waiting workers | p50 ms | p99 ms | max ms | checkouts per job |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: |"

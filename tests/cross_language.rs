@@ -130,7 +130,7 @@ impl Worker {
         assert!(status.success(), "{:?} worker exit after SIGTERM: {status}", self.lang);
         // The process is gone, but its last lines may still be in the pipe: read to EOF first.
         self.reader.take().unwrap().join().unwrap();
-        assert!(self.saw("unregistered", None), "{:?} worker unregistered", self.lang);
+        assert!(self.saw("unregistered", None), "{:?} worker unregistered: {:?}", self.lang, self.events.lock().unwrap());
         self
     }
 }
@@ -202,6 +202,34 @@ fn node_enqueues_python_and_rust_work() {
 
 /// SIGKILL a worker mid-job: the background worker reaps it (its session is gone) and another
 /// worker, in another language, completes the job.
+/// Each reference worker, idle, waits inside the server (jobq_checkout with wait, its default)
+/// instead of LISTEN or polling, takes a job the moment it is committed, and a SIGTERM cancels
+/// the wait rather than sitting it out.
+#[test]
+fn every_reference_worker_waits_inside_the_server_when_idle() {
+    for (lang, queue) in [(Lang::Python, "wait-py"), (Lang::Node, "wait-node"), (Lang::Rust, "wait-rust")] {
+        let mut c = cluster().connect(DB);
+        let w = Worker::start(lang, queue);
+        let name = w.name();
+        let waiting = |c: &mut Client| -> bool {
+            c.query_one(
+                "SELECT count(*) = 1 FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event = 'Extension' AND query LIKE '%jobq_checkout%wait%'",
+                &[&name],
+            )
+            .unwrap()
+            .get(0)
+        };
+        wait_until("the idle worker to wait inside the server", PATIENCE, || waiting(&mut c));
+        let job: i64 = c.query_one("SELECT jobq_enqueue($1)", &[&queue]).unwrap().get(0);
+        wait_until("the worker to complete the job", PATIENCE, || w.saw("completed", Some(job)));
+        wait_until("the worker to wait again", PATIENCE, || waiting(&mut c));
+        let stopping = std::time::Instant::now();
+        w.stop();
+        assert!(stopping.elapsed() < Duration::from_secs(3), "{lang:?}: SIGTERM cancelled the 5 s wait ({:?})", stopping.elapsed());
+    }
+}
+
 #[test]
 fn a_job_of_a_killed_worker_is_completed_by_another() {
     for (victim, rescuer, queue) in [(Lang::Python, Lang::Rust, "kill-py"), (Lang::Node, Lang::Python, "kill-node")] {
@@ -298,7 +326,9 @@ fn every_reference_worker_completes_with_one_commit_per_batch() {
     };
     for (lang, queue) in [(Lang::Python, "fused-py"), (Lang::Node, "fused-node"), (Lang::Rust, "fused-rust")] {
         let before = calls(&mut c);
-        let w = Worker::start_with(lang, queue, format!("postgresql://{APP}@127.0.0.1:{}/{db}", cluster().port));
+        // JOBQ_WAIT_S=0: this counts the fused protocol's calls; an idle worker's waiting
+        // checkout (the default) is a call of jobq_checkout of its own.
+        let w = Worker::start_env(lang, queue, format!("postgresql://{APP}@127.0.0.1:{}/{db}", cluster().port), &[("JOBQ_WAIT_S", "0")]);
         let ids: Vec<i64> = c.query("SELECT jobq_enqueue($1) FROM generate_series(1, 7)", &[&queue]).unwrap().iter().map(|r| r.get(0)).collect();
         wait_until("the worker to complete the jobs", PATIENCE, || ids.iter().all(|id| w.saw("completed", Some(*id))));
         let name = w.name();
@@ -375,8 +405,8 @@ impl Drop for Bouncer {
     }
 }
 
-/// SPEC, Poolers: the reference workers behind PgBouncer in transaction mode (polling instead
-/// of LISTEN, no bind_to_session, heartbeats with `holding`), more client connections than
+/// SPEC, Poolers: the reference workers behind PgBouncer in transaction mode (waiting inside the
+/// server instead of LISTEN, no bind_to_session, heartbeats with `holding`), more client connections than
 /// server sessions so that consecutive calls of one worker run in different sessions: every
 /// job completed exactly once, a worker killed mid-job has its job completed by another
 /// once its heartbeats stop (the background worker reaps it after jobq.heartbeat_timeout), and
@@ -390,9 +420,11 @@ fn the_reference_workers_work_through_pgbouncer_in_transaction_mode() {
     cluster.connect("postgres").batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
     let mut c = cluster.connect(db);
     c.batch_execute(&format!("CREATE EXTENSION jobq; CREATE ROLE {app} LOGIN; GRANT jobq_worker TO {app};")).unwrap();
-    let bouncer = Bouncer::start(&cluster, db, app, 3);
+    // Four server sessions: a waiting checkout holds one while it waits (three workers), the
+    // heartbeats share the fourth.
+    let bouncer = Bouncer::start(&cluster, db, app, 4);
     let dsn = format!("postgresql://{app}@127.0.0.1:{}/{db}", bouncer.port);
-    let pooled = [("JOBQ_POOLED", "1"), ("JOBQ_POLL_S", "0.1")];
+    let pooled = [("JOBQ_POOLED", "1")];
     let workers: Vec<Worker> = [Lang::Python, Lang::Node, Lang::Rust]
         .into_iter()
         .map(|lang| Worker::start_env(lang, "pq", dsn.clone(), &pooled))
@@ -413,10 +445,10 @@ fn the_reference_workers_work_through_pgbouncer_in_transaction_mode() {
     wait_until("every job to complete", PATIENCE, || {
         c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 'pq' AND state = 'completed'", &[]).unwrap().get::<_, i64>(0) == N as i64
     });
-    // Six client connections (a main one and a heartbeat one per worker) shared three
-    // server sessions: the workers' calls moved between sessions.
+    // Six client connections (a main one and a heartbeat one per worker) shared four server
+    // sessions: the workers' calls moved between sessions.
     let sessions: i64 = c.query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", &[&app]).unwrap().get(0);
-    assert!((1..=3).contains(&sessions), "{sessions} server sessions for the pooled workers");
+    assert!((1..=4).contains(&sessions), "{sessions} server sessions for the pooled workers");
     let workers: Vec<Worker> = workers.into_iter().map(Worker::stop).collect();
     let mut logged: Vec<i64> = workers.iter().flat_map(|w| w.ids("completed")).collect();
     logged.sort();

@@ -9,9 +9,11 @@
  *   jobq_complete_and_checkout: one round trip and one commit per batch. A failure is
  *   reported at once with jobq_fail (error = {message, type} of what it threw). JQ002
  *   from the fused call (a job in hand was finished elsewhere) makes it report the
- *   others with jobq_complete_many. When the queue
- *   is empty it waits for NOTIFY jobq (sent on enqueue) for up to 1 s, then polls
- *   anyway. A timer heartbeats on its own connection every heartbeat_timeout / 3,
+ *   others with jobq_complete_many. When the queue is empty it waits inside the
+ *   server: jobq_checkout(..., wait => JOBQ_WAIT_S), which returns as soon as a commit
+ *   makes a job available (no LISTEN, no polling; works through a transaction-mode
+ *   pooler). With JOBQ_WAIT_S=0 it waits for NOTIFY jobq instead, polling every
+ *   JOBQ_POLL_S (or only polls, when pooled). A timer heartbeats on its own connection every heartbeat_timeout / 3,
  *   sending the ids of the jobs in hand (`holding`: the server puts back any job
  *   executing under this worker that the list lacks, e.g. a checkout whose reply was
  *   lost), and logs cancellation requests; a cancelled job that has not started yet
@@ -46,7 +48,8 @@
  *   JOBQ_HANDLER      path of a module exporting the handler, instead of the demo one
  *   JOBQ_LOG_JSON     1: one JSON line per event on stdout (for test harnesses)
  *   JOBQ_POOLED       1: behind a pooler in transaction mode (above)
- *   JOBQ_POLL_S       how long an idle worker waits before it looks again (1; NOTIFY wakes it sooner unless pooled)
+ *   JOBQ_WAIT_S       how long an idle checkout waits inside the server, seconds (5; 0: LISTEN/poll instead)
+ *   JOBQ_POLL_S       with JOBQ_WAIT_S=0: how long an idle worker waits before it looks again (1)
  *
  * The handler is an (async) function taking the job row ({id, queue, kind, payload,
  * attempt, ...}; id is a string, as pg returns bigint) and returning a JSON-serialisable
@@ -55,6 +58,7 @@
  * completes; its result is {"worker": <name>, "lang": "node"}.
  */
 'use strict';
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { Client, DatabaseError } = require('pg');
@@ -67,6 +71,7 @@ const HEARTBEAT_S = Number(process.env.JOBQ_HEARTBEAT_S) || null;
 const LOG_JSON = process.env.JOBQ_LOG_JSON === '1';
 const NAME = `node-${os.hostname()}-${process.pid}`;
 const POLL_MS = (Number(process.env.JOBQ_POLL_S) || 1) * 1000;
+const WAIT_S = process.env.JOBQ_WAIT_S === '0' ? 0 : Number(process.env.JOBQ_WAIT_S) || 5;
 const POOLED = process.env.JOBQ_POOLED === '1';
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -125,7 +130,24 @@ function idle(ms) {
     wakeUp = () => { clearTimeout(timer); wakeUp = () => {}; resolve(); };
   });
 }
-function stop() { stopping = true; wakeUp(); }
+function stop() { stopping = true; wakeUp(); cancelWait(); }
+
+// A waiting checkout's connection; stop() cancels its query (a CancelRequest on a new socket,
+// as libpq's PQcancel does), so SIGTERM does not sit out the wait. Not behind a pooler, where
+// the cancel may reach the pooled session after the wait has returned (PgBouncer 1.18 then
+// closed the client's connection in the tests): there a stop waits out the wait.
+let waitingConn = null;
+function cancelWait() {
+  const c = waitingConn;
+  if (!c || !c.processID || POOLED) return;
+  const request = Buffer.alloc(16);
+  request.writeInt32BE(16, 0);
+  request.writeInt32BE(80877102, 4);
+  request.writeInt32BE(c.processID, 8);
+  request.writeInt32BE(c.secretKey, 12);
+  const socket = net.connect(c.port, c.host, () => socket.end(request));
+  socket.on('error', () => {});
+}
 
 async function run(h = demoHandler) {
   handler = h;
@@ -137,7 +159,7 @@ async function run(h = demoHandler) {
     conn.on('notification', () => { notified = true; wakeUp(); });
     try {
       await conn.connect();
-      if (!POOLED) await conn.query('LISTEN jobq');
+      if (!POOLED && !WAIT_S) await conn.query('LISTEN jobq');
       if (workerId === null) await register(conn, 'registered');
       backoff = 1000;
       await work(conn);
@@ -162,24 +184,28 @@ async function run(h = demoHandler) {
 // by the call that checks out the next batch (jobq_complete_and_checkout).
 async function work(conn) {
   let done = []; // [id, result] of jobs finished here, not yet reported
+  let waited = []; // jobs a waiting checkout returned: run them next
   while (!stopping) {
     notified = false;
-    let jobs = [];
-    await heartbeatInFlight;
-    checkouts += 1;
-    try {
-      ({ rows: jobs } = await conn.query(
-        'SELECT * FROM jobq_complete_and_checkout($1, $2::bigint[], $3::jsonb[], $4, $5)',
-        [workerId, done.map(([id]) => id), done.map(([, r]) => r), QUEUES, BATCH]));
-      for (const [id] of done) log('completed', { id: Number(id) });
-    } catch (e) {
-      if (e.code === 'JQ002') await completeAlone(conn, done); // some were finished elsewhere
-      else if (e.code === 'JQ001') reapedId = workerId;
-      else throw e;
-    } finally {
-      checkouts -= 1;
-      for (const [id] of done) inHand.delete(String(id));
-      for (const job of jobs) inHand.add(String(job.id));
+    let jobs = waited;
+    waited = [];
+    if (jobs.length === 0) {
+      await heartbeatInFlight;
+      checkouts += 1;
+      try {
+        ({ rows: jobs } = await conn.query(
+          'SELECT * FROM jobq_complete_and_checkout($1, $2::bigint[], $3::jsonb[], $4, $5)',
+          [workerId, done.map(([id]) => id), done.map(([, r]) => r), QUEUES, BATCH]));
+        for (const [id] of done) log('completed', { id: Number(id) });
+      } catch (e) {
+        if (e.code === 'JQ002') await completeAlone(conn, done); // some were finished elsewhere
+        else if (e.code === 'JQ001') reapedId = workerId;
+        else throw e;
+      } finally {
+        checkouts -= 1;
+        for (const [id] of done) inHand.delete(String(id));
+        for (const job of jobs) inHand.add(String(job.id));
+      }
     }
     done = [];
     for (const job of jobs) log('claimed', { id: Number(job.id), attempt: job.attempt });
@@ -192,9 +218,36 @@ async function work(conn) {
       if (done.length) log('dropped', { ids: done.map(([id]) => Number(id)) });
       done = [];
       await register(conn, 'reregistered');
-    } else if (jobs.length === 0 && done.length === 0) await idle(POLL_MS); // wait for NOTIFY, or poll
+    } else if (jobs.length === 0 && done.length === 0) {
+      if (WAIT_S) waited = await checkoutWaiting(conn); // wait inside the server for a job
+      else await idle(POLL_MS); // wait for NOTIFY, or poll
+    }
   }
   await completeAlone(conn, done); // stopping: report what finished before unregistering
+}
+
+// jobq_checkout with wait: the jobs it claimed, or none when the wait ran out (or stop()
+// cancelled it).
+async function checkoutWaiting(conn) {
+  let jobs = [];
+  await heartbeatInFlight;
+  checkouts += 1;
+  waitingConn = conn;
+  try {
+    if (!stopping) {
+      ({ rows: jobs } = await conn.query(
+        'SELECT * FROM jobq_checkout($1, $2, $3, wait => make_interval(secs => $4))',
+        [workerId, QUEUES, BATCH, WAIT_S]));
+    }
+  } catch (e) {
+    if (e.code === 'JQ001') reapedId = workerId;
+    else if (e.code !== '57014') throw e; // 57014: cancelled by stop()
+  } finally {
+    waitingConn = null;
+    checkouts -= 1;
+    for (const job of jobs) inHand.add(String(job.id));
+  }
+  return jobs;
 }
 
 async function completeAlone(conn, done) {
@@ -251,11 +304,16 @@ async function register(conn, event) {
 }
 
 async function unregister(conn) {
-  try {
-    const { rows: [{ n }] } = await conn.query('SELECT jobq_unregister_worker($1) AS n', [workerId]);
-    log('unregistered', { worker_id: workerId, returned: n });
-  } catch (e) {
-    if (e.code !== 'JQ001') throw e;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const { rows: [{ n }] } = await conn.query('SELECT jobq_unregister_worker($1) AS n', [workerId]);
+      log('unregistered', { worker_id: workerId, returned: n });
+    } catch (e) {
+      // 57014: stop()'s cancel, meant for a wait that had just returned, landed here.
+      if (e.code === '57014' && attempt === 1) continue;
+      if (e.code !== 'JQ001') throw e;
+    }
+    break;
   }
   workerId = null;
 }

@@ -8,9 +8,11 @@ What it does
     jobq_complete_and_checkout: one round trip and one commit per batch. A failure
     is reported at once with jobq_fail (error = {"message", "type"} of the
     exception). JQ002 from the fused call (a job in hand was finished elsewhere)
-    makes it report the others with jobq_complete_many. When the
-    queue is empty it waits for NOTIFY jobq (sent on enqueue) for up to 1 s, then
-    polls anyway. A background thread heartbeats on its own connection every
+    makes it report the others with jobq_complete_many. When the queue is empty it
+    waits inside the server: jobq_checkout(..., wait => JOBQ_WAIT_S), which returns
+    as soon as a commit makes a job available (no LISTEN, no polling; works through
+    a transaction-mode pooler). With JOBQ_WAIT_S=0 it waits for NOTIFY jobq instead,
+    polling every JOBQ_POLL_S (or only polls, when pooled). A background thread heartbeats on its own connection every
     heartbeat_timeout / 3, sending the ids of the jobs in hand (`holding`: the
     server puts back any job executing under this worker that the list lacks, e.g.
     a checkout whose reply was lost), and logs cancellation requests; a cancelled
@@ -25,7 +27,7 @@ What it does
 
     Behind a pooler in transaction mode (JOBQ_POOLED=1, e.g. PgBouncer with
     pool_mode = transaction), where consecutive calls may run in different server
-    sessions: no LISTEN (it polls every JOBQ_POLL_S instead), no bind_to_session (its
+    sessions: no LISTEN (with JOBQ_WAIT_S=0 it polls every JOBQ_POLL_S), no bind_to_session (its
     liveness is its heartbeats alone, so a crash is noticed after jobq.heartbeat_timeout),
     no server-side prepared statements; a lost connection keeps the registration, which
     is not tied to a session.
@@ -44,7 +46,8 @@ Environment
     JOBQ_HANDLER      "module:function" to run instead of the demo handler
     JOBQ_LOG_JSON     1: one JSON line per event on stdout, flushed (for test harnesses)
     JOBQ_POOLED       1: behind a pooler in transaction mode (above)
-    JOBQ_POLL_S       how long an idle worker waits before it looks again (1; NOTIFY wakes it sooner unless pooled)
+    JOBQ_WAIT_S       how long an idle checkout waits inside the server, seconds (5; 0: LISTEN/poll instead)
+    JOBQ_POLL_S       with JOBQ_WAIT_S=0: how long an idle worker waits before it looks again (1)
 
 The handler is any callable taking the job (a dict: id, queue, kind, payload,
 attempt, ...) and returning a JSON-serialisable result; raising fails the job.
@@ -73,6 +76,7 @@ HEARTBEAT_S = float(os.environ["JOBQ_HEARTBEAT_S"]) if os.environ.get("JOBQ_HEAR
 LOG_JSON = os.environ.get("JOBQ_LOG_JSON") == "1"
 NAME = f"py-{socket.gethostname()}-{os.getpid()}"
 POLL_S = float(os.environ.get("JOBQ_POLL_S") or 1.0)
+WAIT_S = float(os.environ.get("JOBQ_WAIT_S") or 5.0) if os.environ.get("JOBQ_WAIT_S") != "0" else 0.0
 POOLED = os.environ.get("JOBQ_POOLED") == "1"
 # A pooler in transaction mode may run a statement prepared in one server session in another:
 # never prepare server-side there.
@@ -118,6 +122,7 @@ class Worker:
         self.hand_lock = threading.Lock()
         self.in_hand = set()
         self.checkouts = 0
+        self.waiting_conn = None  # the connection of a waiting checkout, cancelled on SIGTERM
         self.heartbeat_s = None
         self.heartbeat = threading.Thread(target=self.heartbeat_loop, daemon=True)
 
@@ -126,14 +131,14 @@ class Worker:
 
     # -- main loop ---------------------------------------------------------
     def run(self):
-        signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
-        signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
         backoff = 1
         while not self.stopping.is_set():
             try:
                 conn = psycopg.connect(DSN, row_factory=dict_row, application_name=NAME, **CONNECT)
                 with conn:
-                    if not POOLED:
+                    if not POOLED and not WAIT_S:
                         conn.execute("LISTEN jobq")
                     if self.worker_id is None:
                         self.register(conn, "registered")
@@ -154,29 +159,31 @@ class Worker:
         # One round trip and one commit per batch: the jobs of a batch that succeeded are
         # completed by the call that checks out the next batch (jobq_complete_and_checkout).
         done = []  # (id, result) of jobs finished here, not yet reported
+        waited = []  # jobs a waiting checkout returned: run them next
         while not self.stopping.is_set():
-            jobs = []
-            with self.hand_lock:
-                self.checkouts += 1
-            try:
-                jobs = conn.execute(
-                    "SELECT * FROM jobq_complete_and_checkout(%s, %s::bigint[], %s::jsonb[], %s, %s)",
-                    (self.worker_id, [i for i, _ in done], [r for _, r in done], QUEUES, BATCH),
-                ).fetchall()
-                for i, _ in done:
-                    log("completed", id=i)
-            except psycopg.Error as e:
-                if e.sqlstate == "JQ002":  # some were finished elsewhere: report the others alone
-                    self.complete_alone(conn, done)
-                elif e.sqlstate == "JQ001":
-                    self.reaped_id = self.worker_id
-                else:
-                    raise
-            finally:
+            jobs, waited = waited, []  # jobs a waiting checkout returned need no checkout
+            if not jobs:
                 with self.hand_lock:
-                    self.checkouts -= 1
-                    self.in_hand.difference_update(i for i, _ in done)
-                    self.in_hand.update(job["id"] for job in jobs)
+                    self.checkouts += 1
+                try:
+                    jobs = conn.execute(
+                        "SELECT * FROM jobq_complete_and_checkout(%s, %s::bigint[], %s::jsonb[], %s, %s)",
+                        (self.worker_id, [i for i, _ in done], [r for _, r in done], QUEUES, BATCH),
+                    ).fetchall()
+                    for i, _ in done:
+                        log("completed", id=i)
+                except psycopg.Error as e:
+                    if e.sqlstate == "JQ002":  # some were finished elsewhere: report the others alone
+                        self.complete_alone(conn, done)
+                    elif e.sqlstate == "JQ001":
+                        self.reaped_id = self.worker_id
+                    else:
+                        raise
+                finally:
+                    with self.hand_lock:
+                        self.checkouts -= 1
+                        self.in_hand.difference_update(i for i, _ in done)
+                        self.in_hand.update(job["id"] for job in jobs)
             done = []
             for job in jobs:
                 log("claimed", id=job["id"], attempt=job["attempt"])
@@ -192,6 +199,8 @@ class Worker:
                     log("dropped", ids=[i for i, _ in done])
                 done = []
                 self.register(conn, "reregistered")
+            elif not jobs and not done and WAIT_S:  # idle: wait inside the server for a job
+                waited = self.checkout_waiting(conn)
             elif not jobs and not done:  # idle: wait for an enqueue's NOTIFY, or poll after POLL_S
                 if POOLED:
                     self.stopping.wait(POLL_S)
@@ -199,6 +208,44 @@ class Worker:
                     for _ in conn.notifies(timeout=POLL_S, stop_after=1):
                         pass
         self.complete_alone(conn, done)  # stopping: report what finished before unregistering
+
+    def checkout_waiting(self, conn):
+        """jobq_checkout with wait: the jobs it claimed, or none when the wait ran out (or a
+        SIGTERM cancelled it)."""
+        jobs = []
+        with self.hand_lock:
+            self.checkouts += 1
+        self.waiting_conn = conn
+        try:
+            if not self.stopping.is_set():
+                jobs = conn.execute(
+                    "SELECT * FROM jobq_checkout(%s, %s, %s, wait => make_interval(secs => %s))",
+                    (self.worker_id, QUEUES, BATCH, WAIT_S),
+                ).fetchall()
+        except psycopg.errors.QueryCanceled:
+            pass  # stop() cancelled the wait
+        except psycopg.Error as e:
+            if e.sqlstate != "JQ001":
+                raise
+            self.reaped_id = self.worker_id
+        finally:
+            self.waiting_conn = None
+            with self.hand_lock:
+                self.checkouts -= 1
+                self.in_hand.update(job["id"] for job in jobs)
+        return jobs
+
+    def stop(self):
+        """SIGTERM: take no more work; cancel a waiting checkout, unless behind a pooler (the
+        cancel may reach the pooled session after the wait returned: there a stop waits out
+        the wait)."""
+        self.stopping.set()
+        conn = self.waiting_conn
+        if conn is not None and not POOLED:
+            try:
+                conn.cancel()  # a waiting checkout returns at once
+            except Exception:
+                pass
 
     def complete_alone(self, conn, done):
         if not done or self.reaped():
@@ -254,10 +301,15 @@ class Worker:
         if not self.heartbeat.is_alive():
             self.heartbeat.start()
 
-    def unregister(self, conn):
+    def unregister(self, conn, attempt=1):
         try:
             n = conn.execute("SELECT jobq_unregister_worker(%s) AS n", (self.worker_id,)).fetchone()["n"]
             log("unregistered", worker_id=self.worker_id, returned=n)
+        except psycopg.errors.QueryCanceled:
+            # stop()'s cancel, meant for a wait that had just returned, landed here.
+            if attempt > 1:
+                raise
+            return self.unregister(conn, attempt + 1)
         except psycopg.Error as e:
             if e.sqlstate != "JQ001":
                 raise

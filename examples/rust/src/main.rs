@@ -6,8 +6,11 @@
 //!   same call that checks out the next batch, jobq_complete_and_checkout: one round trip and
 //!   one commit per batch. A failure is reported at once with jobq_fail (error = {"message",
 //!   "type"}); JQ002 from the fused call (a job in hand was finished elsewhere) makes it report
-//!   the others with jobq_complete_many. When the queue is empty it waits for NOTIFY jobq (sent on enqueue)
-//!   for up to 1 s, then polls anyway. A task heartbeats on its own connection every
+//!   the others with jobq_complete_many. When the queue is empty it waits inside the server:
+//!   jobq_checkout(..., wait => JOBQ_WAIT_S), which returns as soon as a commit makes a job
+//!   available (no LISTEN, no polling; works through a transaction-mode pooler). With
+//!   JOBQ_WAIT_S=0 it waits for NOTIFY jobq instead, polling every JOBQ_POLL_S (or only polls,
+//!   when pooled). A task heartbeats on its own connection every
 //!   heartbeat_timeout / 3, sending the ids of the jobs in hand (`holding`: the server puts
 //!   back any job executing under this worker that the list lacks, e.g. a checkout whose
 //!   reply was lost), and logs cancellation requests; a cancelled job that has not started
@@ -40,7 +43,8 @@
 //!   JOBQ_HEARTBEAT_S  heartbeat period, seconds  (the server's jobq.heartbeat_timeout / 3)
 //!   JOBQ_LOG_JSON     1: one JSON line per event on stdout (for test harnesses)
 //!   JOBQ_POOLED       1: behind a pooler in transaction mode (above)
-//!   JOBQ_POLL_S       how long an idle worker waits before it looks again (1; NOTIFY wakes it sooner unless pooled)
+//!   JOBQ_WAIT_S       how long an idle checkout waits inside the server, seconds (5; 0: LISTEN/poll instead)
+//!   JOBQ_POLL_S       with JOBQ_WAIT_S=0: how long an idle worker waits before it looks again (1)
 //!
 //! The handler is `handle` below: replace it with your own. The demo one reads the payload:
 //! {"sleep_ms": N} sleeps N ms, {"fail": true} fails, anything else completes; its result is
@@ -79,6 +83,7 @@ struct Shared {
     log_json: bool,
     pooled: bool,
     poll: Duration,
+    wait: f64, // seconds an idle checkout waits inside the server; 0: LISTEN/poll instead
     worker: Mutex<Option<Uuid>>,      // the current registration
     reaped: Mutex<Option<Uuid>>,      // a registration that got JQ001
     cancelled: Mutex<HashSet<i64>>,   // jobs whose cancellation was requested
@@ -159,7 +164,7 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
                  stop: &mut watch::Receiver<bool>) -> Result<(), Error> {
     let (tx, mut notified) = mpsc::unbounded_channel();
     let db = connect(dsn, &s.name, Some(tx)).await?;
-    if !s.pooled {
+    if !s.pooled && s.wait == 0.0 {
         db.batch_execute("LISTEN jobq").await?;
     }
     if s.worker.lock().unwrap().is_none() {
@@ -168,42 +173,48 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
     // One round trip and one commit per batch: the jobs of a batch that succeeded are
     // completed by the call that checks out the next batch (jobq_complete_and_checkout).
     let mut done: Vec<(i64, Value)> = Vec::new(); // finished here, not yet reported
+    let mut waited: Vec<Job> = Vec::new(); // claimed by a waiting checkout, run next
     while !*stop.borrow() {
         let worker = s.worker.lock().unwrap().unwrap();
-        s.hand.lock().await.checkouts += 1;
-        let (ids, results): (Vec<i64>, Vec<Value>) = done.iter().cloned().unzip();
-        let claimed = db
-            .query_typed(
-                "SELECT id, attempt, payload FROM jobq_complete_and_checkout($1, $2, $3, $4, $5)",
-                &[(&worker, Type::UUID), (&ids, Type::INT8_ARRAY), (&results, Type::JSONB_ARRAY), (queues, Type::TEXT_ARRAY), (&batch, Type::INT4)],
-            )
-            .await;
-        {
-            let mut hand = s.hand.lock().await;
-            hand.checkouts -= 1;
-            for id in &ids {
-                hand.jobs.remove(id);
-            }
-            if let Ok(rows) = &claimed {
-                hand.jobs.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
-            }
-        }
-        let jobs: Vec<Job> = match claimed {
-            Ok(rows) => {
+        // Jobs a waiting checkout returned need no checkout (and nothing is done then).
+        let jobs: Vec<Job> = if !waited.is_empty() {
+            std::mem::take(&mut waited)
+        } else {
+            s.hand.lock().await.checkouts += 1;
+            let (ids, results): (Vec<i64>, Vec<Value>) = done.iter().cloned().unzip();
+            let claimed = db
+                .query_typed(
+                    "SELECT id, attempt, payload FROM jobq_complete_and_checkout($1, $2, $3, $4, $5)",
+                    &[(&worker, Type::UUID), (&ids, Type::INT8_ARRAY), (&results, Type::JSONB_ARRAY), (queues, Type::TEXT_ARRAY), (&batch, Type::INT4)],
+                )
+                .await;
+            {
+                let mut hand = s.hand.lock().await;
+                hand.checkouts -= 1;
                 for id in &ids {
-                    s.log("completed", json!({"id": id}));
+                    hand.jobs.remove(id);
                 }
-                rows.iter().map(|r| Job { id: r.get(0), attempt: r.get(1), payload: r.get(2) }).collect()
+                if let Ok(rows) = &claimed {
+                    hand.jobs.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+                }
             }
-            Err(e) if is_reaped(&e) => {
-                *s.reaped.lock().unwrap() = Some(worker);
-                vec![]
+            match claimed {
+                Ok(rows) => {
+                    for id in &ids {
+                        s.log("completed", json!({"id": id}));
+                    }
+                    rows.iter().map(|r| Job { id: r.get(0), attempt: r.get(1), payload: r.get(2) }).collect()
+                }
+                Err(e) if is_reaped(&e) => {
+                    *s.reaped.lock().unwrap() = Some(worker);
+                    vec![]
+                }
+                Err(e) if e.code().map(|c| c.code()) == Some("JQ002") => {
+                    complete_alone(&db, s, worker, &done).await?; // some were finished elsewhere
+                    vec![]
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) if e.code().map(|c| c.code()) == Some("JQ002") => {
-                complete_alone(&db, s, worker, &done).await?; // some were finished elsewhere
-                vec![]
-            }
-            Err(e) => return Err(e),
         };
         done.clear();
         for job in &jobs {
@@ -223,6 +234,8 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
             }
             done.clear();
             register(&db, s, "reregistered", fixed_hb).await?;
+        } else if jobs.is_empty() && done.is_empty() && s.wait > 0.0 {
+            waited = checkout_waiting(&db, s, worker, queues, batch, stop).await?; // wait inside the server
         } else if jobs.is_empty() && done.is_empty() {
             while notified.try_recv().is_ok() {} // wake-ups from before this checkout
             tokio::select! {
@@ -234,12 +247,54 @@ async fn session(dsn: &str, queues: &Option<Vec<String>>, batch: i32, s: &Shared
     }
     let worker = s.worker.lock().unwrap().take().unwrap();
     complete_alone(&db, s, worker, &done).await?; // stopping: report what finished first
-    match db.query_typed("SELECT jobq_unregister_worker($1)", &[(&worker, Type::UUID)]).await {
+    let sql = "SELECT jobq_unregister_worker($1)";
+    let mut result = db.query_typed(sql, &[(&worker, Type::UUID)]).await;
+    if result.as_ref().is_err_and(|e| e.code().map(|c| c.code()) == Some("57014")) {
+        // A stop's cancel, meant for a wait that had just returned, landed here.
+        result = db.query_typed(sql, &[(&worker, Type::UUID)]).await;
+    }
+    match result {
         Ok(rows) => s.log("unregistered", json!({"worker_id": worker, "returned": rows[0].get::<_, i32>(0)})),
         Err(e) if is_reaped(&e) => {}
         Err(e) => return Err(e),
     }
     Ok(())
+}
+
+/// jobq_checkout with wait: the jobs it claimed, or none when the wait ran out or a stop
+/// cancelled it.
+async fn checkout_waiting(db: &Client, s: &Shared, worker: Uuid, queues: &Option<Vec<String>>, batch: i32,
+                          stop: &mut watch::Receiver<bool>) -> Result<Vec<Job>, Error> {
+    s.hand.lock().await.checkouts += 1;
+    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 4] =
+        [(&worker, Type::UUID), (queues, Type::TEXT_ARRAY), (&batch, Type::INT4), (&s.wait, Type::FLOAT8)];
+    let call = db.query_typed("SELECT id, attempt, payload FROM jobq_checkout($1, $2, $3, wait => make_interval(secs => $4))", &params);
+    tokio::pin!(call);
+    let result = tokio::select! {
+        r = &mut call => r,
+        // Not behind a pooler, where the cancel may reach the pooled session after the wait
+        // has returned: there a stop waits out the wait.
+        _ = stop.changed(), if !s.pooled => {
+            let _ = db.cancel_token().cancel_query(NoTls).await;
+            call.await
+        }
+    };
+    let jobs: Vec<Job> = match result {
+        Ok(rows) => rows.iter().map(|r| Job { id: r.get(0), attempt: r.get(1), payload: r.get(2) }).collect(),
+        Err(e) if is_reaped(&e) => {
+            *s.reaped.lock().unwrap() = Some(worker);
+            vec![]
+        }
+        Err(e) if e.code().map(|c| c.code()) == Some("57014") => vec![], // cancelled by a stop
+        Err(e) => {
+            s.hand.lock().await.checkouts -= 1;
+            return Err(e);
+        }
+    };
+    let mut hand = s.hand.lock().await;
+    hand.checkouts -= 1;
+    hand.jobs.extend(jobs.iter().map(|j| j.id));
+    Ok(jobs)
 }
 
 /// Reports finished jobs without a checkout (after JQ002, or when stopping).
@@ -347,10 +402,12 @@ async fn main() {
         log_json: env("JOBQ_LOG_JSON").as_deref() == Some("1"),
         pooled: env("JOBQ_POOLED").as_deref() == Some("1"),
         poll: Duration::from_secs_f64(env("JOBQ_POLL_S").map_or(1.0, |p| p.parse().expect("JOBQ_POLL_S"))),
+        wait: env("JOBQ_WAIT_S").map_or(5.0, |w| w.parse().expect("JOBQ_WAIT_S")),
         worker: Mutex::new(None),
         reaped: Mutex::new(None),
         cancelled: Mutex::new(HashSet::new()),
-        heartbeat: Mutex::new(Duration::from_secs(10)),
+        // The first period: the heartbeat task starts sleeping before the registration sets it.
+        heartbeat: Mutex::new(fixed_hb.unwrap_or(Duration::from_secs(10))),
         hand: tokio::sync::Mutex::new(Hand::default()),
     });
 
