@@ -104,15 +104,16 @@ def main():
         admin.execute("SET client_min_messages = warning")
         admin.execute("DROP EXTENSION IF EXISTS jobq CASCADE")
         admin.execute("CREATE EXTENSION jobq")
-    with psycopg.connect(DSN, autocommit=True) as db:
         # The launcher starts this database's reaper when CREATE EXTENSION commits: with the
         # preload, wait for it (SPEC: within 10 s) rather than report what is not there yet.
-        preloaded = "jobq" in db.execute("SHOW shared_preload_libraries").fetchone()[0].replace(" ", "").split(",")
-        reaper = lambda: db.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jobq reaper'"
-                                    " AND datname = current_database()").fetchone()[0] > 0
+        # (The superuser looks: the application's role may not read these settings.)
+        preloaded = "jobq" in admin.execute("SHOW shared_preload_libraries").fetchone()[0].replace(" ", "").split(",")
+        reaper = lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jobq reaper'"
+                                       " AND datname = current_database()").fetchone()[0] > 0
         if preloaded:
             wait_for("the background worker to serve this database", reaper, timeout=10)
         bgw = reaper()
+    with psycopg.connect(DSN, autocommit=True) as db:
         hb, reap = db.execute("SELECT current_setting('jobq.heartbeat_timeout'), current_setting('jobq.reap_interval')").fetchone()
     say("jobq demo: every coordination step below is a SQL function call; the workers are plain")
     say("programs using their language's usual PostgreSQL driver, and the reaping of dead workers")
