@@ -93,6 +93,20 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_waiting_checkout_looks_again_every_100_ms_without_the_preload() {
+        let w = Spi::get_one::<pgrx::Uuid>("SELECT jobq_register_worker()").unwrap().unwrap();
+        // Nothing there: it waits out its time, looking again every 100 ms, and returns nothing.
+        let started = std::time::Instant::now();
+        let n = Spi::get_one_with_args::<i64>("SELECT count(*) FROM jobq_checkout($1, ARRAY['empty'], 1, '300 ms')", &[w.into()]).unwrap();
+        assert_eq!(n, Some(0));
+        assert!(started.elapsed() >= std::time::Duration::from_millis(300), "{:?}", started.elapsed());
+        // A job there: taken at the first look.
+        let id = Spi::get_one::<i64>("SELECT jobq_enqueue('w')").unwrap().unwrap();
+        let got = Spi::get_one_with_args::<i64>("SELECT id FROM jobq_checkout($1, ARRAY['w'], 1, '5 s')", &[w.into()]).unwrap();
+        assert_eq!(got, Some(id));
+    }
+
+    #[pg_test]
     fn liveness_follows_the_heartbeat_timeout() {
         Spi::run("SET jobq.heartbeat_timeout = '1500ms'").unwrap();
         let alive = |age: &str| {
