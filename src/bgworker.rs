@@ -268,7 +268,15 @@ pub extern "C-unwind" fn jobq_launcher_main(_arg: pg_sys::Datum) {
             }
             keep
         });
-        let marks = *REGISTRY.share();
+        // Marks of databases gone are dropped (the table would fill where databases come and go).
+        {
+            let mut r = REGISTRY.exclusive();
+            for m in r.marks.iter_mut().filter(|m| m.db != 0) {
+                if !all.iter().any(|d| d.oid.to_u32() == m.db) {
+                    *m = Mark { db: 0, state: 0 };
+                }
+            }
+        }
         for d in &wanted {
             let v = visits.entry(d.oid.to_u32()).or_default();
             v.name.clone_from(&d.name);
@@ -281,7 +289,8 @@ pub extern "C-unwind" fn jobq_launcher_main(_arg: pg_sys::Datum) {
                     continue;
                 }
                 // A probe that found no jobq, or a reaper after DROP EXTENSION: not a failure.
-                Err(_) if mark_of(&marks, d.oid.to_u32()) == ABSENT => v.backoff.reset(),
+                // (The mark is read after the status: it is set before the reaper exits.)
+                Err(_) if mark_of(&REGISTRY.share(), d.oid.to_u32()) == ABSENT => v.backoff.reset(),
                 Err(_) if started.elapsed() >= STABLE => {
                     v.backoff.reset();
                     log!("jobq launcher: the reaper of \"{}\" stopped; starting it again", d.name);
@@ -299,6 +308,7 @@ pub extern "C-unwind" fn jobq_launcher_main(_arg: pg_sys::Datum) {
             }
             v.reaper = None;
         }
+        let marks = *REGISTRY.share();
         let max = gucs::MAX_DATABASES.get().max(0) as usize;
         let mut running = visits.values().filter(|v| v.reaper.is_some()).count();
         let mut unvisited = Vec::new();
@@ -443,6 +453,13 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
             }
             Found::Absent => {
                 set_mark(db, ABSENT);
+                // A CREATE EXTENSION that committed after the look above but cleared no mark
+                // (there was none yet) would leave the database absent for good: look again
+                // now that the mark is set (one committing later clears it).
+                if matches!(BackgroundWorker::transaction(look), Found::Installed(_)) {
+                    set_mark(db, 0);
+                    continue;
+                }
                 if serving.is_some() {
                     log!("jobq reaper: extension jobq was dropped from \"{database}\"; leaving");
                 } else if restriction().is_some() {

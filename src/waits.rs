@@ -194,7 +194,9 @@ pub mod jobq {
             me.nq = names.len() as u8;
         }
         let mut w = WAITS.exclusive();
-        let Some(i) = w.waiters.iter().position(|x| x.pid == pid || x.pid == 0) else { return false };
+        // Its own slot first (a second waiting call in one transaction), else a free one.
+        let own = MINE.get().filter(|i| w.waiters[*i].pid == pid);
+        let Some(i) = own.or_else(|| w.waiters.iter().position(|x| x.pid == 0)) else { return false };
         if w.waiters[i].pid == 0 {
             WAITING.get().fetch_add(1, Ordering::AcqRel);
         }
@@ -249,7 +251,9 @@ pub mod jobq {
                     pg_sys::PG_WAIT_EXTENSION,
                 );
                 pg_sys::ResetLatch(pg_sys::MyLatch);
-                if !pq_check_connection() {
+                // Only a backend serving a client has a connection to check (a background
+                // worker calling this has none, and the check would crash it).
+                if !pg_sys::MyProcPort.is_null() && !pq_check_connection() {
                     pg_sys::ClientConnectionLost = 1;
                     pg_sys::InterruptPending = 1;
                 }

@@ -53,6 +53,9 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             if wakes::PENDING.with(Notes::any) {
                 error!("jobq: PREPARE TRANSACTION is not supported for a transaction that notifies (jobq.notify = deferred)");
             }
+            if bgworker::PENDING.with(Notes::any) {
+                error!("jobq: PREPARE TRANSACTION is not supported for a transaction that creates the extension");
+            }
         }
         pg_sys::XactEvent::XACT_EVENT_PREPARE => waits::leave(),
         pg_sys::XactEvent::XACT_EVENT_COMMIT => {
@@ -61,12 +64,13 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             if !keys.is_empty() {
                 floors::apply_lowering(&keys);
             }
-            // After the floors: a waiting checkout rung here starts at or below its job.
+            // After the floors: a waiting checkout rung here starts at or below its job. This
+            // transaction's own waiter slot goes first, so that it cannot take a ring.
+            waits::leave();
             let made = waits::PENDING.with(Notes::take);
             if !made.is_empty() {
                 waits::ring(&made);
             }
-            waits::leave();
             let queues = wakes::PENDING.with(Notes::take);
             if !queues.is_empty() {
                 wakes::post(&queues);

@@ -60,6 +60,15 @@ fn a_waiting_checkout_wakes_at_the_commit_of_a_job_for_it_and_holds_no_snapshot(
             .unwrap();
         // (A row lock needs a transaction id: none means none held.)
         assert_eq!((row.get::<_, bool>(0), row.get::<_, bool>(1)), (true, true), "no snapshot, no transaction id");
+        // Nor a lock on the tables its looks read (DDL on them would queue behind the wait).
+        let table_locks: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE pid = $1 AND relation IN ('jobq.ready'::regclass, 'jobq.live_jobs'::regclass)",
+                &[&pid],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(table_locks, 0, "no lock held on jobq.ready or jobq.live_jobs while asleep");
         // A rollback and another queue wake nobody for a job: it goes on waiting.
         c.batch_execute("BEGIN; SELECT jobq_enqueue('q'); ROLLBACK").unwrap();
         let other: i64 = c.query_one("SELECT jobq_enqueue('other')", &[]).unwrap().get(0);

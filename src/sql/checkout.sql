@@ -426,6 +426,7 @@ RETURNS SETOF jobq.job
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_until  timestamptz;
+    v_look   timestamptz;
     v_due    timestamptz;
 BEGIN
     IF wait <= interval '0' OR wait > interval '1 hour' THEN
@@ -437,23 +438,30 @@ BEGIN
                   DETAIL = 'A transaction snapshot never sees the jobs committed after it was taken.';
     END IF;
     v_until := clock_timestamp() + wait;
-    PERFORM jobq._wait_begin(worker, queues);
+    IF NOT jobq._wait_begin(worker, queues) THEN
+        -- No waiter slot (no preload, or all taken): no reap pass keeps this worker alive
+        -- while it waits, so the wait ends before its heartbeat could run out.
+        v_until := least(v_until, clock_timestamp() + current_setting('jobq.heartbeat_timeout')::interval / 2);
+    END IF;
     LOOP
         BEGIN
+            v_look := clock_timestamp();
             RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
             IF FOUND THEN
                 RETURN;
             END IF;
-            RAISE SQLSTATE 'JQ000';  -- nothing claimed: let go of whatever the look locked
+            -- The earliest scheduled job of these queues: the waiter's alarm (a commit that
+            -- schedules an earlier one moves it). Read anew at each look: it costs a scan of
+            -- these queues' waiting rows, which is small when nothing is available.
+            SELECT min(r.run_at) INTO v_due FROM jobq.ready r
+             WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at > v_look;
+            -- Nothing claimed: let go of whatever the look locked, and of the locks on the
+            -- tables it read (held, they would block DDL on them for the whole wait).
+            RAISE SQLSTATE 'JQ000';
         EXCEPTION WHEN SQLSTATE 'JQ000' THEN
             NULL;
         END;
         EXIT WHEN clock_timestamp() >= v_until;
-        -- The earliest scheduled job of these queues: the waiter's alarm (a commit that
-        -- schedules an earlier one moves it). Read anew at each look: it costs a scan of these
-        -- queues' waiting rows, which is small when nothing is available.
-        SELECT min(r.run_at) INTO v_due FROM jobq.ready r
-         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at > clock_timestamp();
         PERFORM jobq._wait(v_until, v_due);
     END LOOP;
 END $$;
