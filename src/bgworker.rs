@@ -101,7 +101,7 @@ fn set_mark(db: u32, state: u8) {
 
 /// At the commit of a transaction that called `jobq._serve_database()`.
 pub(crate) fn post_serve() {
-    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let db = crate::my_db();
     let latch = {
         let mut r = REGISTRY.exclusive();
         if let Some(m) = r.marks.iter_mut().find(|m| m.db == db && m.state == ABSENT) {
@@ -214,7 +214,6 @@ fn databases() -> Vec<Database> {
 /// What the launcher keeps of one database it visits.
 #[derive(Default)]
 struct Visit {
-    name: String,
     reaper: Option<(DynamicBackgroundWorker, Instant)>,
     backoff: Backoff,
 }
@@ -279,7 +278,6 @@ pub extern "C-unwind" fn jobq_launcher_main(_arg: pg_sys::Datum) {
         }
         for d in &wanted {
             let v = visits.entry(d.oid.to_u32()).or_default();
-            v.name.clone_from(&d.name);
             let Some((handle, started)) = &v.reaper else { continue };
             match handle.pid() {
                 Ok(_) | Err(BackgroundWorkerStatus::NotYetStarted) => {

@@ -100,7 +100,7 @@ impl Id {
             Some(q) if q.len() > NAME_MAX => return None,
             q => q.map(str::to_owned),
         };
-        Some(Id { db: unsafe { pg_sys::MyDatabaseId }.to_u32(), rel: rel.to_u32(), queue })
+        Some(Id { db: crate::my_db(), rel: rel.to_u32(), queue })
     }
 
     fn home(&self) -> usize {
@@ -197,7 +197,7 @@ pub fn raise() {
     if !enabled() {
         return;
     }
-    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let db = crate::my_db();
     // Step 1.
     let seen: Vec<(usize, Id, Key)> = {
         let mut floors = FLOORS.exclusive();

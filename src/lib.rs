@@ -32,6 +32,11 @@ mod xact;
 
 ::pgrx::pg_module_magic!(name, version);
 
+/// This backend's database, as the shared-memory tables key it.
+pub(crate) fn my_db() -> u32 {
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
 #[pg_guard]
 #[allow(non_snake_case)]
 pub extern "C-unwind" fn _PG_init() {

@@ -22,6 +22,7 @@
 //! (`jobq._waiting_workers()`, used by jobq._reap).
 //!
 //! Without the preload there is no shared memory: the call looks again every 100 ms.
+use crate::my_db;
 use crate::xact::Notes;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic, PgLwLock};
@@ -84,11 +85,6 @@ fn hash(queue: &str) -> u32 {
     // FNV-1a: a collision only wakes a waiter for nothing.
     queue.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
 }
-
-fn my_db() -> u32 {
-    unsafe { pg_sys::MyDatabaseId }.to_u32()
-}
-
 
 /// At commit: wakes the waiters of what was noted. Nothing here may fail.
 pub(crate) fn ring(notes: &[(Option<String>, i64, i64)]) {

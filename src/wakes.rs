@@ -23,7 +23,7 @@
 //!
 //! A transaction that rolls back notes nothing; PREPARE TRANSACTION of one that noted a queue
 //! is refused, as PostgreSQL refuses it for a transaction that ran NOTIFY.
-use crate::gucs;
+use crate::{gucs, my_db};
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
@@ -69,10 +69,6 @@ pub fn init() {
     const FREE_NOTE: Noted = Noted { db: 0, len: 0, name: [0; NAME_MAX] };
     pg_shmem_init!(WAKES = Wakes { servers: [FREE_SERVER; SERVERS], noted: [FREE_NOTE; NOTED] });
     ENABLED.store(true, Ordering::Relaxed);
-}
-
-fn my_db() -> u32 {
-    unsafe { pg_sys::MyDatabaseId }.to_u32()
 }
 
 thread_local! {

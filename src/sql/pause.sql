@@ -27,8 +27,8 @@ BEGIN
     -- when a kind is resumed everywhere).
     IF FOUND THEN
         PERFORM jobq._wake(queue, '-infinity', 10000);
-    END IF;
-    IF FOUND AND queue IS NOT NULL THEN
-        PERFORM jobq._notify(queue);
+        IF queue IS NOT NULL THEN
+            PERFORM jobq._notify(queue);
+        END IF;
     END IF;
 END $$;

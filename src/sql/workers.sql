@@ -114,20 +114,26 @@ END $$;
 CREATE FUNCTION jobq._release_keys(job bigint, new_state text, unique_key text, unique_strategy text,
                                    concurrency_key text, concurrency_slot integer)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    -- Slots this frees: a concurrency slot, a while_executing key's.
+    v_freed integer := (concurrency_slot IS NOT NULL)::integer
+                     + (unique_key IS NOT NULL AND unique_strategy = 'while_executing')::integer;
 BEGIN
+    -- A freed slot may let a waiting job start: wake as many waiting checkouts of this job's
+    -- queue (jobs of the key in other queues are found by their waiters' next look). The
+    -- ring comes at commit, so noting it before the deletes is the same.
+    IF v_freed > 0 THEN
+        PERFORM jobq._wake(j.queue, '-infinity', v_freed) FROM jobq.jobs j WHERE j.id = job;
+    END IF;
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
-        -- A freed slot may let a waiting job start: wake a waiting checkout of this job's
-        -- queue (jobs of the key in other queues are found by their waiters' next look).
-        PERFORM jobq._wake(j.queue, '-infinity', 1) FROM jobq.jobs j WHERE j.id = job;
     END IF;
     IF unique_key IS NULL THEN
         RETURN;
     ELSIF unique_strategy = 'while_executing' THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
-        PERFORM jobq._wake(j.queue, '-infinity', 1) FROM jobq.jobs j WHERE j.id = job;
     ELSIF new_state IN ('completed', 'dead', 'cancelled') THEN
         DELETE FROM jobq.locks l WHERE l.key = unique_key AND l.job_id = job;
     ELSIF new_state = 'ready' AND unique_strategy = 'until_executing' THEN
