@@ -31,6 +31,8 @@ ADMIN_DSN = os.environ.get("JOBQ_ADMIN_DSN", "postgresql://postgres@127.0.0.1:54
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
 ROOT = Path(__file__).resolve().parent
 REPORT_LIMIT = 2
+API_LIMIT = 5        # 'partner-api' calls: at most 5 starts in any second (a rate limit)
+TICK_CRON = "*/3 * * * * *"  # the recurring job: every 3 s (six fields, seconds first)
 TTY = sys.stdout.isatty()
 STARTED = []  # every worker process, killed if the demo itself fails
 
@@ -76,7 +78,7 @@ def wait_for(what, cond, timeout=30):
 
 
 def producer(stop, counts):
-    """A steady stream of four kinds of jobs (see the banner in main), about 25 jobs/s."""
+    """A steady stream of five kinds of jobs (see the banner in main), about 30 jobs/s."""
     with psycopg.connect(DSN, autocommit=True) as db:
         tick = 0
         while not stop.is_set():
@@ -93,6 +95,9 @@ def producer(stop, counts):
                                     "unique_key => 'sync:inventory', on_conflict => 'discard')").fetchone()
                 counts["sync asked"] += 1
                 counts["sync queued" if got else "sync discarded"] += 1
+            if tick % 3 == 0:    # partner API calls, a little faster than their rate limit lets them start
+                db.execute("SELECT jobq_enqueue('api', '{\"sleep_ms\": 20}', kind => 'call_partner', rate_key => 'partner-api')")
+                counts["api"] += 1
             if tick % 40 == 0:   # a job that always fails: retried once, then dead
                 db.execute("SELECT jobq_enqueue('mail', '{\"fail\": true}', kind => 'send_mail', max_attempts => 2)")
                 counts["failing"] += 1
@@ -113,6 +118,10 @@ def main():
         if preloaded:
             wait_for("the background worker to serve this database", reaper, timeout=10)
         bgw = reaper()
+        # What only an administrator sets (the application's role holds jobq_worker): a
+        # recurring job, fired by the background worker, and the partner API's rate limit.
+        admin.execute("SELECT jobq_schedule('tick', %s, 'cron', '{\"sleep_ms\": 10}', kind => 'tick')", (TICK_CRON,))
+        admin.execute("SELECT jobq_set_rate_limit('partner-api', %s, '1 second')", (API_LIMIT,))
     with psycopg.connect(DSN, autocommit=True) as db:
         hb, reap = db.execute("SELECT current_setting('jobq.heartbeat_timeout'), current_setting('jobq.reap_interval')").fetchone()
     say("jobq demo: every coordination step below is a SQL function call; the workers are plain")
@@ -125,7 +134,9 @@ def main():
     say(f"▶ started {len(workers)} workers: " + ", ".join(w.name for w in workers))
     say(f"▶ enqueueing for {SECONDS:.0f} s: ~20 mails/s (10-100 ms each); a report every second (1.2 s each, at most")
     say(f"  {REPORT_LIMIT} at once: concurrency key 'reporting-db'); an inventory sync asked 4 times a second (unique key")
-    say("  'sync:inventory': asked again while one exists, it is discarded); every 2 s a mail that always fails")
+    say("  'sync:inventory': asked again while one exists, it is discarded); every 2 s a mail that always fails;")
+    say(f"  ~6 partner API calls/s (rate key 'partner-api': at most {API_LIMIT} start in any second, the rest wait)")
+    say(f"▶ and a recurring job: schedule 'tick' ('{TICK_CRON}', every 3 s), enqueued by the background worker")
     say()
     stop, counts = threading.Event(), Counter()
     threading.Thread(target=producer, args=(stop, counts), daemon=True).start()
@@ -140,7 +151,9 @@ def main():
             sys.exit(f"\ndemo: PROBLEM: not drained {deadline:.0f} s after the start (video job rescued: {rescued})")
         if now > SECONDS and not stop.is_set():
             stop.set()
-            say(f"■ stream stopped after {SECONDS:.0f} s; the workers drain what is left")
+            with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+                admin.execute("SELECT jobq_unschedule('tick')")
+            say(f"■ stream stopped after {SECONDS:.0f} s, schedule 'tick' removed; the workers drain what is left")
         if victim is None and now > SECONDS / 4:
             (video,) = db.execute("SELECT jobq_enqueue('video', '{\"sleep_ms\": 4000}', kind => 'transcode')").fetchone()
             wait_for("a worker to take the video job", lambda: any(w.holds(video) for w in workers))
@@ -166,14 +179,17 @@ def main():
         r = db.execute("""SELECT coalesce(sum(ready), 0)::int, coalesce(sum(executing), 0)::int, coalesce(sum(dead), 0)::int,
                                  coalesce(sum(scheduled), 0)::int,
                                  (SELECT count(*) FROM jobq.jobs WHERE state = 'completed')::int,
-                                 (SELECT count(*) FROM jobq.jobs WHERE state = 'executing' AND concurrency_key = 'reporting-db')::int
+                                 (SELECT count(*) FROM jobq.jobs WHERE state = 'executing' AND concurrency_key = 'reporting-db')::int,
+                                 (SELECT count(*) FROM jobq.jobs WHERE rate_key = 'partner-api'
+                                     AND started_at > clock_timestamp() - interval '1 second')::int,
+                                 (SELECT count(*) FROM jobq.jobs WHERE queue = 'cron')::int
                             FROM jobq.queue_stats""").fetchone()
-        ready, executing, dead, scheduled, done, reports = r
+        ready, executing, dead, scheduled, done, reports, api_rate, ticks = r
         max_reports = max(max_reports, reports)
         if time.time() - last_t >= 1:
             rate, last_done, last_t = (done - last_done) / (time.time() - last_t), done, time.time()
         line = (f"t={now:4.0f}s  done {done:5d} ({rate:4.0f}/s)  ready {ready:4d}  executing {executing:3d}  dead {dead:2d}"
-                f"  reports running {reports}/{REPORT_LIMIT}")
+                f"  reports running {reports}/{REPORT_LIMIT}  api starts {api_rate}/{API_LIMIT} per s  ticks {ticks}")
         if TTY:
             sys.stdout.write("\r\033[K" + line)
             sys.stdout.flush()
@@ -201,12 +217,26 @@ def main():
         " sampled every 0.1 s)")
     say(f"  uniqueness:      'sync:inventory' asked {counts['sync asked']} times, queued {counts['sync queued']},"
         f" discarded {counts['sync discarded']} while one existed")
+    # Any second, from each start on: how many starts of the key it holds (exact, by started_at).
+    (api_max, api_done) = db.execute("""SELECT coalesce(max((SELECT count(*) FROM jobq.jobs b WHERE b.rate_key = 'partner-api'
+                                                   AND b.started_at >= a.started_at
+                                                   AND b.started_at < a.started_at + interval '1 second')), 0)::int,
+                                     count(*)::int
+                                FROM jobq.jobs a WHERE a.rate_key = 'partner-api' AND a.state = 'completed'""").fetchone()
+    say(f"  rate limit:      {api_done} of {counts['api']} partner API calls done, at most {api_max} started in any second"
+        f" (limit {API_LIMIT}/s); the other jobs went on meanwhile")
+    ticks = [r[0] for r in db.execute("SELECT extract(epoch FROM run_at)::float8 FROM jobq.jobs WHERE queue = 'cron' ORDER BY run_at")]
+    steps = {round(b - a, 3) for a, b in zip(ticks, ticks[1:])}
+    one_per_tick = len(ticks) >= 2 and steps == {3.0}
+    say(f"  schedule:        'tick' ({TICK_CRON}) enqueued {len(ticks)} jobs, one per tick, 3 s apart"
+        + ("" if one_per_tick else f": PROBLEM, steps {sorted(steps)}"))
     dead_rows = db.execute("SELECT count(*), min(last_error->>'message') FROM jobq.jobs WHERE state = 'dead'").fetchone()
     say(f"  dead:            {dead_rows[0]} always-failing mail(s) after 2 attempts, e.g. \"{dead_rows[1]}\"")
     say(f"  crash rescue:    job {video}: {victim.name} killed mid-job, requeued by the background worker,"
         " completed by another worker")
     say(f"  shutdown:        the other workers got SIGTERM, finished their jobs, unregistered (exit codes {codes})")
-    ok = not twice and all(c == 0 for c in codes) and max_reports <= REPORT_LIMIT and rescued
+    ok = (not twice and all(c == 0 for c in codes) and max_reports <= REPORT_LIMIT and rescued
+          and api_max <= API_LIMIT and api_done == counts["api"] and one_per_tick)
     say("  result:          " + ("OK" if ok else "PROBLEM: see above"))
     return 0 if ok else 1
 

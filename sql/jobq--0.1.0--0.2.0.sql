@@ -88,7 +88,8 @@ CREATE TABLE jobq.live_jobs (
     cancel_requested_at  timestamptz,
     concurrency_slot     integer,       -- the slot of jobq.slots held while executing
     last_error           jsonb,
-    result               jsonb
+    result               jsonb,
+    rate_key             text           -- its starts count against jobq_set_rate_limit(rate_key, ...)
 )
 -- Every job leaves two dead versions here (the claim's update, the completion's delete):
 -- vacuumed after a fixed number of them, without cost-based sleeps, like jobq.ready below,
@@ -140,10 +141,11 @@ CREATE TABLE jobq.ready (
     run_at             timestamptz NOT NULL,
     id                 bigint NOT NULL,
     kind               text,               -- for pauses of a kind
-    keyed              boolean NOT NULL,   -- needs an execution slot, or gives up a key, to start
+    keyed              boolean NOT NULL,   -- needs an execution slot or a start of its rate, or gives up a key, to start
     concurrency_key    text,
     concurrency_limit  integer,
-    while_key          text                -- the unique key of a while_executing job
+    while_key          text,               -- the unique key of a while_executing job
+    rate_key           text                -- a rate key (src/sql/rate_limits.sql)
 )
 -- Every claim leaves a dead row whose index entries sit at the front of the claim order,
 -- where the next checkout starts walking: measured, 15,600 of them cost a checkout 0.5 ms
@@ -255,12 +257,12 @@ BEGIN
     -- priority and run_at but for a requeue by the reaper.
     WITH ins AS (
         INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
-                                concurrency_limit, while_key)
+                                concurrency_limit, while_key, rate_key)
         SELECT j.queue, j.priority, j.run_at, j.id, j.kind,
-               j.concurrency_key IS NOT NULL
+               j.concurrency_key IS NOT NULL OR j.rate_key IS NOT NULL
                    OR coalesce(j.unique_strategy IN ('while_executing', 'until_executing'), false),
                j.concurrency_key, j.concurrency_limit,
-               CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END
+               CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END, j.rate_key
           FROM jobq.live_jobs j
          WHERE j.id = ANY (ids) AND j.state = 'ready'
         RETURNING queue, priority, run_at, id
@@ -317,6 +319,26 @@ CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS void
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- jobq::waits::jobq::_wait
 CREATE  FUNCTION jobq."_wait"(
 	"until" timestamp with time zone, /* TimestampWithTimeZone */
@@ -339,23 +361,19 @@ AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS void
-VOLATILE PARALLEL SAFE 
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -373,36 +391,31 @@ AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -422,14 +435,6 @@ CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- jobq::privileges::jobq::_may_act_for
 CREATE  FUNCTION jobq."_may_act_for"(
 	"owner" oid /* pg_sys :: Oid */
@@ -440,19 +445,11 @@ AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
+AS 'MODULE_PATHNAME', 'caller_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -724,7 +721,8 @@ CREATE FUNCTION jobq_enqueue(
     unique_strategy   text        DEFAULT 'until_executed',
     on_conflict       text        DEFAULT 'reject',
     concurrency_key   text        DEFAULT NULL,
-    concurrency_limit integer     DEFAULT 1
+    concurrency_limit integer     DEFAULT 1,
+    rate_key          text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -742,8 +740,8 @@ BEGIN
     ELSIF queue = '' THEN
         RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
     ELSIF octet_length(queue) > 1000 OR octet_length(kind) > 1000 OR octet_length(unique_key) > 1000
-          OR octet_length(concurrency_key) > 1000 THEN
-        RAISE EXCEPTION 'jobq: queue, kind, unique_key and concurrency_key must be at most 1000 bytes'
+          OR octet_length(concurrency_key) > 1000 OR octet_length(rate_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue, kind, unique_key, concurrency_key and rate_key must be at most 1000 bytes'
             USING ERRCODE = '22023';
     ELSIF NOT isfinite(v_run_at) THEN
         RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
@@ -763,6 +761,8 @@ BEGIN
         RAISE EXCEPTION 'jobq: unique_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
     ELSIF concurrency_key = '' THEN
         RAISE EXCEPTION 'jobq: concurrency_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF rate_key = '' THEN
+        RAISE EXCEPTION 'jobq: rate_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
     END IF;
 
     v_id := nextval('jobq.jobs_id_seq');
@@ -812,10 +812,10 @@ BEGIN
     END IF;
 
     INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
-                           unique_key, unique_strategy, concurrency_key, concurrency_limit)
+                           unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key)
     VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts,
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
-            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END);
+            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key);
     PERFORM jobq._enter_ready(ARRAY[v_id]);
 
     -- One notification per queue per transaction: PostgreSQL folds identical ones, and
@@ -942,6 +942,97 @@ $$;
 /* <begin connected objects> */
 -- requires:
 --   locks
+
+-- Rate limits: jobq_set_rate_limit, and jobq._take_rate, which checkout calls for a job with
+-- a rate key (jobq._claim_keyed, src/sql/checkout.sql).
+--
+-- A limit of N starts per window `per` is N slots, each holding the time of the last start
+-- that used it. A start takes a slot whose last start is more than `per` ago and writes its
+-- own start time there, so any window of length `per` holds at most one start per slot: at
+-- most N in all, exactly, whatever the interleaving (a sliding window, not a fixed one: no
+-- burst of 2N across a window boundary). Taking a slot is an UPDATE of a row that is locked
+-- with SKIP LOCKED and re-checked on its newest version, so two checkouts never take one
+-- slot and a checkout never waits for another; a checkout that rolls back gives its start
+-- back. The time written is the claim's own (the job's `started_at`).
+
+CREATE TABLE jobq.rate_limits (
+    key         text PRIMARY KEY,
+    max_starts  integer NOT NULL,
+    per         interval NOT NULL,
+    set_at      timestamptz NOT NULL
+);
+CREATE TABLE jobq.rate_slots (
+    key         text NOT NULL,
+    slot        integer NOT NULL,          -- 1..max_starts
+    last_start  timestamptz NOT NULL,      -- '-infinity': never used
+    PRIMARY KEY (key, slot)
+);
+-- A start looks for the key's least recently used slot: through this index it reads one entry,
+-- not every slot of the key (a limit may have 10,000).
+CREATE INDEX rate_slots_oldest ON jobq.rate_slots (key, last_start);
+SELECT pg_catalog.pg_extension_config_dump('jobq.rate_limits', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.rate_slots', '');
+
+CREATE FUNCTION jobq_set_rate_limit(key text, max_starts integer, per interval) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_recent timestamptz[];
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'jobq: key must not be NULL' USING ERRCODE = '22004';
+    ELSIF key = '' OR octet_length(key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: key must be 1 to 1000 bytes' USING ERRCODE = '22023';
+    END IF;
+    IF max_starts IS NULL THEN
+        -- No limit any more: the key's jobs start as plain ones.
+        DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
+        DELETE FROM jobq.rate_limits l WHERE l.key = jobq_set_rate_limit.key;
+        RETURN;
+    ELSIF per IS NULL THEN
+        RAISE EXCEPTION 'jobq: per must not be NULL' USING ERRCODE = '22004';
+    ELSIF max_starts < 1 OR max_starts > 10000 THEN
+        RAISE EXCEPTION 'jobq: max_starts must be between 1 and 10000, got %', max_starts USING ERRCODE = '22023';
+    ELSIF per <= interval '0' OR NOT isfinite(per) THEN
+        RAISE EXCEPTION 'jobq: per must be a finite interval greater than 0, got %', per USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO jobq.rate_limits AS l (key, max_starts, per, set_at)
+    VALUES (key, max_starts, per, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT rate_limits_pkey
+    DO UPDATE SET max_starts = EXCLUDED.max_starts, per = EXCLUDED.per, set_at = EXCLUDED.set_at;
+    -- The slots anew, keeping the most recent starts (waiting for checkouts that hold a slot):
+    -- a changed limit counts the starts already made.
+    v_recent := ARRAY(SELECT s.last_start FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key
+                       ORDER BY s.last_start DESC FOR UPDATE);
+    DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
+    INSERT INTO jobq.rate_slots (key, slot, last_start)
+    SELECT key, g.slot, coalesce(v_recent[g.slot], '-infinity')
+      FROM generate_series(1, max_starts) AS g(slot);
+END $$;
+
+-- Takes one start of rate key `key` at time `started` for a job being claimed: true when the
+-- key has no limit or a slot was free (see above), false when its window is full.
+CREATE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_per interval;
+BEGIN
+    SELECT r.per INTO v_per FROM jobq.rate_limits r WHERE r.key = _take_rate.key;
+    IF NOT FOUND THEN
+        RETURN true;
+    END IF;
+    UPDATE jobq.rate_slots s SET last_start = started
+     WHERE s.ctid = (SELECT x.ctid FROM jobq.rate_slots x
+                      WHERE x.key = _take_rate.key AND x.last_start < started - v_per
+                      ORDER BY x.last_start
+                      LIMIT 1
+                        FOR UPDATE SKIP LOCKED);
+    RETURN FOUND;
+END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   rate_limits
 --   waits::jobq::wait_begin
 --   waits::jobq::wait
 
@@ -952,10 +1043,10 @@ $$;
 -- another checkout) and, in the same statement, claims those that need no execution slot:
 -- a claim deletes the ready row and marks the job row executing. A job is claimed only by
 -- the transaction that deleted its ready row, and only while its row says 'ready'.
--- Jobs that do (a concurrency key, a while_executing key) or that give up a key when they
--- start (until_executing) are claimed one by one by jobq._claim_keyed; one that cannot
--- start now has its key (for a concurrency key: its key up to its limit) skipped for the
--- rest of this call, and the next batch looks past it.
+-- Jobs that do (a concurrency key, a while_executing key, a rate key) or that give up a key
+-- when they start (until_executing) are claimed one by one by jobq._claim_keyed; one that
+-- cannot start now has its key (for a concurrency key: its key up to its limit) skipped for
+-- the rest of this call, and the next batch looks past it.
 -- PL/pgSQL prepares each statement once per backend and, with the function's
 -- plan_cache_mode, keeps its generic plan: no statement is planned again per call.
 
@@ -991,15 +1082,17 @@ BEGIN
 END $$;
 
 -- Claims a job whose ready row (`ready`, its ctid) this checkout holds locked, taking its
--- slots first. NULL when claimed; otherwise 'c' (its concurrency key is full) or 'u' (its
--- while_executing key is busy), and nothing changed.
+-- slots first and then a start of its rate (src/sql/rate_limits.sql; last, because a start
+-- taken is not given back before the transaction ends). NULL when claimed; otherwise 'c'
+-- (its concurrency key is full), 'u' (its while_executing key is busy) or 'r' (its rate key
+-- has no start left in the window), and nothing changed.
 CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     j       record;
     v_slot  integer;
 BEGIN
-    SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit INTO j
+    SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit, x.rate_key INTO j
       FROM jobq.live_jobs x WHERE x.id = job;
     IF j.unique_strategy = 'while_executing' THEN
         IF jobq._take_slot('u', j.unique_key, 1, job) IS NULL THEN
@@ -1009,11 +1102,14 @@ BEGIN
     IF j.concurrency_key IS NOT NULL THEN
         v_slot := jobq._take_slot('c', j.concurrency_key, j.concurrency_limit, job);
         IF v_slot IS NULL THEN
-            IF j.unique_strategy = 'while_executing' THEN
-                DELETE FROM jobq.slots s WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1 AND s.job_id = job;
-            END IF;
+            DELETE FROM jobq.slots s WHERE s.job_id = job AND s.ns = 'u' AND s.key = j.unique_key;
             RETURN 'c';
         END IF;
+    END IF;
+    IF j.rate_key IS NOT NULL AND NOT jobq._take_rate(j.rate_key, started) THEN
+        DELETE FROM jobq.slots s
+         WHERE s.job_id = job AND ((s.ns = 'u' AND s.key = j.unique_key) OR (s.ns = 'c' AND s.key = j.concurrency_key));
+        RETURN 'r';
     END IF;
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
@@ -1043,11 +1139,12 @@ DECLARE
     v_skip_c   text[] := '{}';
     v_skip_l   integer[] := '{}';
     v_skip_u   text[] := '{}';
+    v_skip_r   text[] := '{}';
     v_blocked  "char";
     c          record;
 BEGIN
     FOR c IN
-        SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key
+        SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key
           FROM jobq.ready r
          WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
            AND (r.priority, r.run_at, r.id) >= (fp, fr, fi)  -- the claim floor (fp, fr, fi)
@@ -1058,7 +1155,7 @@ BEGIN
          ORDER BY r.priority, r.run_at, r.id
     LOOP
         EXIT WHEN cardinality(v_claimed) >= max_jobs;
-        CONTINUE WHEN c.while_key = ANY (v_skip_u);
+        CONTINUE WHEN c.while_key = ANY (v_skip_u) OR c.rate_key = ANY (v_skip_r);
         CONTINUE WHEN c.concurrency_key IS NOT NULL AND EXISTS (
             SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
              WHERE s.key = c.concurrency_key AND c.concurrency_limit <= s.lim);
@@ -1080,8 +1177,10 @@ BEGIN
             ELSIF v_blocked = 'c' THEN
                 v_skip_c := v_skip_c || c.concurrency_key;
                 v_skip_l := v_skip_l || c.concurrency_limit;
-            ELSE
+            ELSIF v_blocked = 'u' THEN
                 v_skip_u := v_skip_u || c.while_key;
+            ELSE
+                v_skip_r := v_skip_r || c.rate_key;
             END IF;
         EXCEPTION WHEN serialization_failure THEN
             NULL;  -- changed since our snapshot: skip it, as if it were locked
@@ -1118,6 +1217,7 @@ DECLARE
     v_skip_c   text[] := '{}';       -- concurrency keys found full during this call,
     v_skip_l   integer[] := '{}';    -- for jobs with this limit or a lower one
     v_skip_u   text[] := '{}';       -- while_executing keys found busy during this call
+    v_skip_r   text[] := '{}';       -- rate keys found without a start left during this call
     v_want     integer;
     v_seen     integer;
     v_blocked  "char";
@@ -1256,7 +1356,7 @@ BEGIN
                 OPEN cur FOR
                 WITH cand AS (
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
-                           r.concurrency_limit, r.while_key
+                           r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
                      WHERE r.queue = v_queue AND r.run_at <= v_now
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
@@ -1268,6 +1368,7 @@ BEGIN
                                SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
                                 WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
                        AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
                      ORDER BY r.priority, r.run_at, r.id
                      LIMIT v_want
                      FOR UPDATE SKIP LOCKED
@@ -1283,14 +1384,14 @@ BEGIN
                     RETURNING j.id
                 )
                 SELECT cand.rid, cand.id, claimed.id IS NOT NULL AS claimed, cand.keyed,
-                       cand.concurrency_key, cand.concurrency_limit, cand.while_key
+                       cand.concurrency_key, cand.concurrency_limit, cand.while_key, cand.rate_key
                   FROM cand LEFT JOIN claimed ON claimed.id = cand.id
                  ORDER BY cand.priority, cand.run_at, cand.id;
             ELSE
                 OPEN cur FOR
                 WITH cand AS (
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
-                           r.concurrency_limit, r.while_key
+                           r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
                      WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
@@ -1302,6 +1403,7 @@ BEGIN
                                SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
                                 WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
                        AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
                      ORDER BY r.priority, r.run_at, r.id
                      LIMIT v_want
                      FOR UPDATE SKIP LOCKED
@@ -1317,7 +1419,7 @@ BEGIN
                     RETURNING j.id
                 )
                 SELECT cand.rid, cand.id, claimed.id IS NOT NULL AS claimed, cand.keyed,
-                       cand.concurrency_key, cand.concurrency_limit, cand.while_key
+                       cand.concurrency_key, cand.concurrency_limit, cand.while_key, cand.rate_key
                   FROM cand LEFT JOIN claimed ON claimed.id = cand.id
                  ORDER BY cand.priority, cand.run_at, cand.id;
             END IF;
@@ -1340,8 +1442,10 @@ BEGIN
                     -- higher are blocked too; a job with a higher limit may still find one.
                     v_skip_c := v_skip_c || c.concurrency_key;
                     v_skip_l := v_skip_l || c.concurrency_limit;
-                ELSE
+                ELSIF v_blocked = 'u' THEN
                     v_skip_u := v_skip_u || c.while_key;
+                ELSE
+                    v_skip_r := v_skip_r || c.rate_key;
                 END IF;
             END LOOP;
             CLOSE cur;
@@ -1748,6 +1852,156 @@ END $$;
 /* <begin connected objects> */
 -- requires:
 --   pause
+--   schedules::jobq::cron_next
+--   schedules::jobq::cron_latest
+
+-- Recurring jobs: jobq_schedule, jobq_unschedule, the view jobq.schedules, and
+-- jobq._enqueue_due_ticks, which every reap pass runs (the background worker's, or any
+-- jobq_reap() call). When ticks fall is src/schedules.rs (jobq._cron_next, jobq._cron_latest).
+--
+-- Exactly one job per tick: a schedule's row says which tick comes next (next_run_at). A pass
+-- locks each due row with SKIP LOCKED, enqueues its due ticks and moves next_run_at past them
+-- in the same transaction, so a tick's job and the row's move commit together or not at all:
+-- a concurrent pass skips the row (or, once it is committed, sees it no longer due), a crash
+-- before the commit leaves neither, and a standby promoted after a failover has both or
+-- neither, as it has every other row.
+
+CREATE TABLE jobq.crontab (
+    name          text PRIMARY KEY,
+    cron          text NOT NULL,
+    time_zone     text NOT NULL,
+    queue         text NOT NULL,
+    payload       jsonb NOT NULL,
+    kind          text,
+    priority      integer NOT NULL,
+    max_attempts  integer NOT NULL,
+    catch_up      boolean NOT NULL,
+    next_run_at   timestamptz NOT NULL,    -- the next tick to enqueue
+    last_run_at   timestamptz,             -- the last tick enqueued
+    updated_at    timestamptz NOT NULL
+);
+CREATE INDEX crontab_due ON jobq.crontab (next_run_at);
+SELECT pg_catalog.pg_extension_config_dump('jobq.crontab', '');
+
+CREATE VIEW jobq.schedules AS
+SELECT c.name, c.cron, c.time_zone, c.queue, c.kind, c.next_run_at, c.last_run_at,
+       c.payload, c.priority, c.max_attempts, c.catch_up
+  FROM jobq.crontab c;
+
+-- Enqueues the due ticks of schedule `s` (its row locked by the caller) up to `now` — all
+-- of them with catch_up, else only the latest — and moves the row past them. Returns how
+-- many jobs it enqueued. At most 1,000 per call: a schedule further behind (catch_up after a
+-- long downtime) goes on in the next passes, so no pass becomes a long transaction.
+CREATE FUNCTION jobq._enqueue_ticks(s jobq.crontab, now timestamptz) RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_tick  timestamptz := s.next_run_at;
+    v_last  timestamptz := s.last_run_at;
+    v_n     integer := 0;
+BEGIN
+    IF NOT s.catch_up THEN
+        v_tick := greatest(v_tick, jobq._cron_latest(s.cron, s.time_zone, now));
+    END IF;
+    WHILE v_tick <= now AND v_n < 1000 LOOP
+        PERFORM @extschema@.jobq_enqueue(s.queue, s.payload, s.kind, s.priority, v_tick, s.max_attempts);
+        v_last := v_tick;
+        v_n := v_n + 1;
+        v_tick := jobq._cron_next(s.cron, s.time_zone, v_tick);
+    END LOOP;
+    UPDATE jobq.crontab c SET next_run_at = v_tick, last_run_at = v_last WHERE c.name = s.name;
+    RETURN v_n;
+END $$;
+
+-- The reap pass's part: every due schedule that no other transaction holds. A schedule whose
+-- enqueue fails is logged and left for the next pass; under REPEATABLE READ a row another
+-- pass moved since this transaction's snapshot ends this step (40001 caught) and the next
+-- pass goes on. Returns how many jobs it enqueued.
+CREATE FUNCTION jobq._enqueue_due_ticks(now timestamptz) RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    s    jobq.crontab;
+    v_n  integer := 0;
+BEGIN
+    BEGIN
+        FOR s IN
+            SELECT c.* FROM jobq.crontab c WHERE c.next_run_at <= now ORDER BY c.next_run_at
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            BEGIN
+                v_n := v_n + jobq._enqueue_ticks(s, now);
+            EXCEPTION WHEN OTHERS THEN
+                IF SQLSTATE = '40001' THEN
+                    RAISE;
+                END IF;
+                RAISE WARNING 'jobq: schedule "%" failed to enqueue: % (SQLSTATE %); a later pass retries',
+                    s.name, SQLERRM, SQLSTATE;
+            END;
+        END LOOP;
+    EXCEPTION WHEN serialization_failure THEN
+        NULL;
+    END;
+    RETURN v_n;
+END $$;
+
+CREATE FUNCTION jobq_schedule(
+    name          text,
+    cron          text,
+    queue         text,
+    payload       jsonb   DEFAULT '{}',
+    kind          text    DEFAULT NULL,
+    priority      integer DEFAULT 0,
+    max_attempts  integer DEFAULT 25,
+    time_zone     text    DEFAULT 'UTC',
+    catch_up      boolean DEFAULT false
+) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_next  timestamptz;
+    s       jobq.crontab;
+BEGIN
+    IF name IS NULL OR cron IS NULL OR queue IS NULL OR payload IS NULL OR priority IS NULL
+       OR max_attempts IS NULL OR time_zone IS NULL OR catch_up IS NULL THEN
+        RAISE EXCEPTION 'jobq: name, cron, queue, payload, priority, max_attempts, time_zone and catch_up must not be NULL'
+            USING ERRCODE = '22004';
+    ELSIF name = '' OR queue = '' THEN
+        RAISE EXCEPTION 'jobq: name and queue must not be empty' USING ERRCODE = '22023';
+    ELSIF octet_length(name) > 1000 OR octet_length(queue) > 1000 OR octet_length(kind) > 1000 THEN
+        RAISE EXCEPTION 'jobq: name, queue and kind must be at most 1000 bytes' USING ERRCODE = '22023';
+    ELSIF max_attempts < 1 THEN
+        RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    END IF;
+    v_next := jobq._cron_next(cron, time_zone, v_now);  -- 22023 for a bad expression or zone
+    -- Replacing takes effect from the next tick: what the old definition made due before
+    -- this call is enqueued first, as the next pass would have.
+    SELECT c.* INTO s FROM jobq.crontab c WHERE c.name = jobq_schedule.name FOR UPDATE;
+    IF FOUND AND s.next_run_at <= v_now THEN
+        PERFORM jobq._enqueue_ticks(s, v_now);
+    END IF;
+    INSERT INTO jobq.crontab AS c (name, cron, time_zone, queue, payload, kind, priority, max_attempts,
+                                   catch_up, next_run_at, updated_at)
+    VALUES (name, cron, time_zone, queue, payload, kind, priority, max_attempts, catch_up, v_next, v_now)
+    ON CONFLICT ON CONSTRAINT crontab_pkey DO UPDATE
+       SET cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, queue = EXCLUDED.queue,
+           payload = EXCLUDED.payload, kind = EXCLUDED.kind, priority = EXCLUDED.priority,
+           max_attempts = EXCLUDED.max_attempts, catch_up = EXCLUDED.catch_up,
+           next_run_at = EXCLUDED.next_run_at, updated_at = EXCLUDED.updated_at;
+END $$;
+
+CREATE FUNCTION jobq_unschedule(name text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'jobq: name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    DELETE FROM jobq.crontab c WHERE c.name = jobq_unschedule.name;
+    RETURN FOUND;
+END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   schedules
 --   gucs::jobq::retention_ms
 --   bgworker::jobq::serve_database
 --   waits::jobq::waiting_workers
@@ -1857,6 +2111,10 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     locks_released := locks_released + n;
 
+    -- Recurring jobs: the due ticks of every schedule (src/sql/schedules.sql). Not part of
+    -- what jobq_reap() returns (SPEC fixes its columns); jobq.schedules shows them.
+    PERFORM jobq._enqueue_due_ticks(v_now);
+
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.
@@ -1934,6 +2192,39 @@ SELECT j.queue,
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   stats
 
@@ -1988,11 +2279,11 @@ END $$;
 GRANT USAGE ON SCHEMA jobq TO jobq_reader;
 
 -- jobq_reader: the dashboards' tables and views.
-GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks TO jobq_reader;
+GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.schedules TO jobq_reader;
 
 -- jobq_producer (and what jobq_reader may).
 GRANT EXECUTE ON FUNCTION
-    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer),
+    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text),
     jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer),
     jobq_cancel(bigint),
     jobq_retry(bigint)
@@ -2019,7 +2310,10 @@ TO jobq_worker;
 GRANT EXECUTE ON FUNCTION
     jobq_pause(text, text),
     jobq_resume(text, text),
-    jobq_reap()
+    jobq_reap(),
+    jobq_schedule(text, text, text, jsonb, text, integer, integer, text, boolean),
+    jobq_unschedule(text),
+    jobq_set_rate_limit(text, integer, interval)
 TO jobq_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA jobq TO jobq_admin;
 /* </end connected objects> */

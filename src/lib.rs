@@ -3,11 +3,13 @@
 //! Where things live:
 //! - `src/sql/*.sql`: the SQL surface (tables, `jobq_*` functions), embedded in order below.
 //!   Each file is named after the concern it holds: `schema`, `workers`, `enqueue`,
-//!   `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`, `reap`, `stats`.
+//!   `rate_limits`, `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`,
+//!   `schedules` (recurring jobs), `reap`, `stats`.
 //! - `src/gucs.rs`: the `jobq.*` settings, and the tiny functions SQL uses to read them.
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
 //! - `src/privileges.rs`: `jobq._may_act_for()`, who may act for a worker; the grants are in
 //!   `src/sql/privileges.sql`.
+//! - `src/schedules.rs`: when a recurring job's ticks fall (cron expressions, IANA time zones).
 //! - `src/floors.rs`: claim floors, where checkout starts walking the waiting set (shared
 //!   memory, lowered at commit by whoever makes a job ready, raised by the background worker).
 //! - `src/wakes.rs`: the NOTIFY that wakes listening workers, sent by the enqueuing transaction
@@ -26,6 +28,7 @@ mod floors;
 mod gucs;
 mod liveness;
 mod privileges;
+mod schedules;
 mod waits;
 mod wakes;
 mod xact;
@@ -59,10 +62,12 @@ extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("sql/workers.sql", name = "workers", requires = [liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller]);
 extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers"]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
-extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["locks", waits::jobq::wait_begin, waits::jobq::wait]);
+extension_sql_file!("sql/rate_limits.sql", name = "rate_limits", requires = ["locks"]);
+extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["rate_limits", waits::jobq::wait_begin, waits::jobq::wait]);
 extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout"]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
-extension_sql_file!("sql/reap.sql", name = "reap", requires = ["pause", gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
+extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause", schedules::jobq::cron_next, schedules::jobq::cron_latest]);
+extension_sql_file!("sql/reap.sql", name = "reap", requires = ["schedules", gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
 extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["stats"], finalize);
 

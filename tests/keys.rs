@@ -483,13 +483,30 @@ fn unique_keys_are_held_and_released_as_their_strategy_says() {
     assert_eq!(c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&b]).unwrap().get::<_, String>(0), "ready");
 }
 
-/// Execution intervals recorded by the workers: (key, start, end).
-type Intervals = Arc<Mutex<Vec<(String, Instant, Instant, i64)>>>;
+/// One execution as its worker saw it: the job's key (concurrency, unique or rate key), when
+/// the checkout that returned it was sent (`asked`), when it returned (`start`), when the
+/// work ended, and the job's id.
+#[derive(Clone, Debug)]
+struct Run {
+    key: String,
+    asked: Instant,
+    start: Instant,
+    end: Instant,
+    id: i64,
+}
+type Intervals = Arc<Mutex<Vec<Run>>>;
 
 fn work_loop(c: &mut Client, w: Uuid, iso: Iso, intervals: &Intervals, stop: &AtomicBool, work: Duration) -> usize {
     let mut serialization_failures = 0;
     while !stop.load(Ordering::SeqCst) {
-        let (rows, retries) = in_tx(c, iso, |tx| tx.query("SELECT id, coalesce(concurrency_key, unique_key, '') FROM jobq_checkout($1, max_jobs => 2)", &[&w]));
+        let asked = Instant::now();
+        let (rows, retries) = in_tx(c, iso, |tx| {
+            tx.query(
+                "SELECT c.id, coalesce(c.concurrency_key, c.unique_key, j.rate_key, '')
+                   FROM jobq_checkout($1, max_jobs => 2) c JOIN jobq.live_jobs j USING (id)",
+                &[&w],
+            )
+        });
         serialization_failures += retries;
         let rows = rows.unwrap();
         if rows.is_empty() {
@@ -501,7 +518,7 @@ fn work_loop(c: &mut Client, w: Uuid, iso: Iso, intervals: &Intervals, stop: &At
             let start = Instant::now();
             std::thread::sleep(work);
             let end = Instant::now();
-            intervals.lock().unwrap().push((key, start, end, id));
+            intervals.lock().unwrap().push(Run { key, asked, start, end, id });
             let (ok, retries) = in_tx(c, iso, |tx| tx.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).map(|r| r.get::<_, bool>(0)));
             serialization_failures += retries;
             assert!(ok.unwrap(), "complete of job {id}");
@@ -512,7 +529,7 @@ fn work_loop(c: &mut Client, w: Uuid, iso: Iso, intervals: &Intervals, stop: &At
 
 /// Runs `workers` work loops until every job is completed; returns the recorded intervals
 /// and the number of serialization failures the loops had to retry.
-fn run_workers(cluster: &Cluster, db: &str, workers: usize, iso: Iso, work: Duration, monitor: impl Fn(&mut Client) + Send + 'static) -> (Vec<(String, Instant, Instant, i64)>, usize) {
+fn run_workers(cluster: &Cluster, db: &str, workers: usize, iso: Iso, work: Duration, monitor: impl Fn(&mut Client) + Send + 'static) -> (Vec<Run>, usize) {
     let intervals: Intervals = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..workers)
@@ -541,11 +558,11 @@ fn run_workers(cluster: &Cluster, db: &str, workers: usize, iso: Iso, work: Dura
     (v, failures)
 }
 
-fn max_overlap(intervals: &[(String, Instant, Instant, i64)], key: &str) -> usize {
+fn max_overlap(intervals: &[Run], key: &str) -> usize {
     let mut events: Vec<(Instant, i32)> = intervals
         .iter()
-        .filter(|(k, ..)| k == key)
-        .flat_map(|(_, s, e, _)| [(*s, 1), (*e, -1)])
+        .filter(|r| r.key == key)
+        .flat_map(|r| [(r.start, 1), (r.end, -1)])
         .collect();
     events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
     let (mut cur, mut max) = (0i32, 0i32);
@@ -565,12 +582,12 @@ fn while_executing_never_overlaps(iso: Iso) {
         let n: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE unique_key = 'solo' AND state = 'executing'", &[]).unwrap().get(0);
         assert!(n <= 1, "SQL sees {n} 'solo' jobs executing");
     });
-    assert_eq!(iv.iter().filter(|(k, ..)| k == "solo").count(), 10);
+    assert_eq!(iv.iter().filter(|r| r.key == "solo").count(), 10);
     assert_eq!(max_overlap(&iv, "solo"), 1, "two 'solo' jobs executed at once");
     // Other work flowed while the keyed jobs ran one after another.
-    let first_solo = iv.iter().filter(|(k, ..)| k == "solo").map(|(_, s, ..)| *s).min().unwrap();
-    let last_solo = iv.iter().filter(|(k, ..)| k == "solo").map(|(_, _, e, _)| *e).max().unwrap();
-    let plain_between = iv.iter().filter(|(k, s, ..)| k.is_empty() && *s > first_solo && *s < last_solo).count();
+    let first_solo = iv.iter().filter(|r| r.key == "solo").map(|r| r.start).min().unwrap();
+    let last_solo = iv.iter().filter(|r| r.key == "solo").map(|r| r.end).max().unwrap();
+    let plain_between = iv.iter().filter(|r| r.key.is_empty() && r.start > first_solo && r.start < last_solo).count();
     assert!(plain_between > 0, "plain jobs were started while the 'solo' jobs were serialised");
     if iso == Iso::RepeatableRead {
         assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
@@ -599,7 +616,7 @@ fn concurrency_limit_holds(iso: Iso) {
         m.fetch_max(n as usize, Ordering::SeqCst);
         assert!(n <= 3, "SQL sees {n} 'ck' jobs executing");
     });
-    assert_eq!(iv.iter().filter(|(k, ..)| k == "ck").count(), 60, "all keyed jobs completed once");
+    assert_eq!(iv.iter().filter(|r| r.key == "ck").count(), 60, "all keyed jobs completed once");
     let overlap = max_overlap(&iv, "ck");
     assert!(overlap <= 3, "{overlap} 'ck' jobs executed at once");
     assert!(overlap >= 2, "the limit of 3 was used (overlap {overlap})");
@@ -626,6 +643,115 @@ fn concurrency_limit_of_3_holds_under_12_workers_repeatable_read() {
 fn concurrency_limit_of_3_holds_under_12_workers_serializable() {
     // SERIALIZABLE may still fail a commit (SSI), which the loop retries; the limit holds.
     concurrency_limit_holds(Iso::Serializable);
+}
+
+/// Rate limits (src/sql/rate_limits.sql): 32 workers, 30 jobs of a key limited to 5 starts per
+/// 400 ms at the head of the queue and 150 plain jobs behind them. No window of 400 ms holds
+/// more than 5 starts, by the server's start times (exact) and by the workers' own clocks (a
+/// job started between the moment its checkout was sent and the moment it returned, so any 6
+/// starts span more than 400 ms from the first send to the last return).
+fn rate_limit_holds(iso: Iso) {
+    let (cluster, name, mut c) = db();
+    let per = Duration::from_millis(400);
+    c.execute("SELECT jobq_set_rate_limit('api', 5, '400 ms')", &[]).unwrap();
+    c.execute("SELECT jobq_enqueue('r', rate_key => 'api') FROM generate_series(1, 30)", &[]).unwrap();
+    c.execute("SELECT jobq_enqueue_batch('r', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 150)), priority => 1)", &[]).unwrap();
+    let (iv, failures) = run_workers(cluster, &name, 32, iso, Duration::from_millis(1), |_| {});
+    let mut runs: Vec<&Run> = iv.iter().filter(|r| r.key == "api").collect();
+    assert_eq!(runs.len(), 30, "every rate-limited job ran once");
+    assert_eq!(iv.len(), 180, "and every plain one");
+    runs.sort_by_key(|r| r.asked);
+    for w in runs.windows(6) {
+        let span = w.iter().map(|r| r.start).max().unwrap() - w[0].asked;
+        assert!(span > per, "6 starts within {span:?} by the workers' clocks: jobs {:?}", w.iter().map(|r| r.id).collect::<Vec<_>>());
+    }
+    let started: Vec<f64> = c
+        .query("SELECT extract(epoch FROM started_at)::float8 FROM jobq.jobs WHERE rate_key = 'api' ORDER BY started_at", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(started.len(), 30);
+    for w in started.windows(6) {
+        assert!(w[5] - w[0] > 0.4, "6 starts within {} s by the server's start times", w[5] - w[0]);
+    }
+    // The limit is used, not undershot: some 400 ms held 5 starts.
+    assert!(started.windows(5).any(|w| w[4] - w[0] < 0.4), "never 5 starts within 400 ms: {started:?}");
+    if iso == Iso::RepeatableRead {
+        assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
+    }
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn rate_limit_holds_under_32_workers() {
+    rate_limit_holds(Iso::ReadCommitted);
+}
+
+#[test]
+fn rate_limit_holds_under_32_workers_repeatable_read() {
+    rate_limit_holds(Iso::RepeatableRead);
+}
+
+#[test]
+fn rate_limit_holds_under_32_workers_serializable() {
+    rate_limit_holds(Iso::Serializable);
+}
+
+#[test]
+fn a_rate_limited_key_holds_back_only_its_own_jobs() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    c.execute("SELECT jobq_set_rate_limit('slow', 1, '1 hour')", &[]).unwrap();
+    let slow: Vec<i64> = c.query("SELECT jobq_enqueue('q', rate_key => 'slow') FROM generate_series(1, 3)", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let unlimited: i64 = c.query_one("SELECT jobq_enqueue('q', rate_key => 'no limit set')", &[]).unwrap().get(0);
+    let plain: i64 = c.query_one("SELECT jobq_enqueue('q', priority => 1)", &[]).unwrap().get(0);
+    let checkout = |c: &mut Client| -> Vec<i64> { c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect() };
+    assert_eq!(checkout(&mut c), vec![slow[0], unlimited, plain], "one start of 'slow', then the jobs behind it");
+    assert_eq!(checkout(&mut c), Vec::<i64>::new());
+    // A checkout that rolls back gives its start back.
+    c.execute("SELECT jobq_set_rate_limit('slow', 2, '1 hour')", &[]).unwrap();
+    let mut tx = c.transaction().unwrap();
+    let got: Vec<i64> = tx.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![slow[1]], "a raised limit counts the start already made");
+    tx.rollback().unwrap();
+    assert_eq!(checkout(&mut c), vec![slow[1]]);
+    assert_eq!(checkout(&mut c), Vec::<i64>::new());
+    // Lowered to 1: the most recent start is kept, so nothing starts.
+    c.execute("SELECT jobq_set_rate_limit('slow', 1, '1 hour')", &[]).unwrap();
+    assert_eq!(checkout(&mut c), Vec::<i64>::new());
+    // Removed: the key's jobs start as plain ones, and nothing of the limit is left.
+    c.execute("SELECT jobq_set_rate_limit('slow', NULL, NULL)", &[]).unwrap();
+    assert_eq!(checkout(&mut c), vec![slow[2]]);
+    let left: i64 = c.query_one("SELECT (SELECT count(*) FROM jobq.rate_limits) + (SELECT count(*) FROM jobq.rate_slots)", &[]).unwrap().get(0);
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn bad_rate_limits_are_refused_and_change_nothing() {
+    let (_, _, mut c) = db();
+    c.execute("SELECT jobq_set_rate_limit('kept', 3, '1 minute')", &[]).unwrap();
+    for (sql, code) in [
+        ("SELECT jobq_set_rate_limit(NULL, 1, '1 s')", "22004"),
+        ("SELECT jobq_set_rate_limit('k', 1, NULL)", "22004"),
+        ("SELECT jobq_set_rate_limit('', 1, '1 s')", "22023"),
+        ("SELECT jobq_set_rate_limit(repeat('k', 1001), 1, '1 s')", "22023"),
+        ("SELECT jobq_set_rate_limit('k', 0, '1 s')", "22023"),
+        ("SELECT jobq_set_rate_limit('k', -1, '1 s')", "22023"),
+        ("SELECT jobq_set_rate_limit('k', 10001, '1 s')", "22023"),
+        ("SELECT jobq_set_rate_limit('k', 1, '0 s')", "22023"),
+        ("SELECT jobq_set_rate_limit('k', 1, '-1 s')", "22023"),
+        ("SELECT jobq_set_rate_limit('kept', 0, '1 s')", "22023"),
+        ("SELECT jobq_set_rate_limit('kept', 2, '-1 s')", "22023"),
+        ("SELECT jobq_enqueue('q', rate_key => '')", "22023"),
+        ("SELECT jobq_enqueue('q', rate_key => repeat('k', 1001))", "22023"),
+    ] {
+        let e = c.query(sql, &[]).expect_err(sql);
+        assert_eq!(sqlstate(&e), code, "{sql}: {e}");
+    }
+    let r = c.query_one("SELECT (SELECT array_agg(key || max_starts || per) FROM jobq.rate_limits)::text, (SELECT count(*) FROM jobq.rate_slots), (SELECT count(*) FROM jobq.jobs)", &[]).unwrap();
+    assert_eq!(r.get::<_, String>(0), "{kept300:01:00}");
+    assert_eq!((r.get::<_, i64>(1), r.get::<_, i64>(2)), (3, 0));
 }
 
 #[test]

@@ -99,11 +99,14 @@ fn a_role_granted_nothing_is_refused_everything() {
         "SELECT jobq_pause(NULL, 'k')".to_string(),
         "SELECT jobq_enqueue('q')".to_string(),
         "SELECT * FROM jobq_reap()".to_string(),
+        "SELECT jobq_schedule('s', '* * * * *', 'q')".to_string(),
+        "SELECT jobq_unschedule('s')".to_string(),
+        "SELECT jobq_set_rate_limit('k', 1, '1 s')".to_string(),
     ] {
         refused(&mut m, &sql);
     }
     let relations = every_relation(&mut su);
-    for want in ["jobq.jobs", "jobq.live_jobs", "jobq.finished_jobs", "jobq.workers", "jobq.locks", "jobq.queue_stats", "jobq.slots", "jobq.pauses", "jobq.jobs_id_seq"] {
+    for want in ["jobq.jobs", "jobq.live_jobs", "jobq.finished_jobs", "jobq.workers", "jobq.locks", "jobq.queue_stats", "jobq.slots", "jobq.pauses", "jobq.jobs_id_seq", "jobq.schedules", "jobq.crontab", "jobq.rate_limits", "jobq.rate_slots"] {
         assert!(relations.contains(&want.to_string()), "{want} in {relations:?}");
     }
     for rel in &relations {
@@ -117,7 +120,7 @@ fn a_role_granted_nothing_is_refused_everything() {
 }
 
 /// SPEC's table: the jobq_* functions each role may execute, and the relations it may read.
-const READER_RELATIONS: &[&str] = &["jobq.jobs", "jobq.locks", "jobq.queue_stats", "jobq.workers"];
+const READER_RELATIONS: &[&str] = &["jobq.jobs", "jobq.locks", "jobq.queue_stats", "jobq.schedules", "jobq.workers"];
 const PRODUCER_FUNCTIONS: &[&str] = &["jobq_cancel", "jobq_enqueue", "jobq_enqueue_batch", "jobq_retry"];
 const WORKER_FUNCTIONS: &[&str] = &[
     "jobq_acquire_lock",
@@ -134,7 +137,7 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "jobq_release_lock",
     "jobq_unregister_worker",
 ];
-const ADMIN_FUNCTIONS: &[&str] = &["jobq_pause", "jobq_reap", "jobq_resume"];
+const ADMIN_FUNCTIONS: &[&str] = &["jobq_pause", "jobq_reap", "jobq_resume", "jobq_schedule", "jobq_set_rate_limit", "jobq_unschedule"];
 
 fn set(items: &[&[&str]]) -> BTreeSet<String> {
     items.iter().flat_map(|s| s.iter().map(|x| x.to_string())).collect()
@@ -216,6 +219,8 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut p, "SELECT jobq_register_worker()");
     refused(&mut p, "SELECT jobq_pause('q')");
     refused(&mut p, "SELECT * FROM jobq_reap()");
+    refused(&mut p, "SELECT jobq_schedule('s', '* * * * *', 'q')");
+    refused(&mut p, "SELECT jobq_set_rate_limit('k', 1, '1 s')");
     refused(&mut p, "INSERT INTO jobq.live_jobs (queue, payload, priority, run_at, enqueued_at, state, max_attempts) VALUES ('q', '{}', 0, now(), now(), 'ready', 1)");
 
     let mut w = cluster.connect_as(&db, &worker);
@@ -235,6 +240,11 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut w, "SELECT jobq_pause('q')");
     refused(&mut w, "SELECT jobq_resume('q')");
     refused(&mut w, "SELECT * FROM jobq_reap()");
+    refused(&mut w, "SELECT jobq_schedule('s', '* * * * *', 'q')");
+    refused(&mut w, "SELECT jobq_unschedule('s')");
+    refused(&mut w, "SELECT jobq_set_rate_limit('k', 1, '1 s')");
+    refused(&mut w, "SELECT * FROM jobq.crontab");
+    refused(&mut w, "SELECT * FROM jobq.rate_limits");
     refused(&mut w, "SELECT * FROM jobq.slots");
     refused(&mut w, "SELECT * FROM jobq.pauses");
 
@@ -244,6 +254,14 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     ad.execute("SELECT jobq_resume('q')", &[]).unwrap();
     ad.query("SELECT * FROM jobq_reap()", &[]).unwrap();
     ad.query("SELECT * FROM jobq.slots", &[]).unwrap();
+    ad.execute("SELECT jobq_schedule('nightly', '0 3 * * *', 'q', time_zone => 'Europe/Paris')", &[]).unwrap();
+    ad.execute("SELECT jobq_set_rate_limit('api', 10, '1 minute')", &[]).unwrap();
+    ad.query("SELECT * FROM jobq.rate_limits", &[]).unwrap();
+    let seen: i64 = r.query_one("SELECT count(*) FROM jobq.schedules WHERE name = 'nightly'", &[]).unwrap().get(0);
+    assert_eq!(seen, 1, "jobq_reader sees the schedules");
+    refused(&mut r, "SELECT * FROM jobq.crontab");
+    refused(&mut r, "SELECT jobq_unschedule('nightly')");
+    assert!(ad.query_one("SELECT jobq_unschedule('nightly')", &[]).unwrap().get::<_, bool>(0));
     // An admin does not get to write the tables either: every write goes through a function.
     refused(&mut ad, "DELETE FROM jobq.live_jobs");
     refused(&mut ad, "DELETE FROM jobq.finished_jobs");

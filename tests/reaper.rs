@@ -608,6 +608,10 @@ fn a_standby_reaps_only_once_promoted() {
     let w = register(&mut p);
     let job: i64 = p.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
     p.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+    // A schedule ticking every second, with catch-up, through the failover (issue 14).
+    p.execute("SELECT jobq_schedule('beat', '* * * * * *', 'beat', catch_up => true)", &[]).unwrap();
+    let first: f64 = p.query_one("SELECT extract(epoch FROM next_run_at)::float8 FROM jobq.schedules", &[]).unwrap().get(0);
+    wait_until("the primary to fire a tick", PATIENCE, || !ticks_of(&mut p, "beat").is_empty());
 
     let standby = Cluster::replica_of(&primary, "standby", &["jobq.heartbeat_timeout = '1s'", "jobq.reap_interval = '200ms'"]);
     let mut s = standby.connect_when_up("repdb");
@@ -623,5 +627,18 @@ fn a_standby_reaps_only_once_promoted() {
         s.query_one("SELECT state = 'ready' AND interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&job]).unwrap().get(0)
     });
     assert_eq!(standby.pids_of("jobq reaper").len(), 1);
+    // The schedule goes on from the promoted server: every tick from the first, through the
+    // failover (caught up), has exactly one job.
+    let promoted: f64 = s.query_one("SELECT extract(epoch FROM now())::float8", &[]).unwrap().get(0);
+    wait_until("the promoted server to fire ticks", PATIENCE, || {
+        s.query_one("SELECT extract(epoch FROM last_run_at)::float8 FROM jobq.schedules", &[]).unwrap().get::<_, f64>(0) > promoted + 2.0
+    });
+    let mut tx = s.transaction().unwrap();
+    let last: f64 = tx.query_one("SELECT extract(epoch FROM last_run_at)::float8 FROM jobq.crontab FOR UPDATE", &[]).unwrap().get(0);
+    tx.execute("SELECT jobq_unschedule('beat')", &[]).unwrap();
+    tx.commit().unwrap();
+    let ticks = ticks_of(&mut s, "beat");
+    assert_eq!(ticks[0].0, first);
+    assert_one_job_per_tick(&ticks, 1.0, last);
     standby.pg_ctl_stop("fast");
 }

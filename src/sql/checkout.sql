@@ -5,10 +5,10 @@
 -- another checkout) and, in the same statement, claims those that need no execution slot:
 -- a claim deletes the ready row and marks the job row executing. A job is claimed only by
 -- the transaction that deleted its ready row, and only while its row says 'ready'.
--- Jobs that do (a concurrency key, a while_executing key) or that give up a key when they
--- start (until_executing) are claimed one by one by jobq._claim_keyed; one that cannot
--- start now has its key (for a concurrency key: its key up to its limit) skipped for the
--- rest of this call, and the next batch looks past it.
+-- Jobs that do (a concurrency key, a while_executing key, a rate key) or that give up a key
+-- when they start (until_executing) are claimed one by one by jobq._claim_keyed; one that
+-- cannot start now has its key (for a concurrency key: its key up to its limit) skipped for
+-- the rest of this call, and the next batch looks past it.
 -- PL/pgSQL prepares each statement once per backend and, with the function's
 -- plan_cache_mode, keeps its generic plan: no statement is planned again per call.
 
@@ -44,15 +44,17 @@ BEGIN
 END $$;
 
 -- Claims a job whose ready row (`ready`, its ctid) this checkout holds locked, taking its
--- slots first. NULL when claimed; otherwise 'c' (its concurrency key is full) or 'u' (its
--- while_executing key is busy), and nothing changed.
+-- slots first and then a start of its rate (src/sql/rate_limits.sql; last, because a start
+-- taken is not given back before the transaction ends). NULL when claimed; otherwise 'c'
+-- (its concurrency key is full), 'u' (its while_executing key is busy) or 'r' (its rate key
+-- has no start left in the window), and nothing changed.
 CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     j       record;
     v_slot  integer;
 BEGIN
-    SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit INTO j
+    SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit, x.rate_key INTO j
       FROM jobq.live_jobs x WHERE x.id = job;
     IF j.unique_strategy = 'while_executing' THEN
         IF jobq._take_slot('u', j.unique_key, 1, job) IS NULL THEN
@@ -62,11 +64,14 @@ BEGIN
     IF j.concurrency_key IS NOT NULL THEN
         v_slot := jobq._take_slot('c', j.concurrency_key, j.concurrency_limit, job);
         IF v_slot IS NULL THEN
-            IF j.unique_strategy = 'while_executing' THEN
-                DELETE FROM jobq.slots s WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1 AND s.job_id = job;
-            END IF;
+            DELETE FROM jobq.slots s WHERE s.job_id = job AND s.ns = 'u' AND s.key = j.unique_key;
             RETURN 'c';
         END IF;
+    END IF;
+    IF j.rate_key IS NOT NULL AND NOT jobq._take_rate(j.rate_key, started) THEN
+        DELETE FROM jobq.slots s
+         WHERE s.job_id = job AND ((s.ns = 'u' AND s.key = j.unique_key) OR (s.ns = 'c' AND s.key = j.concurrency_key));
+        RETURN 'r';
     END IF;
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
@@ -96,11 +101,12 @@ DECLARE
     v_skip_c   text[] := '{}';
     v_skip_l   integer[] := '{}';
     v_skip_u   text[] := '{}';
+    v_skip_r   text[] := '{}';
     v_blocked  "char";
     c          record;
 BEGIN
     FOR c IN
-        SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key
+        SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key
           FROM jobq.ready r
          WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
            AND (r.priority, r.run_at, r.id) >= (fp, fr, fi)  -- the claim floor (fp, fr, fi)
@@ -111,7 +117,7 @@ BEGIN
          ORDER BY r.priority, r.run_at, r.id
     LOOP
         EXIT WHEN cardinality(v_claimed) >= max_jobs;
-        CONTINUE WHEN c.while_key = ANY (v_skip_u);
+        CONTINUE WHEN c.while_key = ANY (v_skip_u) OR c.rate_key = ANY (v_skip_r);
         CONTINUE WHEN c.concurrency_key IS NOT NULL AND EXISTS (
             SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
              WHERE s.key = c.concurrency_key AND c.concurrency_limit <= s.lim);
@@ -133,8 +139,10 @@ BEGIN
             ELSIF v_blocked = 'c' THEN
                 v_skip_c := v_skip_c || c.concurrency_key;
                 v_skip_l := v_skip_l || c.concurrency_limit;
-            ELSE
+            ELSIF v_blocked = 'u' THEN
                 v_skip_u := v_skip_u || c.while_key;
+            ELSE
+                v_skip_r := v_skip_r || c.rate_key;
             END IF;
         EXCEPTION WHEN serialization_failure THEN
             NULL;  -- changed since our snapshot: skip it, as if it were locked
@@ -171,6 +179,7 @@ DECLARE
     v_skip_c   text[] := '{}';       -- concurrency keys found full during this call,
     v_skip_l   integer[] := '{}';    -- for jobs with this limit or a lower one
     v_skip_u   text[] := '{}';       -- while_executing keys found busy during this call
+    v_skip_r   text[] := '{}';       -- rate keys found without a start left during this call
     v_want     integer;
     v_seen     integer;
     v_blocked  "char";
@@ -309,7 +318,7 @@ BEGIN
                 OPEN cur FOR
                 WITH cand AS (
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
-                           r.concurrency_limit, r.while_key
+                           r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
                      WHERE r.queue = v_queue AND r.run_at <= v_now
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
@@ -321,6 +330,7 @@ BEGIN
                                SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
                                 WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
                        AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
                      ORDER BY r.priority, r.run_at, r.id
                      LIMIT v_want
                      FOR UPDATE SKIP LOCKED
@@ -336,14 +346,14 @@ BEGIN
                     RETURNING j.id
                 )
                 SELECT cand.rid, cand.id, claimed.id IS NOT NULL AS claimed, cand.keyed,
-                       cand.concurrency_key, cand.concurrency_limit, cand.while_key
+                       cand.concurrency_key, cand.concurrency_limit, cand.while_key, cand.rate_key
                   FROM cand LEFT JOIN claimed ON claimed.id = cand.id
                  ORDER BY cand.priority, cand.run_at, cand.id;
             ELSE
                 OPEN cur FOR
                 WITH cand AS (
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
-                           r.concurrency_limit, r.while_key
+                           r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
                      WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
@@ -355,6 +365,7 @@ BEGIN
                                SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
                                 WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
                        AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
                      ORDER BY r.priority, r.run_at, r.id
                      LIMIT v_want
                      FOR UPDATE SKIP LOCKED
@@ -370,7 +381,7 @@ BEGIN
                     RETURNING j.id
                 )
                 SELECT cand.rid, cand.id, claimed.id IS NOT NULL AS claimed, cand.keyed,
-                       cand.concurrency_key, cand.concurrency_limit, cand.while_key
+                       cand.concurrency_key, cand.concurrency_limit, cand.while_key, cand.rate_key
                   FROM cand LEFT JOIN claimed ON claimed.id = cand.id
                  ORDER BY cand.priority, cand.run_at, cand.id;
             END IF;
@@ -393,8 +404,10 @@ BEGIN
                     -- higher are blocked too; a job with a higher limit may still find one.
                     v_skip_c := v_skip_c || c.concurrency_key;
                     v_skip_l := v_skip_l || c.concurrency_limit;
-                ELSE
+                ELSIF v_blocked = 'u' THEN
                     v_skip_u := v_skip_u || c.while_key;
+                ELSE
+                    v_skip_r := v_skip_r || c.rate_key;
                 END IF;
             END LOOP;
             CLOSE cur;

@@ -48,7 +48,8 @@ CREATE FUNCTION jobq_enqueue(
     unique_strategy   text        DEFAULT 'until_executed',
     on_conflict       text        DEFAULT 'reject',
     concurrency_key   text        DEFAULT NULL,
-    concurrency_limit integer     DEFAULT 1
+    concurrency_limit integer     DEFAULT 1,
+    rate_key          text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -66,8 +67,8 @@ BEGIN
     ELSIF queue = '' THEN
         RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
     ELSIF octet_length(queue) > 1000 OR octet_length(kind) > 1000 OR octet_length(unique_key) > 1000
-          OR octet_length(concurrency_key) > 1000 THEN
-        RAISE EXCEPTION 'jobq: queue, kind, unique_key and concurrency_key must be at most 1000 bytes'
+          OR octet_length(concurrency_key) > 1000 OR octet_length(rate_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue, kind, unique_key, concurrency_key and rate_key must be at most 1000 bytes'
             USING ERRCODE = '22023';
     ELSIF NOT isfinite(v_run_at) THEN
         RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
@@ -87,6 +88,8 @@ BEGIN
         RAISE EXCEPTION 'jobq: unique_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
     ELSIF concurrency_key = '' THEN
         RAISE EXCEPTION 'jobq: concurrency_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF rate_key = '' THEN
+        RAISE EXCEPTION 'jobq: rate_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
     END IF;
 
     v_id := nextval('jobq.jobs_id_seq');
@@ -136,10 +139,10 @@ BEGIN
     END IF;
 
     INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
-                           unique_key, unique_strategy, concurrency_key, concurrency_limit)
+                           unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key)
     VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts,
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
-            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END);
+            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key);
     PERFORM jobq._enter_ready(ARRAY[v_id]);
 
     -- One notification per queue per transaction: PostgreSQL folds identical ones, and

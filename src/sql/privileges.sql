@@ -48,11 +48,11 @@ END $$;
 GRANT USAGE ON SCHEMA jobq TO jobq_reader;
 
 -- jobq_reader: the dashboards' tables and views.
-GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks TO jobq_reader;
+GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.schedules TO jobq_reader;
 
 -- jobq_producer (and what jobq_reader may).
 GRANT EXECUTE ON FUNCTION
-    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer),
+    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text),
     jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer),
     jobq_cancel(bigint),
     jobq_retry(bigint)
@@ -79,6 +79,9 @@ TO jobq_worker;
 GRANT EXECUTE ON FUNCTION
     jobq_pause(text, text),
     jobq_resume(text, text),
-    jobq_reap()
+    jobq_reap(),
+    jobq_schedule(text, text, text, jsonb, text, integer, integer, text, boolean),
+    jobq_unschedule(text),
+    jobq_set_rate_limit(text, integer, interval)
 TO jobq_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA jobq TO jobq_admin;

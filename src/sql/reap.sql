@@ -103,6 +103,10 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     locks_released := locks_released + n;
 
+    -- Recurring jobs: the due ticks of every schedule (src/sql/schedules.sql). Not part of
+    -- what jobq_reap() returns (SPEC fixes its columns); jobq.schedules shows them.
+    PERFORM jobq._enqueue_due_ticks(v_now);
+
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.

@@ -51,7 +51,8 @@ CREATE TABLE jobq.live_jobs (
     cancel_requested_at  timestamptz,
     concurrency_slot     integer,       -- the slot of jobq.slots held while executing
     last_error           jsonb,
-    result               jsonb
+    result               jsonb,
+    rate_key             text           -- its starts count against jobq_set_rate_limit(rate_key, ...)
 )
 -- Every job leaves two dead versions here (the claim's update, the completion's delete):
 -- vacuumed after a fixed number of them, without cost-based sleeps, like jobq.ready below,
@@ -103,10 +104,11 @@ CREATE TABLE jobq.ready (
     run_at             timestamptz NOT NULL,
     id                 bigint NOT NULL,
     kind               text,               -- for pauses of a kind
-    keyed              boolean NOT NULL,   -- needs an execution slot, or gives up a key, to start
+    keyed              boolean NOT NULL,   -- needs an execution slot or a start of its rate, or gives up a key, to start
     concurrency_key    text,
     concurrency_limit  integer,
-    while_key          text                -- the unique key of a while_executing job
+    while_key          text,               -- the unique key of a while_executing job
+    rate_key           text                -- a rate key (src/sql/rate_limits.sql)
 )
 -- Every claim leaves a dead row whose index entries sit at the front of the claim order,
 -- where the next checkout starts walking: measured, 15,600 of them cost a checkout 0.5 ms
@@ -218,12 +220,12 @@ BEGIN
     -- priority and run_at but for a requeue by the reaper.
     WITH ins AS (
         INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
-                                concurrency_limit, while_key)
+                                concurrency_limit, while_key, rate_key)
         SELECT j.queue, j.priority, j.run_at, j.id, j.kind,
-               j.concurrency_key IS NOT NULL
+               j.concurrency_key IS NOT NULL OR j.rate_key IS NOT NULL
                    OR coalesce(j.unique_strategy IN ('while_executing', 'until_executing'), false),
                j.concurrency_key, j.concurrency_limit,
-               CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END
+               CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END, j.rate_key
           FROM jobq.live_jobs j
          WHERE j.id = ANY (ids) AND j.state = 'ready'
         RETURNING queue, priority, run_at, id

@@ -316,3 +316,30 @@ pub fn collect_until(listener: &mut Client, until: &str, timeout: Duration) -> V
         got.push((note.payload().to_string(), note.process_id()));
     }
 }
+
+/// The jobs of `queue` as (run_at in seconds since the epoch, count of jobs with that run_at).
+pub fn ticks_of(c: &mut Client, queue: &str) -> Vec<(f64, i64)> {
+    c.query(
+        "SELECT extract(epoch FROM run_at)::float8, count(*) FROM jobq.jobs WHERE queue = $1 GROUP BY run_at ORDER BY run_at",
+        &[&queue],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// Every tick from the first job's run_at to `last` (seconds), `step` apart, has exactly one
+/// job: none twice, none missing.
+pub fn assert_one_job_per_tick(ticks: &[(f64, i64)], step: f64, last: f64) {
+    assert!(!ticks.is_empty(), "no job enqueued");
+    for (t, n) in ticks {
+        assert_eq!(*n, 1, "{n} jobs for the tick at {t}");
+    }
+    let first = ticks[0].0;
+    let want = ((last - first) / step).round() as usize + 1;
+    assert_eq!(ticks.len(), want, "ticks from {first} to {last} every {step} s: {ticks:?}");
+    for w in ticks.windows(2) {
+        assert_eq!(w[1].0 - w[0].0, step, "consecutive ticks {w:?}");
+    }
+}

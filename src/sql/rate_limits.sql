@@ -1,0 +1,85 @@
+-- Rate limits: jobq_set_rate_limit, and jobq._take_rate, which checkout calls for a job with
+-- a rate key (jobq._claim_keyed, src/sql/checkout.sql).
+--
+-- A limit of N starts per window `per` is N slots, each holding the time of the last start
+-- that used it. A start takes a slot whose last start is more than `per` ago and writes its
+-- own start time there, so any window of length `per` holds at most one start per slot: at
+-- most N in all, exactly, whatever the interleaving (a sliding window, not a fixed one: no
+-- burst of 2N across a window boundary). Taking a slot is an UPDATE of a row that is locked
+-- with SKIP LOCKED and re-checked on its newest version, so two checkouts never take one
+-- slot and a checkout never waits for another; a checkout that rolls back gives its start
+-- back. The time written is the claim's own (the job's `started_at`).
+
+CREATE TABLE jobq.rate_limits (
+    key         text PRIMARY KEY,
+    max_starts  integer NOT NULL,
+    per         interval NOT NULL,
+    set_at      timestamptz NOT NULL
+);
+CREATE TABLE jobq.rate_slots (
+    key         text NOT NULL,
+    slot        integer NOT NULL,          -- 1..max_starts
+    last_start  timestamptz NOT NULL,      -- '-infinity': never used
+    PRIMARY KEY (key, slot)
+);
+-- A start looks for the key's least recently used slot: through this index it reads one entry,
+-- not every slot of the key (a limit may have 10,000).
+CREATE INDEX rate_slots_oldest ON jobq.rate_slots (key, last_start);
+SELECT pg_catalog.pg_extension_config_dump('jobq.rate_limits', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.rate_slots', '');
+
+CREATE FUNCTION jobq_set_rate_limit(key text, max_starts integer, per interval) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_recent timestamptz[];
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'jobq: key must not be NULL' USING ERRCODE = '22004';
+    ELSIF key = '' OR octet_length(key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: key must be 1 to 1000 bytes' USING ERRCODE = '22023';
+    END IF;
+    IF max_starts IS NULL THEN
+        -- No limit any more: the key's jobs start as plain ones.
+        DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
+        DELETE FROM jobq.rate_limits l WHERE l.key = jobq_set_rate_limit.key;
+        RETURN;
+    ELSIF per IS NULL THEN
+        RAISE EXCEPTION 'jobq: per must not be NULL' USING ERRCODE = '22004';
+    ELSIF max_starts < 1 OR max_starts > 10000 THEN
+        RAISE EXCEPTION 'jobq: max_starts must be between 1 and 10000, got %', max_starts USING ERRCODE = '22023';
+    ELSIF per <= interval '0' OR NOT isfinite(per) THEN
+        RAISE EXCEPTION 'jobq: per must be a finite interval greater than 0, got %', per USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO jobq.rate_limits AS l (key, max_starts, per, set_at)
+    VALUES (key, max_starts, per, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT rate_limits_pkey
+    DO UPDATE SET max_starts = EXCLUDED.max_starts, per = EXCLUDED.per, set_at = EXCLUDED.set_at;
+    -- The slots anew, keeping the most recent starts (waiting for checkouts that hold a slot):
+    -- a changed limit counts the starts already made.
+    v_recent := ARRAY(SELECT s.last_start FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key
+                       ORDER BY s.last_start DESC FOR UPDATE);
+    DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
+    INSERT INTO jobq.rate_slots (key, slot, last_start)
+    SELECT key, g.slot, coalesce(v_recent[g.slot], '-infinity')
+      FROM generate_series(1, max_starts) AS g(slot);
+END $$;
+
+-- Takes one start of rate key `key` at time `started` for a job being claimed: true when the
+-- key has no limit or a slot was free (see above), false when its window is full.
+CREATE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_per interval;
+BEGIN
+    SELECT r.per INTO v_per FROM jobq.rate_limits r WHERE r.key = _take_rate.key;
+    IF NOT FOUND THEN
+        RETURN true;
+    END IF;
+    UPDATE jobq.rate_slots s SET last_start = started
+     WHERE s.ctid = (SELECT x.ctid FROM jobq.rate_slots x
+                      WHERE x.key = _take_rate.key AND x.last_start < started - v_per
+                      ORDER BY x.last_start
+                      LIMIT 1
+                        FOR UPDATE SKIP LOCKED);
+    RETURN FOUND;
+END $$;
