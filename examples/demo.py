@@ -224,7 +224,7 @@ def main():
                                      count(*)::int
                                 FROM jobq.jobs a WHERE a.rate_key = 'partner-api' AND a.state = 'completed'""").fetchone()
     say(f"  rate limit:      {api_done} of {counts['api']} partner API calls done, at most {api_max} started in any second"
-        f" (limit {API_LIMIT}/s); the other jobs went on meanwhile")
+        f" (limit {API_LIMIT}/s)")
     ticks = [r[0] for r in db.execute("SELECT extract(epoch FROM run_at)::float8 FROM jobq.jobs WHERE queue = 'cron' ORDER BY run_at")]
     steps = {round(b - a, 3) for a, b in zip(ticks, ticks[1:])}
     one_per_tick = len(ticks) >= 2 and steps == {3.0}
