@@ -187,7 +187,11 @@ CREATE TABLE jobq.slots (
     slot    integer NOT NULL,
     job_id  bigint NOT NULL,
     PRIMARY KEY (ns, key, slot)
-);
+)
+-- A row per keyed job's attempt, inserted and deleted: vacuumed like jobq.ready (below), so a
+-- slot lookup does not walk the dead entries of every earlier attempt of its key.
+WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+      autovacuum_vacuum_cost_delay = 0);
 
 -- Paused queues (kind NULL), kinds in every queue (queue NULL), or one kind in one queue.
 CREATE TABLE jobq.pauses (
@@ -303,91 +307,25 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS void
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+-- jobq::privileges::jobq::_may_act_for
+CREATE  FUNCTION jobq."_may_act_for"(
+	"owner" oid /* pg_sys :: Oid */
 ) RETURNS bool /* bool */
-VOLATILE 
+STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
+AS 'MODULE_PATHNAME', 'caller_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -419,37 +357,78 @@ AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::privileges::jobq::_may_act_for
-CREATE  FUNCTION jobq."_may_act_for"(
-	"owner" oid /* pg_sys :: Oid */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
 ) RETURNS bool /* bool */
-STRICT STABLE PARALLEL SAFE 
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -571,8 +550,8 @@ END $$;
 -- releases or keeps its unique key as its strategy says. A job that waits again with an
 -- until_executing key takes the key back if it is free; if another job took the key in the
 -- meantime, it waits without it (it is not dropped: no job is lost).
-CREATE FUNCTION jobq._release_keys(job bigint, new_state text, unique_key text, unique_strategy text,
-                                   concurrency_key text, concurrency_slot integer)
+CREATE FUNCTION jobq._release_keys(job bigint, queue text, new_state text, unique_key text,
+                                   unique_strategy text, concurrency_key text, concurrency_slot integer)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     -- Slots this frees: a concurrency slot, a while_executing key's.
@@ -583,7 +562,7 @@ BEGIN
     -- queue (jobs of the key in other queues are found by their waiters' next look). The
     -- ring comes at commit, so noting it before the deletes is the same.
     IF v_freed > 0 THEN
-        PERFORM jobq._wake(j.queue, '-infinity', v_freed) FROM jobq.jobs j WHERE j.id = job;
+        PERFORM jobq._wake(queue, '-infinity', v_freed);
     END IF;
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
@@ -630,7 +609,7 @@ BEGIN
         RETURNING j.id, j.state, j.queue, j.unique_key, j.unique_strategy, j.concurrency_key,
                   j.concurrency_slot
     LOOP
-        PERFORM jobq._release_keys(r.id, r.state, r.unique_key, r.unique_strategy,
+        PERFORM jobq._release_keys(r.id, r.queue, r.state, r.unique_key, r.unique_strategy,
                                    r.concurrency_key, r.concurrency_slot);
         IF r.state = 'ready' THEN
             PERFORM jobq._enter_ready(ARRAY[r.id]);
@@ -966,7 +945,11 @@ CREATE TABLE jobq.rate_slots (
     slot        integer NOT NULL,          -- 1..max_starts
     last_start  timestamptz NOT NULL,      -- '-infinity': never used
     PRIMARY KEY (key, slot)
-);
+)
+-- Updated at every start of a rate-limited job (and re-indexed: rate_slots_oldest): vacuumed
+-- after a fixed number of dead rows, like jobq.slots.
+WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+      autovacuum_vacuum_cost_delay = 0);
 -- A start looks for the key's least recently used slot: through this index it reads one entry,
 -- not every slot of the key (a limit may have 10,000).
 CREATE INDEX rate_slots_oldest ON jobq.rate_slots (key, last_start);
@@ -1031,6 +1014,32 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   rate_limits
 --   waits::jobq::wait_begin
@@ -1040,13 +1049,14 @@ END $$;
 --
 -- One statement per batch picks the first due, unpaused rows of jobq.ready in claim order
 -- through its index (no sort), locks them with FOR UPDATE SKIP LOCKED (never waiting for
--- another checkout) and, in the same statement, claims those that need no execution slot:
--- a claim deletes the ready row and marks the job row executing. A job is claimed only by
--- the transaction that deleted its ready row, and only while its row says 'ready'.
--- Jobs that do (a concurrency key, a while_executing key, a rate key) or that give up a key
--- when they start (until_executing) are claimed one by one by jobq._claim_keyed; one that
--- cannot start now has its key (for a concurrency key: its key up to its limit) skipped for
--- the rest of this call, and the next batch looks past it.
+-- another checkout) and, in the same statement, takes what the keyed ones need to start
+-- (jobq._take_keys: a concurrency or while_executing slot, a start of their rate, giving up
+-- an until_executing key) and claims every one that can start: a claim deletes the ready row
+-- and marks the job row executing. A job is claimed only by the transaction that deleted its
+-- ready row, and only while its row says 'ready'. When that statement claimed fewer than
+-- asked, the general path looks further, one keyed job at a time (jobq._claim_keyed): a job
+-- that cannot start has its key (for a concurrency key: its key up to its limit) skipped for
+-- the rest of the call, and the next batch looks past it.
 -- PL/pgSQL prepares each statement once per backend and, with the function's
 -- plan_cache_mode, keeps its generic plan: no statement is planned again per call.
 
@@ -1066,58 +1076,78 @@ LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_slot integer;
 BEGIN
-    FOR v_slot IN
-        SELECT g.slot FROM generate_series(slot_limit, 1, -1) AS g(slot)
-         WHERE NOT EXISTS (SELECT 1 FROM jobq.slots s
-                            WHERE s.ns = _take_slot.ns AND s.key = _take_slot.key AND s.slot = g.slot)
-    LOOP
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext(ns || v_slot || ':' || key));
-        INSERT INTO jobq.slots (ns, key, slot, job_id) VALUES (ns, key, v_slot, job)
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            RETURN v_slot;
-        END IF;
-    END LOOP;
-    RETURN NULL;
+    -- One statement: the highest slot that is free in this statement's snapshot and whose
+    -- advisory lock no other taker holds (CASE: the lock is tried only on a free slot). A
+    -- slot committed since the snapshot makes the INSERT do nothing: the job is then taken
+    -- as blocked for this call, never started beyond its limit.
+    INSERT INTO jobq.slots (ns, key, slot, job_id)
+    SELECT _take_slot.ns, _take_slot.key, g.slot, job
+      FROM generate_series(slot_limit, 1, -1) AS g(slot)
+     WHERE CASE WHEN NOT EXISTS (SELECT 1 FROM jobq.slots s
+                                  WHERE s.ns = _take_slot.ns AND s.key = _take_slot.key AND s.slot = g.slot)
+                THEN pg_try_advisory_xact_lock(1785684593, hashtext(_take_slot.ns || g.slot || ':' || _take_slot.key))
+                ELSE false END
+     LIMIT 1
+    ON CONFLICT DO NOTHING
+    RETURNING slot INTO v_slot;
+    RETURN v_slot;
 END $$;
 
--- Claims a job whose ready row (`ready`, its ctid) this checkout holds locked, taking its
--- slots first and then a start of its rate (src/sql/rate_limits.sql; last, because a start
--- taken is not given back before the transaction ends). NULL when claimed; otherwise 'c'
--- (its concurrency key is full), 'u' (its while_executing key is busy) or 'r' (its rate key
--- has no start left in the window), and nothing changed.
-CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
+-- Takes what waiting job `job` needs to start at `started`, in this order: the slot of its
+-- while_executing key, a slot of its concurrency key, a start of its rate (src/sql/rate_limits.sql;
+-- last, because a start taken is not given back before the transaction ends); then gives up
+-- its until_executing key. Returns its concurrency slot (0: it has no concurrency key), or,
+-- when it cannot start now, having given back what it took: -1 (its concurrency key is
+-- full), -2 (its while_executing key is busy), -3 (its rate key has no start left).
+-- The caller holds the job's ready row locked, and claims the job when this returns >= 0.
+CREATE FUNCTION jobq._take_keys(job bigint, started timestamptz) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     j       record;
-    v_slot  integer;
+    v_slot  integer := 0;
 BEGIN
     SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit, x.rate_key INTO j
       FROM jobq.live_jobs x WHERE x.id = job;
+    -- (Nested IFs: unique_strategy is NULL for most jobs, and NULL AND x evaluates x.)
     IF j.unique_strategy = 'while_executing' THEN
         IF jobq._take_slot('u', j.unique_key, 1, job) IS NULL THEN
-            RETURN 'u';
+            RETURN -2;
         END IF;
     END IF;
     IF j.concurrency_key IS NOT NULL THEN
         v_slot := jobq._take_slot('c', j.concurrency_key, j.concurrency_limit, job);
         IF v_slot IS NULL THEN
-            DELETE FROM jobq.slots s WHERE s.job_id = job AND s.ns = 'u' AND s.key = j.unique_key;
-            RETURN 'c';
+            DELETE FROM jobq.slots s WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1 AND s.job_id = job;
+            RETURN -1;
         END IF;
     END IF;
     IF j.rate_key IS NOT NULL AND NOT jobq._take_rate(j.rate_key, started) THEN
         DELETE FROM jobq.slots s
          WHERE s.job_id = job AND ((s.ns = 'u' AND s.key = j.unique_key) OR (s.ns = 'c' AND s.key = j.concurrency_key));
-        RETURN 'r';
+        RETURN -3;
     END IF;
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
     END IF;
+    RETURN v_slot;
+END $$;
+
+-- Claims a job whose ready row (`ready`, its ctid) this checkout holds locked, taking what it
+-- needs to start first (jobq._take_keys). NULL when claimed; otherwise 'c' (its concurrency
+-- key is full), 'u' (its while_executing key is busy) or 'r' (its rate key has no start
+-- left in the window), and nothing changed.
+CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_slot  integer := jobq._take_keys(job, started);
+BEGIN
+    IF v_slot < 0 THEN
+        RETURN (ARRAY['c', 'u', 'r']::"char"[])[-v_slot];
+    END IF;
     DELETE FROM jobq.ready r WHERE r.ctid = ready;
     UPDATE jobq.live_jobs x
        SET state = 'executing', worker_id = _claim_keyed.worker, attempt = x.attempt + 1,
-           started_at = started, concurrency_slot = v_slot
+           started_at = started, concurrency_slot = nullif(v_slot, 0)
      WHERE x.id = job;
     RETURN NULL;
 END $$;
@@ -1218,6 +1248,7 @@ DECLARE
     v_skip_l   integer[] := '{}';    -- for jobs with this limit or a lower one
     v_skip_u   text[] := '{}';       -- while_executing keys found busy during this call
     v_skip_r   text[] := '{}';       -- rate keys found without a start left during this call
+    v_fast     integer := 0;         -- claimed (and returned) by the fast path
     v_want     integer;
     v_seen     integer;
     v_blocked  "char";
@@ -1244,11 +1275,11 @@ BEGIN
     SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;
 
     -- Fast path, one statement: if the worker is alive and the caller's to act for (judged
-    -- inside the statement), lock the
-    -- first max_jobs unpaused candidates and, if none of them needs a slot or gives up a key
-    -- when it starts, claim them all and return them. Otherwise it claims nothing (the
-    -- candidates it locked stay ours) and the general path below takes over: it raises JQ001
-    -- for a dead worker and claims keyed jobs in order. An empty queue also falls through.
+    -- inside the statement), lock the first max_jobs unpaused candidates, take the keys of
+    -- the keyed ones, claim every one that can start and return them. When that is fewer
+    -- than max_jobs (a queue with fewer jobs, a key that cannot start, a dead worker), the
+    -- general path below looks for the rest: it raises JQ001 for a dead worker and looks past
+    -- the keys that cannot start. The candidates that could not start stay locked by us.
     -- No row lock on the worker (it would cost a WAL record per checkout): a reap pass that
     -- deletes this worker while we claim leaves our claims orphaned, and the next pass
     -- requeues them (jobq._reap, orphaned jobs).
@@ -1264,7 +1295,7 @@ BEGIN
                  WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
                    AND jobq._may_act_for(w.owner)
             ), cand AS (
-                SELECT r.ctid AS rid, r.keyed
+                SELECT r.ctid AS rid, r.id, r.keyed
                   FROM jobq.ready r
                  WHERE EXISTS (SELECT 1 FROM live)
                    AND r.queue = v_queue AND r.run_at <= v_now
@@ -1276,15 +1307,20 @@ BEGIN
                  ORDER BY r.priority, r.run_at, r.id
                  LIMIT max_jobs
                  FOR UPDATE SKIP LOCKED
+            ), keys AS (
+                -- A keyed candidate takes what it needs to start, in claim order: its
+                -- concurrency slot (0: none), or < 0 when it cannot start now.
+                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, v_now) END AS slot
+                  FROM cand
             ), taken AS (
                 DELETE FROM jobq.ready r
-                 WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand))
-                   AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
+                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE coalesce(keys.slot, 0) >= 0))
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
-                       started_at = v_now
+                       started_at = v_now,
+                       concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                 RETURNING j.*
             )
@@ -1300,7 +1336,7 @@ BEGIN
                  WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
                    AND jobq._may_act_for(w.owner)
             ), cand AS (
-                SELECT r.ctid AS rid, r.keyed
+                SELECT r.ctid AS rid, r.id, r.keyed
                   FROM jobq.ready r
                  WHERE EXISTS (SELECT 1 FROM live)
                    AND (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
@@ -1312,15 +1348,20 @@ BEGIN
                  ORDER BY r.priority, r.run_at, r.id
                  LIMIT max_jobs
                  FOR UPDATE SKIP LOCKED
+            ), keys AS (
+                -- A keyed candidate takes what it needs to start, in claim order: its
+                -- concurrency slot (0: none), or < 0 when it cannot start now.
+                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, v_now) END AS slot
+                  FROM cand
             ), taken AS (
                 DELETE FROM jobq.ready r
-                 WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand))
-                   AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.keyed)
+                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE coalesce(keys.slot, 0) >= 0))
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
-                       started_at = v_now
+                       started_at = v_now,
+                       concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                 RETURNING j.*
             )
@@ -1330,8 +1371,8 @@ BEGIN
               FROM claimed j
              ORDER BY j.priority, j.run_at, j.id;
         END IF;
-        GET DIAGNOSTICS v_seen = ROW_COUNT;
-        IF v_seen > 0 THEN
+        GET DIAGNOSTICS v_fast = ROW_COUNT;
+        IF v_fast >= max_jobs THEN
             RETURN;
         END IF;
     END IF;
@@ -1348,7 +1389,7 @@ BEGIN
         v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused, v_fp, v_fr, v_fi);
     ELSE
         LOOP
-            v_want := max_jobs - cardinality(v_claimed);
+            v_want := max_jobs - v_fast - cardinality(v_claimed);
             v_seen := 0;
             -- The two statements differ only in the queue condition, so that each gets the index
             -- that serves its order: one queue, or any/several queues.
@@ -1451,7 +1492,7 @@ BEGIN
             CLOSE cur;
             -- Stop when enough were claimed, or when the batch came back short (nothing more is
             -- available); otherwise look again past the keys that could not start.
-            EXIT WHEN cardinality(v_claimed) >= max_jobs OR v_seen < v_want;
+            EXIT WHEN v_fast + cardinality(v_claimed) >= max_jobs OR v_seen < v_want;
         END LOOP;
     END IF;
 
@@ -1564,7 +1605,7 @@ BEGIN
         INSERT INTO jobq.finished_jobs SELECT (j).*;
     END IF;
     IF j.unique_key IS NOT NULL OR j.concurrency_key IS NOT NULL THEN
-        PERFORM jobq._release_keys(job_id, 'completed', j.unique_key, j.unique_strategy,
+        PERFORM jobq._release_keys(job_id, j.queue, 'completed', j.unique_key, j.unique_strategy,
                                    j.concurrency_key, j.concurrency_slot);
     END IF;
     RETURN true;
@@ -1617,7 +1658,7 @@ BEGIN
     ELSE
         PERFORM jobq._archive(ARRAY[job_id]);
     END IF;
-    PERFORM jobq._release_keys(job_id, v_state, j.unique_key, j.unique_strategy,
+    PERFORM jobq._release_keys(job_id, j.queue, v_state, j.unique_key, j.unique_strategy,
                                j.concurrency_key, j.concurrency_slot);
     IF v_state = 'ready' AND retry_in = interval '0' THEN
         PERFORM jobq._notify(j.queue);
@@ -1642,9 +1683,9 @@ BEGIN
             DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
             UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
-            RETURNING x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
+            RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
             PERFORM jobq._archive(ARRAY[job_id]);
-            PERFORM jobq._release_keys(job_id, 'cancelled', j.unique_key, j.unique_strategy,
+            PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
                                        j.concurrency_key, NULL);
             RETURN 'cancelled';
         END IF;
@@ -2000,6 +2041,38 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS void
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   schedules
 --   gucs::jobq::retention_ms
@@ -2189,39 +2262,6 @@ SELECT j.queue,
        t.now - min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_ready_age
   FROM jobq.jobs j CROSS JOIN t
  GROUP BY j.queue, t.now;
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -40,7 +40,7 @@ BEGIN
         INSERT INTO jobq.finished_jobs SELECT (j).*;
     END IF;
     IF j.unique_key IS NOT NULL OR j.concurrency_key IS NOT NULL THEN
-        PERFORM jobq._release_keys(job_id, 'completed', j.unique_key, j.unique_strategy,
+        PERFORM jobq._release_keys(job_id, j.queue, 'completed', j.unique_key, j.unique_strategy,
                                    j.concurrency_key, j.concurrency_slot);
     END IF;
     RETURN true;
@@ -93,7 +93,7 @@ BEGIN
     ELSE
         PERFORM jobq._archive(ARRAY[job_id]);
     END IF;
-    PERFORM jobq._release_keys(job_id, v_state, j.unique_key, j.unique_strategy,
+    PERFORM jobq._release_keys(job_id, j.queue, v_state, j.unique_key, j.unique_strategy,
                                j.concurrency_key, j.concurrency_slot);
     IF v_state = 'ready' AND retry_in = interval '0' THEN
         PERFORM jobq._notify(j.queue);
@@ -118,9 +118,9 @@ BEGIN
             DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
             UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
-            RETURNING x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
+            RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
             PERFORM jobq._archive(ARRAY[job_id]);
-            PERFORM jobq._release_keys(job_id, 'cancelled', j.unique_key, j.unique_strategy,
+            PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
                                        j.concurrency_key, NULL);
             RETURN 'cancelled';
         END IF;

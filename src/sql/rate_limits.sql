@@ -21,7 +21,11 @@ CREATE TABLE jobq.rate_slots (
     slot        integer NOT NULL,          -- 1..max_starts
     last_start  timestamptz NOT NULL,      -- '-infinity': never used
     PRIMARY KEY (key, slot)
-);
+)
+-- Updated at every start of a rate-limited job (and re-indexed: rate_slots_oldest): vacuumed
+-- after a fixed number of dead rows, like jobq.slots.
+WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+      autovacuum_vacuum_cost_delay = 0);
 -- A start looks for the key's least recently used slot: through this index it reads one entry,
 -- not every slot of the key (a limit may have 10,000).
 CREATE INDEX rate_slots_oldest ON jobq.rate_slots (key, last_start);

@@ -150,7 +150,11 @@ CREATE TABLE jobq.slots (
     slot    integer NOT NULL,
     job_id  bigint NOT NULL,
     PRIMARY KEY (ns, key, slot)
-);
+)
+-- A row per keyed job's attempt, inserted and deleted: vacuumed like jobq.ready (below), so a
+-- slot lookup does not walk the dead entries of every earlier attempt of its key.
+WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+      autovacuum_vacuum_cost_delay = 0);
 
 -- Paused queues (kind NULL), kinds in every queue (queue NULL), or one kind in one queue.
 CREATE TABLE jobq.pauses (

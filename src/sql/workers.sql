@@ -111,8 +111,8 @@ END $$;
 -- releases or keeps its unique key as its strategy says. A job that waits again with an
 -- until_executing key takes the key back if it is free; if another job took the key in the
 -- meantime, it waits without it (it is not dropped: no job is lost).
-CREATE FUNCTION jobq._release_keys(job bigint, new_state text, unique_key text, unique_strategy text,
-                                   concurrency_key text, concurrency_slot integer)
+CREATE FUNCTION jobq._release_keys(job bigint, queue text, new_state text, unique_key text,
+                                   unique_strategy text, concurrency_key text, concurrency_slot integer)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     -- Slots this frees: a concurrency slot, a while_executing key's.
@@ -123,7 +123,7 @@ BEGIN
     -- queue (jobs of the key in other queues are found by their waiters' next look). The
     -- ring comes at commit, so noting it before the deletes is the same.
     IF v_freed > 0 THEN
-        PERFORM jobq._wake(j.queue, '-infinity', v_freed) FROM jobq.jobs j WHERE j.id = job;
+        PERFORM jobq._wake(queue, '-infinity', v_freed);
     END IF;
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
@@ -170,7 +170,7 @@ BEGIN
         RETURNING j.id, j.state, j.queue, j.unique_key, j.unique_strategy, j.concurrency_key,
                   j.concurrency_slot
     LOOP
-        PERFORM jobq._release_keys(r.id, r.state, r.unique_key, r.unique_strategy,
+        PERFORM jobq._release_keys(r.id, r.queue, r.state, r.unique_key, r.unique_strategy,
                                    r.concurrency_key, r.concurrency_slot);
         IF r.state = 'ready' THEN
             PERFORM jobq._enter_ready(ARRAY[r.id]);
