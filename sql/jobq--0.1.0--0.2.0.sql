@@ -307,25 +307,19 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::privileges::jobq::_may_act_for
-CREATE  FUNCTION jobq."_may_act_for"(
-	"owner" oid /* pg_sys :: Oid */
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
 ) RETURNS bool /* bool */
-STRICT STABLE PARALLEL SAFE 
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -357,53 +351,6 @@ AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
 /* </end connected objects> */
 
@@ -416,19 +363,37 @@ AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'caller_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_may_act_for
+CREATE  FUNCTION jobq."_may_act_for"(
+	"owner" oid /* pg_sys :: Oid */
+) RETURNS bool /* bool */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -982,10 +947,13 @@ BEGIN
     VALUES (key, max_starts, per, clock_timestamp())
     ON CONFLICT ON CONSTRAINT rate_limits_pkey
     DO UPDATE SET max_starts = EXCLUDED.max_starts, per = EXCLUDED.per, set_at = EXCLUDED.set_at;
-    -- The slots anew, keeping the most recent starts (waiting for checkouts that hold a slot):
-    -- a changed limit counts the starts already made.
+    -- The slots anew, keeping the most recent starts: a changed limit counts the starts
+    -- already made. Lock them first (waiting for checkouts that hold one), then read them in
+    -- a statement of their own: a locking read that waited returns the newest version of the
+    -- row it waited for, but sorted by the value it had before.
+    PERFORM 1 FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key FOR UPDATE;
     v_recent := ARRAY(SELECT s.last_start FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key
-                       ORDER BY s.last_start DESC FOR UPDATE);
+                       ORDER BY s.last_start DESC);
     DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
     INSERT INTO jobq.rate_slots (key, slot, last_start)
     SELECT key, g.slot, coalesce(v_recent[g.slot], '-infinity')
@@ -996,21 +964,31 @@ END $$;
 -- key has no limit or a slot was free (see above), false when its window is full.
 CREATE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
-DECLARE
-    v_per interval;
 BEGIN
-    SELECT r.per INTO v_per FROM jobq.rate_limits r WHERE r.key = _take_rate.key;
-    IF NOT FOUND THEN
-        RETURN true;
-    END IF;
+    -- The window and the slots are read by one statement, so a limit changed meanwhile is
+    -- seen whole or not at all (jobq_set_rate_limit rewrites the slots with the limit).
     UPDATE jobq.rate_slots s SET last_start = started
-     WHERE s.ctid = (SELECT x.ctid FROM jobq.rate_slots x
-                      WHERE x.key = _take_rate.key AND x.last_start < started - v_per
+     WHERE s.ctid = (SELECT x.ctid FROM jobq.rate_slots x JOIN jobq.rate_limits l ON l.key = x.key
+                      WHERE x.key = _take_rate.key AND x.last_start < started - l.per
                       ORDER BY x.last_start
                       LIMIT 1
-                        FOR UPDATE SKIP LOCKED);
-    RETURN FOUND;
+                        FOR UPDATE OF x SKIP LOCKED);
+    RETURN FOUND OR NOT EXISTS (SELECT 1 FROM jobq.rate_limits l WHERE l.key = _take_rate.key);
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1096,11 +1074,16 @@ END $$;
 -- Takes what waiting job `job` needs to start at `started`, in this order: the slot of its
 -- while_executing key, a slot of its concurrency key, a start of its rate (src/sql/rate_limits.sql;
 -- last, because a start taken is not given back before the transaction ends); then gives up
--- its until_executing key. Returns its concurrency slot (0: it has no concurrency key), or,
--- when it cannot start now, having given back what it took: -1 (its concurrency key is
--- full), -2 (its while_executing key is busy), -3 (its rate key has no start left).
--- The caller holds the job's ready row locked, and claims the job when this returns >= 0.
-CREATE FUNCTION jobq._take_keys(job bigint, started timestamptz) RETURNS integer
+-- its until_executing key and deletes its ready row (`ready`, which the caller holds locked).
+-- Returns its concurrency slot (0: it has no concurrency key), and the caller must then mark
+-- the job executing in the same transaction; or, when it cannot start now, having given back
+-- what it took and changed nothing: -1 (its concurrency key is full), -2 (its while_executing
+-- key is busy), -3 (its rate key has no start left).
+-- The ready row is deleted here, by this statement's own snapshot, and not by the caller's
+-- statement: when a replace updated the row after the caller's statement began, the caller's
+-- lock (FOR UPDATE re-checks the newest version) holds a version that statement cannot see,
+-- so a DELETE there would miss it, leaving keys taken for a job left waiting.
+CREATE FUNCTION jobq._take_keys(job bigint, ready tid, started timestamptz) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     j       record;
@@ -1129,22 +1112,27 @@ BEGIN
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
     END IF;
+    DELETE FROM jobq.ready r WHERE r.ctid = ready;
+    IF NOT FOUND THEN
+        -- Cannot happen: the caller holds the row locked. Undo everything rather than leave
+        -- keys taken for a job that does not start.
+        RAISE EXCEPTION 'jobq: the ready row of job % was not found at its claim', job USING ERRCODE = 'XX000';
+    END IF;
     RETURN v_slot;
 END $$;
 
 -- Claims a job whose ready row (`ready`, its ctid) this checkout holds locked, taking what it
--- needs to start first (jobq._take_keys). NULL when claimed; otherwise 'c' (its concurrency
+-- needs to start first and deleting that row (jobq._take_keys). NULL when claimed; otherwise 'c' (its concurrency
 -- key is full), 'u' (its while_executing key is busy) or 'r' (its rate key has no start
 -- left in the window), and nothing changed.
 CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_slot  integer := jobq._take_keys(job, started);
+    v_slot  integer := jobq._take_keys(job, ready, started);
 BEGIN
     IF v_slot < 0 THEN
         RETURN (ARRAY['c', 'u', 'r']::"char"[])[-v_slot];
     END IF;
-    DELETE FROM jobq.ready r WHERE r.ctid = ready;
     UPDATE jobq.live_jobs x
        SET state = 'executing', worker_id = _claim_keyed.worker, attempt = x.attempt + 1,
            started_at = started, concurrency_slot = nullif(v_slot, 0)
@@ -1308,20 +1296,22 @@ BEGIN
                  LIMIT max_jobs
                  FOR UPDATE SKIP LOCKED
             ), keys AS (
-                -- A keyed candidate takes what it needs to start, in claim order: its
-                -- concurrency slot (0: none), or < 0 when it cannot start now.
-                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, v_now) END AS slot
+                -- A keyed candidate takes what it needs to start, in claim order, and its
+                -- ready row goes (jobq._take_keys): its concurrency slot (0: none), or < 0
+                -- when it cannot start now. NULL for the others.
+                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, v_now) END AS slot
                   FROM cand
             ), taken AS (
                 DELETE FROM jobq.ready r
-                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE coalesce(keys.slot, 0) >= 0))
+                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL))
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now,
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
-                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
+                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
+                   AND j.state = 'ready'
                 RETURNING j.*
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
@@ -1349,20 +1339,22 @@ BEGIN
                  LIMIT max_jobs
                  FOR UPDATE SKIP LOCKED
             ), keys AS (
-                -- A keyed candidate takes what it needs to start, in claim order: its
-                -- concurrency slot (0: none), or < 0 when it cannot start now.
-                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, v_now) END AS slot
+                -- A keyed candidate takes what it needs to start, in claim order, and its
+                -- ready row goes (jobq._take_keys): its concurrency slot (0: none), or < 0
+                -- when it cannot start now. NULL for the others.
+                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, v_now) END AS slot
                   FROM cand
             ), taken AS (
                 DELETE FROM jobq.ready r
-                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE coalesce(keys.slot, 0) >= 0))
+                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL))
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now,
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
-                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
+                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
+                   AND j.state = 'ready'
                 RETURNING j.*
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
@@ -2012,13 +2004,17 @@ BEGIN
     ELSIF max_attempts < 1 THEN
         RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
     END IF;
-    v_next := jobq._cron_next(cron, time_zone, v_now);  -- 22023 for a bad expression or zone
+    PERFORM jobq._cron_next(cron, time_zone, v_now);  -- 22023 for a bad expression or zone
     -- Replacing takes effect from the next tick: what the old definition made due before
-    -- this call is enqueued first, as the next pass would have.
+    -- this call is enqueued first, as the next pass would have. The time is read once the
+    -- row is ours: a pass that moved the row while we waited enqueued ticks up to its own
+    -- time, and the next tick is computed from a later one.
     SELECT c.* INTO s FROM jobq.crontab c WHERE c.name = jobq_schedule.name FOR UPDATE;
-    IF FOUND AND s.next_run_at <= v_now THEN
+    v_now := clock_timestamp();
+    IF s.next_run_at <= v_now THEN  -- (NULL when there was no such schedule)
         PERFORM jobq._enqueue_ticks(s, v_now);
     END IF;
+    v_next := jobq._cron_next(cron, time_zone, v_now);
     INSERT INTO jobq.crontab AS c (name, cron, time_zone, queue, payload, kind, priority, max_attempts,
                                    catch_up, next_run_at, updated_at)
     VALUES (name, cron, time_zone, queue, payload, kind, priority, max_attempts, catch_up, v_next, v_now)
@@ -2041,14 +2037,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- jobq::waits::jobq::_wake
 CREATE  FUNCTION jobq."_wake"(
 	"queue" TEXT, /* Option < & str > */
@@ -2061,15 +2049,11 @@ AS 'MODULE_PATHNAME', 'wake_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
 STRICT VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2262,6 +2246,39 @@ SELECT j.queue,
        t.now - min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_ready_age
   FROM jobq.jobs j CROSS JOIN t
  GROUP BY j.queue, t.now;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -249,14 +249,17 @@ fn replace_never_rejects_when_the_holder_starts_in_between() {
 #[test]
 fn cancels_and_replaces_racing_checkouts_never_deadlock_and_lose_nothing() {
     // A cancel or a replace changes a waiting job (its ready row, then its job row) while
-    // checkouts claim the same jobs (ready rows, then job rows). 40P01 would mean two
-    // writers took them in opposite orders. Afterwards every job is completed or cancelled,
-    // each exactly once, and the waiting set matches the jobs.
+    // checkouts claim the same jobs (ready rows, then job rows), many of them keyed (an
+    // until_executing key, a concurrency key). 40P01 would mean two writers took them in
+    // opposite orders. Afterwards every job is completed or cancelled, each exactly once, the
+    // waiting set matches the jobs, and no slot or key is left held for a job that did not
+    // start (a replace that commits between a checkout's snapshot and its lock).
     let (cluster, name, mut c) = db();
     const JOBS: i64 = 600;
     c.batch_execute(&format!(
         "SELECT jobq_enqueue('race', jsonb_build_object('n', g), unique_key => CASE WHEN g <= 50 THEN 'k' || g END,
-                             unique_strategy => 'until_executing')
+                             unique_strategy => 'until_executing',
+                             concurrency_key => CASE WHEN g % 3 = 0 THEN 'c' || (g % 4) END, concurrency_limit => 2)
            FROM generate_series(1, {JOBS}) g"
     ))
     .unwrap();
@@ -295,7 +298,8 @@ fn cancels_and_replaces_racing_checkouts_never_deadlock_and_lose_nothing() {
             } else {
                 c.query_one(
                     "SELECT jobq_enqueue('race', jsonb_build_object('r', $1::int), unique_key => 'k' || ($1::int % 50),
-                                         unique_strategy => 'until_executing', on_conflict => 'replace') IS NOT NULL",
+                                         unique_strategy => 'until_executing', on_conflict => 'replace',
+                                         concurrency_key => 'c' || ($1::int % 4), concurrency_limit => 2) IS NOT NULL",
                     &[&((n * 8 + i as i64) as i32)],
                 )
             };

@@ -609,8 +609,10 @@ fn a_standby_reaps_only_once_promoted() {
     let job: i64 = p.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
     p.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
     // A schedule ticking every second, with catch-up, through the failover (issue 14).
-    p.execute("SELECT jobq_schedule('beat', '* * * * * *', 'beat', catch_up => true)", &[]).unwrap();
-    let first: f64 = p.query_one("SELECT extract(epoch FROM next_run_at)::float8 FROM jobq.schedules", &[]).unwrap().get(0);
+    let mut tx = p.transaction().unwrap();
+    tx.execute("SELECT jobq_schedule('beat', '* * * * * *', 'beat', catch_up => true)", &[]).unwrap();
+    let first: f64 = tx.query_one("SELECT extract(epoch FROM next_run_at)::float8 FROM jobq.schedules", &[]).unwrap().get(0);
+    tx.commit().unwrap();
     wait_until("the primary to fire a tick", PATIENCE, || !ticks_of(&mut p, "beat").is_empty());
 
     let standby = Cluster::replica_of(&primary, "standby", &["jobq.heartbeat_timeout = '1s'", "jobq.reap_interval = '200ms'"]);

@@ -86,11 +86,12 @@ fn a_schedule_is_created_replaced_and_removed() {
     assert_eq!(gap, "2026-03-08 07:00:00+00");
 
     // A due tick of the old definition is enqueued before the replacement takes effect.
+    // (Yearly, on 1 January: this year's is the latest tick that came due.)
     c.execute("SELECT jobq_schedule('r', '0 0 1 1 *', 'old')", &[]).unwrap();
-    c.execute("UPDATE jobq.crontab SET next_run_at = '2026-01-01 00:00Z' WHERE name = 'r'", &[]).unwrap();
+    c.execute("UPDATE jobq.crontab SET next_run_at = date_trunc('year', now(), 'UTC') WHERE name = 'r'", &[]).unwrap();
     c.execute("SELECT jobq_schedule('r', '0 0 1 1 *', 'new')", &[]).unwrap();
     assert_eq!(ticks_of(&mut c, "old").len(), 1, "the old definition's due tick");
-    let r = c.query_one("SELECT queue, last_run_at = '2026-01-01 00:00Z', next_run_at > now() FROM jobq.schedules WHERE name = 'r'", &[]).unwrap();
+    let r = c.query_one("SELECT queue, last_run_at = date_trunc('year', now(), 'UTC'), next_run_at > now() FROM jobq.schedules WHERE name = 'r'", &[]).unwrap();
     assert_eq!(r.get::<_, String>(0), "new");
     assert!(r.get::<_, bool>(1), "last_run_at kept across the replacement");
     assert!(r.get::<_, bool>(2));
@@ -175,8 +176,12 @@ fn the_background_worker_fires_ticks_once_even_across_a_crash() {
     let mut pg = cluster.connect("postgres");
     pg.batch_execute("CREATE EXTENSION jobq").unwrap();
     pg.batch_execute("CREATE DATABASE sched").unwrap();
-    pg.execute("SELECT jobq_schedule('every_second', '* * * * * *', 'ticks', catch_up => true)", &[]).unwrap();
-    let first = epoch(&mut pg, "SELECT next_run_at FROM jobq.crontab");
+    // Its first tick, read before the schedule is committed (the background worker fires it
+    // right after).
+    let mut tx = pg.transaction().unwrap();
+    tx.execute("SELECT jobq_schedule('every_second', '* * * * * *', 'ticks', catch_up => true)", &[]).unwrap();
+    let first: f64 = tx.query_one("SELECT extract(epoch FROM next_run_at)::float8 FROM jobq.crontab", &[]).unwrap().get(0);
+    tx.commit().unwrap();
     // Three sessions reap too, as fast as they can, while the background worker does.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reapers: Vec<_> = (0..3)
@@ -211,7 +216,8 @@ fn the_background_worker_fires_ticks_once_even_across_a_crash() {
     let mut s = cluster.connect("sched");
     s.batch_execute("CREATE EXTENSION jobq").unwrap();
     s.execute("SELECT jobq_schedule('yearly', '0 0 1 1 *', 'crash')", &[]).unwrap();
-    s.execute("UPDATE jobq.crontab SET next_run_at = '2026-01-01 00:00Z'", &[]).unwrap();
+    s.execute("UPDATE jobq.crontab SET next_run_at = date_trunc('year', now(), 'UTC')", &[]).unwrap();
+    let tick = epoch(&mut s, "SELECT date_trunc('year', now(), 'UTC')");
     let mut tx = s.transaction().unwrap();
     tx.query("SELECT * FROM jobq_reap()", &[]).unwrap();
     let in_tx: i64 = tx.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 'crash'", &[]).unwrap().get(0);
@@ -227,10 +233,14 @@ fn the_background_worker_fires_ticks_once_even_across_a_crash() {
     });
     // And nothing more: the schedule has moved past it, in the same commit.
     let r = s
-        .query_one("SELECT next_run_at = '2027-01-01 00:00Z', last_run_at = '2026-01-01 00:00Z' FROM jobq.schedules", &[])
+        .query_one(
+            "SELECT next_run_at = date_trunc('year', now(), 'UTC') + interval '1 year', last_run_at = date_trunc('year', now(), 'UTC')
+               FROM jobq.schedules",
+            &[],
+        )
         .unwrap();
     assert!(r.get::<_, bool>(0) && r.get::<_, bool>(1));
     s.query("SELECT * FROM jobq_reap()", &[]).unwrap();
-    assert_eq!(ticks_of(&mut s, "crash"), vec![(1767225600.0, 1)], "one job, for 2026-01-01 00:00 UTC");
+    assert_eq!(ticks_of(&mut s, "crash"), vec![(tick, 1)], "one job, for this year's 1 January 00:00 UTC");
     cluster.pg_ctl_stop("fast");
 }

@@ -49,11 +49,16 @@ END $$;
 -- Takes what waiting job `job` needs to start at `started`, in this order: the slot of its
 -- while_executing key, a slot of its concurrency key, a start of its rate (src/sql/rate_limits.sql;
 -- last, because a start taken is not given back before the transaction ends); then gives up
--- its until_executing key. Returns its concurrency slot (0: it has no concurrency key), or,
--- when it cannot start now, having given back what it took: -1 (its concurrency key is
--- full), -2 (its while_executing key is busy), -3 (its rate key has no start left).
--- The caller holds the job's ready row locked, and claims the job when this returns >= 0.
-CREATE FUNCTION jobq._take_keys(job bigint, started timestamptz) RETURNS integer
+-- its until_executing key and deletes its ready row (`ready`, which the caller holds locked).
+-- Returns its concurrency slot (0: it has no concurrency key), and the caller must then mark
+-- the job executing in the same transaction; or, when it cannot start now, having given back
+-- what it took and changed nothing: -1 (its concurrency key is full), -2 (its while_executing
+-- key is busy), -3 (its rate key has no start left).
+-- The ready row is deleted here, by this statement's own snapshot, and not by the caller's
+-- statement: when a replace updated the row after the caller's statement began, the caller's
+-- lock (FOR UPDATE re-checks the newest version) holds a version that statement cannot see,
+-- so a DELETE there would miss it, leaving keys taken for a job left waiting.
+CREATE FUNCTION jobq._take_keys(job bigint, ready tid, started timestamptz) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     j       record;
@@ -82,22 +87,27 @@ BEGIN
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
     END IF;
+    DELETE FROM jobq.ready r WHERE r.ctid = ready;
+    IF NOT FOUND THEN
+        -- Cannot happen: the caller holds the row locked. Undo everything rather than leave
+        -- keys taken for a job that does not start.
+        RAISE EXCEPTION 'jobq: the ready row of job % was not found at its claim', job USING ERRCODE = 'XX000';
+    END IF;
     RETURN v_slot;
 END $$;
 
 -- Claims a job whose ready row (`ready`, its ctid) this checkout holds locked, taking what it
--- needs to start first (jobq._take_keys). NULL when claimed; otherwise 'c' (its concurrency
+-- needs to start first and deleting that row (jobq._take_keys). NULL when claimed; otherwise 'c' (its concurrency
 -- key is full), 'u' (its while_executing key is busy) or 'r' (its rate key has no start
 -- left in the window), and nothing changed.
 CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_slot  integer := jobq._take_keys(job, started);
+    v_slot  integer := jobq._take_keys(job, ready, started);
 BEGIN
     IF v_slot < 0 THEN
         RETURN (ARRAY['c', 'u', 'r']::"char"[])[-v_slot];
     END IF;
-    DELETE FROM jobq.ready r WHERE r.ctid = ready;
     UPDATE jobq.live_jobs x
        SET state = 'executing', worker_id = _claim_keyed.worker, attempt = x.attempt + 1,
            started_at = started, concurrency_slot = nullif(v_slot, 0)
@@ -261,20 +271,22 @@ BEGIN
                  LIMIT max_jobs
                  FOR UPDATE SKIP LOCKED
             ), keys AS (
-                -- A keyed candidate takes what it needs to start, in claim order: its
-                -- concurrency slot (0: none), or < 0 when it cannot start now.
-                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, v_now) END AS slot
+                -- A keyed candidate takes what it needs to start, in claim order, and its
+                -- ready row goes (jobq._take_keys): its concurrency slot (0: none), or < 0
+                -- when it cannot start now. NULL for the others.
+                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, v_now) END AS slot
                   FROM cand
             ), taken AS (
                 DELETE FROM jobq.ready r
-                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE coalesce(keys.slot, 0) >= 0))
+                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL))
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now,
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
-                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
+                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
+                   AND j.state = 'ready'
                 RETURNING j.*
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
@@ -302,20 +314,22 @@ BEGIN
                  LIMIT max_jobs
                  FOR UPDATE SKIP LOCKED
             ), keys AS (
-                -- A keyed candidate takes what it needs to start, in claim order: its
-                -- concurrency slot (0: none), or < 0 when it cannot start now.
-                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, v_now) END AS slot
+                -- A keyed candidate takes what it needs to start, in claim order, and its
+                -- ready row goes (jobq._take_keys): its concurrency slot (0: none), or < 0
+                -- when it cannot start now. NULL for the others.
+                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, v_now) END AS slot
                   FROM cand
             ), taken AS (
                 DELETE FROM jobq.ready r
-                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE coalesce(keys.slot, 0) >= 0))
+                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL))
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
                    SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now,
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
-                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
+                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
+                   AND j.state = 'ready'
                 RETURNING j.*
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,

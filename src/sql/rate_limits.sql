@@ -58,10 +58,13 @@ BEGIN
     VALUES (key, max_starts, per, clock_timestamp())
     ON CONFLICT ON CONSTRAINT rate_limits_pkey
     DO UPDATE SET max_starts = EXCLUDED.max_starts, per = EXCLUDED.per, set_at = EXCLUDED.set_at;
-    -- The slots anew, keeping the most recent starts (waiting for checkouts that hold a slot):
-    -- a changed limit counts the starts already made.
+    -- The slots anew, keeping the most recent starts: a changed limit counts the starts
+    -- already made. Lock them first (waiting for checkouts that hold one), then read them in
+    -- a statement of their own: a locking read that waited returns the newest version of the
+    -- row it waited for, but sorted by the value it had before.
+    PERFORM 1 FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key FOR UPDATE;
     v_recent := ARRAY(SELECT s.last_start FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key
-                       ORDER BY s.last_start DESC FOR UPDATE);
+                       ORDER BY s.last_start DESC);
     DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
     INSERT INTO jobq.rate_slots (key, slot, last_start)
     SELECT key, g.slot, coalesce(v_recent[g.slot], '-infinity')
@@ -72,18 +75,14 @@ END $$;
 -- key has no limit or a slot was free (see above), false when its window is full.
 CREATE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
-DECLARE
-    v_per interval;
 BEGIN
-    SELECT r.per INTO v_per FROM jobq.rate_limits r WHERE r.key = _take_rate.key;
-    IF NOT FOUND THEN
-        RETURN true;
-    END IF;
+    -- The window and the slots are read by one statement, so a limit changed meanwhile is
+    -- seen whole or not at all (jobq_set_rate_limit rewrites the slots with the limit).
     UPDATE jobq.rate_slots s SET last_start = started
-     WHERE s.ctid = (SELECT x.ctid FROM jobq.rate_slots x
-                      WHERE x.key = _take_rate.key AND x.last_start < started - v_per
+     WHERE s.ctid = (SELECT x.ctid FROM jobq.rate_slots x JOIN jobq.rate_limits l ON l.key = x.key
+                      WHERE x.key = _take_rate.key AND x.last_start < started - l.per
                       ORDER BY x.last_start
                       LIMIT 1
-                        FOR UPDATE SKIP LOCKED);
-    RETURN FOUND;
+                        FOR UPDATE OF x SKIP LOCKED);
+    RETURN FOUND OR NOT EXISTS (SELECT 1 FROM jobq.rate_limits l WHERE l.key = _take_rate.key);
 END $$;

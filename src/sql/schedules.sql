@@ -114,13 +114,17 @@ BEGIN
     ELSIF max_attempts < 1 THEN
         RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
     END IF;
-    v_next := jobq._cron_next(cron, time_zone, v_now);  -- 22023 for a bad expression or zone
+    PERFORM jobq._cron_next(cron, time_zone, v_now);  -- 22023 for a bad expression or zone
     -- Replacing takes effect from the next tick: what the old definition made due before
-    -- this call is enqueued first, as the next pass would have.
+    -- this call is enqueued first, as the next pass would have. The time is read once the
+    -- row is ours: a pass that moved the row while we waited enqueued ticks up to its own
+    -- time, and the next tick is computed from a later one.
     SELECT c.* INTO s FROM jobq.crontab c WHERE c.name = jobq_schedule.name FOR UPDATE;
-    IF FOUND AND s.next_run_at <= v_now THEN
+    v_now := clock_timestamp();
+    IF s.next_run_at <= v_now THEN  -- (NULL when there was no such schedule)
         PERFORM jobq._enqueue_ticks(s, v_now);
     END IF;
+    v_next := jobq._cron_next(cron, time_zone, v_now);
     INSERT INTO jobq.crontab AS c (name, cron, time_zone, queue, payload, kind, priority, max_attempts,
                                    catch_up, next_run_at, updated_at)
     VALUES (name, cron, time_zone, queue, payload, kind, priority, max_attempts, catch_up, v_next, v_now)

@@ -277,7 +277,9 @@ impl Cluster {
 /// The invariants of the job tables (src/sql/schema.sql): a job is in state 'ready' exactly
 /// when it has one row in jobq.ready, and that row carries the job's queue, kind, priority and
 /// run_at; jobq.live_jobs holds only ready and executing jobs, jobq.finished_jobs only
-/// finished ones, and no job is in both.
+/// finished ones, and no job is in both; every row of jobq.slots is held by an executing job
+/// that records it (its concurrency slot, or its while_executing key); every unique key a job
+/// holds in jobq.locks is that unfinished job's own, and an until_executing one's only while it waits.
 pub fn assert_job_tables_consistent(c: &mut Client) {
     let r = c
         .query_one(
@@ -288,7 +290,15 @@ pub fn assert_job_tables_consistent(c: &mut Client) {
                       WHERE j.state = 'ready' AND (SELECT count(*) FROM jobq.ready r WHERE r.id = j.id) <> 1),
                     (SELECT count(*) FROM jobq.live_jobs WHERE state NOT IN ('ready', 'executing'))
                   + (SELECT count(*) FROM jobq.finished_jobs WHERE state NOT IN ('completed', 'dead', 'cancelled')),
-                    (SELECT count(*) FROM jobq.live_jobs l JOIN jobq.finished_jobs f USING (id))",
+                    (SELECT count(*) FROM jobq.live_jobs l JOIN jobq.finished_jobs f USING (id)),
+                    (SELECT count(*) FROM jobq.slots s LEFT JOIN jobq.live_jobs j ON j.id = s.job_id
+                      WHERE j.id IS NULL OR j.state <> 'executing'
+                         OR (s.ns = 'c' AND (j.concurrency_key, j.concurrency_slot) IS DISTINCT FROM (s.key, s.slot))
+                         OR (s.ns = 'u' AND (j.unique_key, j.unique_strategy) IS DISTINCT FROM (s.key, 'while_executing'))),
+                    (SELECT count(*) FROM jobq.locks l LEFT JOIN jobq.live_jobs j ON j.id = l.job_id
+                      WHERE l.job_id IS NOT NULL
+                        AND (j.id IS NULL OR j.unique_key IS DISTINCT FROM l.key
+                             OR (j.unique_strategy = 'until_executing' AND j.state <> 'ready')))",
             &[],
         )
         .unwrap();
@@ -299,6 +309,8 @@ pub fn assert_job_tables_consistent(c: &mut Client) {
     );
     assert_eq!(r.get::<_, i64>(2), 0, "jobs in the wrong table for their state");
     assert_eq!(r.get::<_, i64>(3), 0, "jobs in both jobq.live_jobs and jobq.finished_jobs");
+    assert_eq!(r.get::<_, i64>(4), 0, "slot rows not held by an executing job that records them");
+    assert_eq!(r.get::<_, i64>(5), 0, "unique keys held for a job that is finished, another key's, or (until_executing) started");
 }
 
 /// The notifications `listener` gets on channel jobq before the first with payload `until`,
