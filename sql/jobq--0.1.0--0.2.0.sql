@@ -307,59 +307,49 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS void
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
 ) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
+VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -372,6 +362,68 @@ CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
 STRICT VOLATILE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -394,6 +446,22 @@ CREATE  FUNCTION jobq."_may_act_for"(
 STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -975,46 +1043,6 @@ BEGIN
                         FOR UPDATE OF x SKIP LOCKED);
     RETURN FOUND OR NOT EXISTS (SELECT 1 FROM jobq.rate_limits l WHERE l.key = _take_rate.key);
 END $$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2037,28 +2065,21 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS void
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 -- requires:
 --   schedules
+--   health::jobq::note_pass
 --   gucs::jobq::retention_ms
 --   bgworker::jobq::serve_database
 --   waits::jobq::waiting_workers
@@ -2196,19 +2217,25 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
 AS $$ SELECT * FROM jobq._reap() $$;
 
 -- What the background worker runs each tick: one pass, its errors logged rather than
--- raised, so a bad pass never stops the next one.
+-- raised, so a bad pass never stops the next one. The pass's outcome is noted for
+-- jobq.health (src/health.rs).
 CREATE FUNCTION jobq._reap_pass() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    r record;
+    v_start  timestamptz := clock_timestamp();
+    r        record;
 BEGIN
     SELECT * INTO r FROM jobq._reap();
     IF r.workers_reaped + r.jobs_requeued + r.jobs_dead + r.locks_released + r.jobs_pruned > 0 THEN
         RAISE LOG 'jobq reaper: % workers reaped, % jobs requeued, % jobs dead, % locks released, % jobs pruned',
             r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned;
     END IF;
+    PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
+                            ARRAY[r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned], NULL);
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: pass failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
+    PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
+                            ARRAY[0, 0, 0, 0, 0], format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE));
 END $$;
 
 -- CREATE EXTENSION tells the launcher to serve this database from its commit on
@@ -2249,21 +2276,106 @@ SELECT j.queue,
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+-- requires:
+--   stats
+--   health::jobq::last_pass
+
+-- Observing, for dashboards (jobq_reader reads all of it; privileges.sql): what keys and rate
+-- limits hold, how jobq's tables and the background worker are doing. Each view reads small
+-- tables or statistics, never the job history: a page load costs the same at 10 million jobs.
+-- (The per-queue summary is jobq.queue_stats, src/sql/stats.sql; schedules are
+-- jobq.schedules, src/sql/schedules.sql.)
+
+-- Concurrency slots in use: one row per concurrency or while_executing key with executing jobs.
+CREATE VIEW jobq.concurrency_slots AS
+SELECT CASE s.ns WHEN 'c' THEN 'concurrency' ELSE 'while_executing' END AS kind,
+       s.key,
+       count(*) AS executing,
+       max(CASE WHEN s.ns = 'c' THEN j.concurrency_limit ELSE 1 END) AS max_limit,
+       min(j.started_at) AS oldest_started_at
+  FROM jobq.slots s
+  JOIN jobq.live_jobs j ON j.id = s.job_id
+ GROUP BY s.ns, s.key;
+
+-- Rate limits and their windows now: starts in the last `per` (one per slot whose last start
+-- is that recent, src/sql/rate_limits.sql) and, when the window is full, when the next start
+-- may come.
+CREATE VIEW jobq.rate_windows AS
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)
+SELECT l.key, l.max_starts, l.per,
+       count(s.slot) FILTER (WHERE s.last_start > t.now - l.per) AS starts_in_window,
+       CASE WHEN count(s.slot) FILTER (WHERE s.last_start > t.now - l.per) >= l.max_starts
+            THEN min(s.last_start) + l.per END AS next_start_at
+  FROM jobq.rate_limits l
+ CROSS JOIN t
+  LEFT JOIN jobq.rate_slots s ON s.key = l.key
+ GROUP BY l.key, l.max_starts, l.per, t.now;
+
+-- jobq's tables as the statistics collector sees them: dead rows are what a snapshot held
+-- elsewhere keeps (README, "Long transactions elsewhere"). Sizes are the catalog's page counts
+-- of the table and its indexes (as of their last vacuum or analyze), not pg_relation_size(),
+-- which locks the table: a dashboard must not hang behind a table's ACCESS EXCLUSIVE lock.
+CREATE VIEW jobq.table_stats AS
+SELECT s.relname::text AS table_name, s.n_live_tup AS live_rows, s.n_dead_tup AS dead_rows,
+       round(s.n_dead_tup::numeric / nullif(s.n_live_tup + s.n_dead_tup, 0), 3) AS dead_share,
+       (c.relpages + coalesce((SELECT sum(i.relpages) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+                                WHERE x.indrelid = s.relid), 0))::bigint
+           * current_setting('block_size')::bigint AS approx_bytes,
+       greatest(s.last_autovacuum, s.last_vacuum) AS last_vacuum
+  FROM pg_stat_user_tables s
+  JOIN pg_class c ON c.oid = s.relid
+ WHERE s.schemaname = 'jobq';
+
+-- What holds back vacuum of this database's tables, jobq's included, the oldest first: a
+-- session's snapshot or transaction id, a replication slot, a prepared transaction. Runs as
+-- the extension's owner so that a jobq_reader sees other roles' sessions (their role, state
+-- and ages; not their queries).
+CREATE FUNCTION jobq._oldest_horizon()
+RETURNS TABLE (holder text, pid integer, role text, state text, xact_age interval, xmin_age integer)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT h.* FROM (
+        SELECT 'session'::text, a.pid, a.usename::text, a.state, clock_timestamp() - a.xact_start,
+               age(coalesce(a.backend_xmin, a.backend_xid))
+          FROM pg_stat_activity a
+         WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+           AND coalesce(a.backend_xmin, a.backend_xid) IS NOT NULL
+        UNION ALL
+        SELECT 'replication slot ' || r.slot_name, r.active_pid, NULL, CASE WHEN r.active THEN 'active' ELSE 'inactive' END,
+               NULL, age(r.xmin)
+          FROM pg_replication_slots r
+         WHERE r.xmin IS NOT NULL
+        UNION ALL
+        SELECT 'prepared transaction ' || p.gid, NULL, p.owner::text, 'prepared', clock_timestamp() - p.prepared,
+               age(p.transaction)
+          FROM pg_prepared_xacts p
+         WHERE p.database = current_database()
+    ) AS h (holder, pid, role, state, xact_age, xmin_age)
+    -- Ties (every snapshot taken while a transaction runs has that transaction's id as its
+    -- xmin): the one open longest.
+    ORDER BY h.xmin_age DESC, h.xact_age DESC NULLS LAST
+    LIMIT 1
+$$;
+
+-- One row: this database's background worker (its last reap pass since the server started,
+-- src/health.rs; NULL columns when none ran: no preload, or not served), the oldest holder of
+-- the vacuum horizon, the dead-row share of jobq's tables, and how full PostgreSQL's NOTIFY
+-- queue is (0 to 1; a full queue makes NOTIFY fail).
+CREATE VIEW jobq.health AS
+SELECT current_database()::text AS database,
+       p.ended_at AS last_pass_at, p.took_ms AS last_pass_ms, p.error AS last_pass_error,
+       p.workers_reaped, p.jobs_requeued, p.jobs_dead, p.locks_released, p.jobs_pruned,
+       h.holder AS horizon_holder, h.pid AS horizon_pid, h.role AS horizon_role, h.state AS horizon_state,
+       h.xact_age AS horizon_xact_age, h.xmin_age AS horizon_xmin_age,
+       (SELECT round(sum(t.dead_rows)::numeric / nullif(sum(t.live_rows + t.dead_rows), 0), 3)
+          FROM jobq.table_stats t) AS dead_share,
+       pg_notification_queue_usage() AS notify_queue_usage
+  FROM (SELECT) AS one
+  LEFT JOIN jobq._last_pass() p ON true
+  LEFT JOIN jobq._oldest_horizon() h ON true;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2282,8 +2394,36 @@ AS 'MODULE_PATHNAME', 'floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
---   stats
+--   observe
 
 -- finalize
 -- Privileges: who may call what (SPEC, section Privileges). Runs last, once every object of
@@ -2337,6 +2477,10 @@ GRANT USAGE ON SCHEMA jobq TO jobq_reader;
 
 -- jobq_reader: the dashboards' tables and views.
 GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.schedules TO jobq_reader;
+-- The dashboard's views (src/sql/observe.sql), and the two read-only helpers jobq.health calls
+-- (a view's functions run with the privileges of the role reading it).
+GRANT SELECT ON jobq.concurrency_slots, jobq.rate_windows, jobq.table_stats, jobq.health TO jobq_reader;
+GRANT EXECUTE ON FUNCTION jobq._last_pass(), jobq._oldest_horizon() TO jobq_reader;
 
 -- jobq_producer (and what jobq_reader may).
 GRANT EXECUTE ON FUNCTION

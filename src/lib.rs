@@ -18,6 +18,7 @@
 //!   the commit of what makes their jobs available.
 //! - `src/xact.rs`: the one end-of-transaction callback that publishes what floors and
 //!   wake-ups noted, at COMMIT.
+//! - `src/health.rs`: each served database's last reap pass, in shared memory, for `jobq.health`.
 //! - `src/bgworker.rs`: the background workers: a launcher, and a reaper in every database
 //!   where jobq is installed that runs the reap pass, raises the floors and sends deferred
 //!   wake-ups.
@@ -26,6 +27,7 @@ use pgrx::prelude::*;
 mod bgworker;
 mod floors;
 mod gucs;
+mod health;
 mod liveness;
 mod privileges;
 mod schedules;
@@ -52,6 +54,7 @@ pub extern "C-unwind" fn _PG_init() {
         floors::init();
         wakes::init();
         waits::init();
+        health::init();
         bgworker::init();
     }
 }
@@ -67,9 +70,10 @@ extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["rate_lim
 extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout"]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
 extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause", schedules::jobq::cron_next, schedules::jobq::cron_latest]);
-extension_sql_file!("sql/reap.sql", name = "reap", requires = ["schedules", gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
+extension_sql_file!("sql/reap.sql", name = "reap", requires = ["schedules", health::jobq::note_pass, gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
 extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
-extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["stats"], finalize);
+extension_sql_file!("sql/observe.sql", name = "observe", requires = ["stats", health::jobq::last_pass]);
+extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["observe"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

@@ -114,8 +114,9 @@ pub mod jobq {
     use super::*;
 
     /// The first tick of `cron` in `time_zone` strictly after `after`. Raises 22023 for an
-    /// invalid expression or zone (jobq_schedule's validation).
-    #[pg_extern(immutable, parallel_safe, name = "_cron_next")]
+    /// invalid expression or zone (jobq_schedule's validation). Stable, not immutable: the
+    /// validation looks for a tick after the current time.
+    #[pg_extern(stable, parallel_safe, name = "_cron_next")]
     pub fn cron_next(cron: &str, time_zone: &str, after: TimestampWithTimeZone) -> TimestampWithTimeZone {
         let s = parse_or_raise(cron, time_zone);
         match s.next_after(finite(after, "after")) {
@@ -125,7 +126,7 @@ pub mod jobq {
     }
 
     /// The latest tick of `cron` in `time_zone` at or before `upto`.
-    #[pg_extern(immutable, parallel_safe, name = "_cron_latest")]
+    #[pg_extern(stable, parallel_safe, name = "_cron_latest")]
     pub fn cron_latest(cron: &str, time_zone: &str, upto: TimestampWithTimeZone) -> TimestampWithTimeZone {
         let s = parse_or_raise(cron, time_zone);
         match s.latest_upto(finite(upto, "upto")) {

@@ -49,6 +49,10 @@ GRANT USAGE ON SCHEMA jobq TO jobq_reader;
 
 -- jobq_reader: the dashboards' tables and views.
 GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.schedules TO jobq_reader;
+-- The dashboard's views (src/sql/observe.sql), and the two read-only helpers jobq.health calls
+-- (a view's functions run with the privileges of the role reading it).
+GRANT SELECT ON jobq.concurrency_slots, jobq.rate_windows, jobq.table_stats, jobq.health TO jobq_reader;
+GRANT EXECUTE ON FUNCTION jobq._last_pass(), jobq._oldest_horizon() TO jobq_reader;
 
 -- jobq_producer (and what jobq_reader may).
 GRANT EXECUTE ON FUNCTION

@@ -131,19 +131,25 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
 AS $$ SELECT * FROM jobq._reap() $$;
 
 -- What the background worker runs each tick: one pass, its errors logged rather than
--- raised, so a bad pass never stops the next one.
+-- raised, so a bad pass never stops the next one. The pass's outcome is noted for
+-- jobq.health (src/health.rs).
 CREATE FUNCTION jobq._reap_pass() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    r record;
+    v_start  timestamptz := clock_timestamp();
+    r        record;
 BEGIN
     SELECT * INTO r FROM jobq._reap();
     IF r.workers_reaped + r.jobs_requeued + r.jobs_dead + r.locks_released + r.jobs_pruned > 0 THEN
         RAISE LOG 'jobq reaper: % workers reaped, % jobs requeued, % jobs dead, % locks released, % jobs pruned',
             r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned;
     END IF;
+    PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
+                            ARRAY[r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned], NULL);
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: pass failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
+    PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
+                            ARRAY[0, 0, 0, 0, 0], format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE));
 END $$;
 
 -- CREATE EXTENSION tells the launcher to serve this database from its commit on
