@@ -702,6 +702,46 @@ fn rate_limit_holds_under_32_workers_serializable() {
     rate_limit_holds(Iso::Serializable);
 }
 
+/// A rate limit changed while its jobs start: it flips between 5 and 3 starts per 400 ms
+/// while 16 workers run 40 of its jobs. No 400 ms ever holds more than 5 starts: the starts
+/// made count across every change (jobq_set_rate_limit keeps them, src/sql/rate_limits.sql).
+#[test]
+fn a_rate_limit_changed_while_its_jobs_start_never_lets_more_through() {
+    let (cluster, name, mut c) = db();
+    c.execute("SELECT jobq_set_rate_limit('flip', 5, '400 ms')", &[]).unwrap();
+    c.execute("SELECT jobq_enqueue('f', rate_key => 'flip') FROM generate_series(1, 40)", &[]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flips = Arc::new(AtomicUsize::new(0));
+    let flipper = {
+        let (url, stop, flips) = (cluster.url(&name), stop.clone(), flips.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                let n = flips.fetch_add(1, Ordering::SeqCst);
+                c.execute("SELECT jobq_set_rate_limit('flip', $1, '400 ms')", &[&(if n % 2 == 0 { 3 } else { 5 })]).unwrap();
+                // The flip rate (a load's pace, not a wait for a condition): about 50 a second,
+                // several within every window.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let (iv, _) = run_workers(cluster, &name, 16, Iso::ReadCommitted, Duration::from_millis(1), |_| {});
+    stop.store(true, Ordering::SeqCst);
+    flipper.join().unwrap();
+    assert_eq!(iv.len(), 40);
+    assert!(flips.load(Ordering::SeqCst) > 10, "the limit changed while the jobs started");
+    let started: Vec<f64> = c
+        .query("SELECT extract(epoch FROM started_at)::float8 FROM jobq.jobs WHERE rate_key = 'flip' ORDER BY started_at", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for w in started.windows(6) {
+        assert!(w[5] - w[0] > 0.4, "6 starts within {} s while the limit flipped between 5 and 3", w[5] - w[0]);
+    }
+    assert_job_tables_consistent(&mut c);
+}
+
 #[test]
 fn a_rate_limited_key_holds_back_only_its_own_jobs() {
     let (_, _, mut c) = db();

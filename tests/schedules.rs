@@ -150,6 +150,45 @@ fn concurrent_reap_passes_enqueue_exactly_one_job_per_tick() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// Replacing a schedule while passes run: eight sessions replace it (same expression) over and
+/// over while eight run reap passes, on a per-second schedule that starts 60 ticks behind with
+/// catch-up. Every tick still has exactly one job: a replacement never moves the schedule back
+/// to a tick a pass has enqueued meanwhile, nor skips one the old definition had made due.
+#[test]
+fn replacing_a_schedule_while_passes_run_keeps_one_job_per_tick() {
+    let (cluster, db, mut c) = db();
+    let replace = "SELECT jobq_schedule('s', '* * * * * *', 'q', catch_up => true)";
+    c.execute(replace, &[]).unwrap();
+    c.execute("UPDATE jobq.crontab SET next_run_at = date_trunc('second', now()) - interval '60 s'", &[]).unwrap();
+    let start = epoch(&mut c, "SELECT next_run_at FROM jobq.crontab");
+    let n = 16;
+    let barrier = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (url, barrier) = (cluster.url(&db), barrier.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+                barrier.wait();
+                for _ in 0..30 {
+                    if i % 2 == 0 {
+                        c.execute(replace, &[]).unwrap();
+                    } else {
+                        c.query("SELECT * FROM jobq_reap()", &[]).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let last = epoch(&mut c, "SELECT last_run_at FROM jobq.schedules");
+    let ticks = ticks_of(&mut c, "q");
+    assert_eq!(ticks[0].0, start, "the ticks that were due when the race began");
+    assert_one_job_per_tick(&ticks, 1.0, last);
+    assert!(epoch(&mut c, "SELECT next_run_at FROM jobq.schedules") > last);
+}
+
 /// A catch-up further behind than one pass enqueues (1,000 ticks) goes on over the next passes.
 #[test]
 fn a_long_catch_up_is_spread_over_passes() {

@@ -23,7 +23,7 @@ WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)
 SELECT l.key, l.max_starts, l.per,
        count(s.slot) FILTER (WHERE s.last_start > t.now - l.per) AS starts_in_window,
        CASE WHEN count(s.slot) FILTER (WHERE s.last_start > t.now - l.per) >= l.max_starts
-            THEN min(s.last_start) + l.per END AS next_start_at
+            THEN min(s.last_start) FILTER (WHERE s.slot <= l.max_starts) + l.per END AS next_start_at
   FROM jobq.rate_limits l
  CROSS JOIN t
   LEFT JOIN jobq.rate_slots s ON s.key = l.key

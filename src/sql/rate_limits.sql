@@ -18,7 +18,7 @@ CREATE TABLE jobq.rate_limits (
 );
 CREATE TABLE jobq.rate_slots (
     key         text NOT NULL,
-    slot        integer NOT NULL,          -- 1..max_starts
+    slot        integer NOT NULL,          -- 1..max_starts, then spares (jobq_set_rate_limit)
     last_start  timestamptz NOT NULL,      -- '-infinity': never used
     PRIMARY KEY (key, slot)
 )
@@ -58,17 +58,20 @@ BEGIN
     VALUES (key, max_starts, per, clock_timestamp())
     ON CONFLICT ON CONSTRAINT rate_limits_pkey
     DO UPDATE SET max_starts = EXCLUDED.max_starts, per = EXCLUDED.per, set_at = EXCLUDED.set_at;
-    -- The slots anew, keeping the most recent starts: a changed limit counts the starts
-    -- already made. Lock them first (waiting for checkouts that hold one), then read them in
-    -- a statement of their own: a locking read that waited returns the newest version of the
-    -- row it waited for, but sorted by the value it had before.
+    -- The slots anew, keeping every start already made, the most recent in the slots the
+    -- limit uses (1..max_starts) and the older ones in spare slots above it, which a start
+    -- never takes but a later raise of the limit finds again: so a limit lowered and raised
+    -- again counts the starts made meanwhile, and no window ever holds more starts than the
+    -- highest limit it saw. Lock them first (waiting for checkouts that hold one), then read
+    -- them in a statement of their own: a locking read that waited returns the newest
+    -- version of the row it waited for, but sorted by the value it had before.
     PERFORM 1 FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key FOR UPDATE;
     v_recent := ARRAY(SELECT s.last_start FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key
                        ORDER BY s.last_start DESC);
     DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
     INSERT INTO jobq.rate_slots (key, slot, last_start)
     SELECT key, g.slot, coalesce(v_recent[g.slot], '-infinity')
-      FROM generate_series(1, max_starts) AS g(slot);
+      FROM generate_series(1, greatest(max_starts, cardinality(v_recent))) AS g(slot);
 END $$;
 
 -- Takes one start of rate key `key` at time `started` for a job being claimed: true when the
@@ -81,6 +84,7 @@ BEGIN
     UPDATE jobq.rate_slots s SET last_start = started
      WHERE s.ctid = (SELECT x.ctid FROM jobq.rate_slots x JOIN jobq.rate_limits l ON l.key = x.key
                       WHERE x.key = _take_rate.key AND x.last_start < started - l.per
+                        AND x.slot <= l.max_starts
                       ORDER BY x.last_start
                       LIMIT 1
                         FOR UPDATE OF x SKIP LOCKED);
