@@ -307,92 +307,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS void
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
 /* </end connected objects> */
 
@@ -426,49 +340,63 @@ AS 'MODULE_PATHNAME', 'floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
 ) RETURNS void
 VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+AS 'MODULE_PATHNAME', 'wait_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::health::jobq::_last_pass
-CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
-	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"took_ms" double precision,  /* f64 */
-	"workers_reaped" INT,  /* i32 */
-	"jobs_requeued" INT,  /* i32 */
-	"jobs_dead" INT,  /* i32 */
-	"locks_released" INT,  /* i32 */
-	"jobs_pruned" INT,  /* i32 */
-	"error" TEXT  /* Option < String > */
-)
-STRICT STABLE 
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'last_pass_wrapper';
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS void
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -492,14 +420,6 @@ CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- jobq::privileges::jobq::_may_act_for
 CREATE  FUNCTION jobq."_may_act_for"(
 	"owner" oid /* pg_sys :: Oid */
@@ -507,6 +427,14 @@ CREATE  FUNCTION jobq."_may_act_for"(
 STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'caller_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1163,8 +1091,9 @@ END $$;
 CREATE FUNCTION jobq._take_keys(job bigint, ready tid, started timestamptz) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    j       record;
-    v_slot  integer := 0;
+    j          record;
+    v_slot     integer := 0;
+    v_blocked  integer;
 BEGIN
     SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit, x.rate_key INTO j
       FROM jobq.live_jobs x WHERE x.id = job;
@@ -1177,14 +1106,17 @@ BEGIN
     IF j.concurrency_key IS NOT NULL THEN
         v_slot := jobq._take_slot('c', j.concurrency_key, j.concurrency_limit, job);
         IF v_slot IS NULL THEN
-            DELETE FROM jobq.slots s WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1 AND s.job_id = job;
-            RETURN -1;
+            v_blocked := -1;
         END IF;
     END IF;
-    IF j.rate_key IS NOT NULL AND NOT jobq._take_rate(j.rate_key, started) THEN
+    IF v_blocked IS NULL AND j.rate_key IS NOT NULL AND NOT jobq._take_rate(j.rate_key, started) THEN
+        v_blocked := -3;
+    END IF;
+    IF v_blocked IS NOT NULL THEN
+        -- Give back the slots taken above.
         DELETE FROM jobq.slots s
          WHERE s.job_id = job AND ((s.ns = 'u' AND s.key = j.unique_key) OR (s.ns = 'c' AND s.key = j.concurrency_key));
-        RETURN -3;
+        RETURN v_blocked;
     END IF;
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;
@@ -1960,6 +1892,46 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   pause
 --   schedules::jobq::cron_next
@@ -1999,10 +1971,10 @@ SELECT c.name, c.cron, c.time_zone, c.queue, c.kind, c.next_run_at, c.last_run_a
   FROM jobq.crontab c;
 
 -- Enqueues the due ticks of schedule `s` (its row locked by the caller) up to `now` — all
--- of them with catch_up, else only the latest — and moves the row past them. Returns how
--- many jobs it enqueued. At most 1,000 per call: a schedule further behind (catch_up after a
+-- of them with catch_up, else only the latest — and moves the row past them. At most 1,000
+-- per call: a schedule further behind (catch_up after a
 -- long downtime) goes on in the next passes, so no pass becomes a long transaction.
-CREATE FUNCTION jobq._enqueue_ticks(s jobq.crontab, now timestamptz) RETURNS integer
+CREATE FUNCTION jobq._enqueue_ticks(s jobq.crontab, now timestamptz) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_tick  timestamptz := s.next_run_at;
@@ -2019,18 +1991,16 @@ BEGIN
         v_tick := jobq._cron_next(s.cron, s.time_zone, v_tick);
     END LOOP;
     UPDATE jobq.crontab c SET next_run_at = v_tick, last_run_at = v_last WHERE c.name = s.name;
-    RETURN v_n;
 END $$;
 
 -- The reap pass's part: every due schedule that no other transaction holds. A schedule whose
 -- enqueue fails is logged and left for the next pass; under REPEATABLE READ a row another
 -- pass moved since this transaction's snapshot ends this step (40001 caught) and the next
--- pass goes on. Returns how many jobs it enqueued.
-CREATE FUNCTION jobq._enqueue_due_ticks(now timestamptz) RETURNS integer
+-- pass goes on.
+CREATE FUNCTION jobq._enqueue_due_ticks(now timestamptz) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    s    jobq.crontab;
-    v_n  integer := 0;
+    s  jobq.crontab;
 BEGIN
     BEGIN
         FOR s IN
@@ -2038,11 +2008,10 @@ BEGIN
                FOR UPDATE SKIP LOCKED
         LOOP
             BEGIN
-                v_n := v_n + jobq._enqueue_ticks(s, now);
-            EXCEPTION WHEN OTHERS THEN
-                IF SQLSTATE = '40001' THEN
-                    RAISE;
-                END IF;
+                PERFORM jobq._enqueue_ticks(s, now);
+            EXCEPTION WHEN serialization_failure THEN
+                RAISE;  -- ends this step (below)
+            WHEN OTHERS THEN
                 RAISE WARNING 'jobq: schedule "%" failed to enqueue: % (SQLSTATE %); a later pass retries',
                     s.name, SQLERRM, SQLSTATE;
             END;
@@ -2050,7 +2019,6 @@ BEGIN
     EXCEPTION WHEN serialization_failure THEN
         NULL;
     END;
-    RETURN v_n;
 END $$;
 
 CREATE FUNCTION jobq_schedule(
@@ -2111,6 +2079,52 @@ BEGIN
     DELETE FROM jobq.crontab c WHERE c.name = jobq_unschedule.name;
     RETURN FOUND;
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2259,20 +2273,24 @@ AS $$ SELECT * FROM jobq._reap() $$;
 CREATE FUNCTION jobq._reap_pass() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_start  timestamptz := clock_timestamp();
-    r        record;
+    v_start   timestamptz := clock_timestamp();
+    v_counts  integer[] := ARRAY[0, 0, 0, 0, 0];
+    v_error   text;
+    r         record;
 BEGIN
-    SELECT * INTO r FROM jobq._reap();
-    IF r.workers_reaped + r.jobs_requeued + r.jobs_dead + r.locks_released + r.jobs_pruned > 0 THEN
-        RAISE LOG 'jobq reaper: % workers reaped, % jobs requeued, % jobs dead, % locks released, % jobs pruned',
-            r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned;
-    END IF;
+    BEGIN
+        SELECT * INTO r FROM jobq._reap();
+        v_counts := ARRAY[r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned];
+        IF r.workers_reaped + r.jobs_requeued + r.jobs_dead + r.locks_released + r.jobs_pruned > 0 THEN
+            RAISE LOG 'jobq reaper: % workers reaped, % jobs requeued, % jobs dead, % locks released, % jobs pruned',
+                r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned;
+        END IF;
+    EXCEPTION WHEN OTHERS THEN
+        v_error := format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
+        RAISE WARNING 'jobq reaper: pass failed: %', v_error;
+    END;
     PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
-                            ARRAY[r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned], NULL);
-EXCEPTION WHEN OTHERS THEN
-    RAISE WARNING 'jobq reaper: pass failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
-    PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
-                            ARRAY[0, 0, 0, 0, 0], format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE));
+                            v_counts, v_error);
 END $$;
 
 -- CREATE EXTENSION tells the launcher to serve this database from its commit on
@@ -2409,20 +2427,6 @@ SELECT current_database()::text AS database,
   FROM (SELECT) AS one
   LEFT JOIN jobq._last_pass() p ON true
   LEFT JOIN jobq._oldest_horizon() h ON true;
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

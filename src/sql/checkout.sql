@@ -61,8 +61,9 @@ END $$;
 CREATE FUNCTION jobq._take_keys(job bigint, ready tid, started timestamptz) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    j       record;
-    v_slot  integer := 0;
+    j          record;
+    v_slot     integer := 0;
+    v_blocked  integer;
 BEGIN
     SELECT x.unique_key, x.unique_strategy, x.concurrency_key, x.concurrency_limit, x.rate_key INTO j
       FROM jobq.live_jobs x WHERE x.id = job;
@@ -75,14 +76,17 @@ BEGIN
     IF j.concurrency_key IS NOT NULL THEN
         v_slot := jobq._take_slot('c', j.concurrency_key, j.concurrency_limit, job);
         IF v_slot IS NULL THEN
-            DELETE FROM jobq.slots s WHERE s.ns = 'u' AND s.key = j.unique_key AND s.slot = 1 AND s.job_id = job;
-            RETURN -1;
+            v_blocked := -1;
         END IF;
     END IF;
-    IF j.rate_key IS NOT NULL AND NOT jobq._take_rate(j.rate_key, started) THEN
+    IF v_blocked IS NULL AND j.rate_key IS NOT NULL AND NOT jobq._take_rate(j.rate_key, started) THEN
+        v_blocked := -3;
+    END IF;
+    IF v_blocked IS NOT NULL THEN
+        -- Give back the slots taken above.
         DELETE FROM jobq.slots s
          WHERE s.job_id = job AND ((s.ns = 'u' AND s.key = j.unique_key) OR (s.ns = 'c' AND s.key = j.concurrency_key));
-        RETURN -3;
+        RETURN v_blocked;
     END IF;
     IF j.unique_strategy = 'until_executing' THEN
         DELETE FROM jobq.locks l WHERE l.key = j.unique_key AND l.job_id = job;

@@ -136,20 +136,24 @@ AS $$ SELECT * FROM jobq._reap() $$;
 CREATE FUNCTION jobq._reap_pass() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_start  timestamptz := clock_timestamp();
-    r        record;
+    v_start   timestamptz := clock_timestamp();
+    v_counts  integer[] := ARRAY[0, 0, 0, 0, 0];
+    v_error   text;
+    r         record;
 BEGIN
-    SELECT * INTO r FROM jobq._reap();
-    IF r.workers_reaped + r.jobs_requeued + r.jobs_dead + r.locks_released + r.jobs_pruned > 0 THEN
-        RAISE LOG 'jobq reaper: % workers reaped, % jobs requeued, % jobs dead, % locks released, % jobs pruned',
-            r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned;
-    END IF;
+    BEGIN
+        SELECT * INTO r FROM jobq._reap();
+        v_counts := ARRAY[r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned];
+        IF r.workers_reaped + r.jobs_requeued + r.jobs_dead + r.locks_released + r.jobs_pruned > 0 THEN
+            RAISE LOG 'jobq reaper: % workers reaped, % jobs requeued, % jobs dead, % locks released, % jobs pruned',
+                r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned;
+        END IF;
+    EXCEPTION WHEN OTHERS THEN
+        v_error := format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE);
+        RAISE WARNING 'jobq reaper: pass failed: %', v_error;
+    END;
     PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
-                            ARRAY[r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned], NULL);
-EXCEPTION WHEN OTHERS THEN
-    RAISE WARNING 'jobq reaper: pass failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
-    PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
-                            ARRAY[0, 0, 0, 0, 0], format('%s (SQLSTATE %s)', SQLERRM, SQLSTATE));
+                            v_counts, v_error);
 END $$;
 
 -- CREATE EXTENSION tells the launcher to serve this database from its commit on

@@ -32,10 +32,10 @@ SELECT c.name, c.cron, c.time_zone, c.queue, c.kind, c.next_run_at, c.last_run_a
   FROM jobq.crontab c;
 
 -- Enqueues the due ticks of schedule `s` (its row locked by the caller) up to `now` — all
--- of them with catch_up, else only the latest — and moves the row past them. Returns how
--- many jobs it enqueued. At most 1,000 per call: a schedule further behind (catch_up after a
+-- of them with catch_up, else only the latest — and moves the row past them. At most 1,000
+-- per call: a schedule further behind (catch_up after a
 -- long downtime) goes on in the next passes, so no pass becomes a long transaction.
-CREATE FUNCTION jobq._enqueue_ticks(s jobq.crontab, now timestamptz) RETURNS integer
+CREATE FUNCTION jobq._enqueue_ticks(s jobq.crontab, now timestamptz) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_tick  timestamptz := s.next_run_at;
@@ -52,18 +52,16 @@ BEGIN
         v_tick := jobq._cron_next(s.cron, s.time_zone, v_tick);
     END LOOP;
     UPDATE jobq.crontab c SET next_run_at = v_tick, last_run_at = v_last WHERE c.name = s.name;
-    RETURN v_n;
 END $$;
 
 -- The reap pass's part: every due schedule that no other transaction holds. A schedule whose
 -- enqueue fails is logged and left for the next pass; under REPEATABLE READ a row another
 -- pass moved since this transaction's snapshot ends this step (40001 caught) and the next
--- pass goes on. Returns how many jobs it enqueued.
-CREATE FUNCTION jobq._enqueue_due_ticks(now timestamptz) RETURNS integer
+-- pass goes on.
+CREATE FUNCTION jobq._enqueue_due_ticks(now timestamptz) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    s    jobq.crontab;
-    v_n  integer := 0;
+    s  jobq.crontab;
 BEGIN
     BEGIN
         FOR s IN
@@ -71,11 +69,10 @@ BEGIN
                FOR UPDATE SKIP LOCKED
         LOOP
             BEGIN
-                v_n := v_n + jobq._enqueue_ticks(s, now);
-            EXCEPTION WHEN OTHERS THEN
-                IF SQLSTATE = '40001' THEN
-                    RAISE;
-                END IF;
+                PERFORM jobq._enqueue_ticks(s, now);
+            EXCEPTION WHEN serialization_failure THEN
+                RAISE;  -- ends this step (below)
+            WHEN OTHERS THEN
                 RAISE WARNING 'jobq: schedule "%" failed to enqueue: % (SQLSTATE %); a later pass retries',
                     s.name, SQLERRM, SQLSTATE;
             END;
@@ -83,7 +80,6 @@ BEGIN
     EXCEPTION WHEN serialization_failure THEN
         NULL;
     END;
-    RETURN v_n;
 END $$;
 
 CREATE FUNCTION jobq_schedule(
