@@ -104,9 +104,15 @@ ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.live_jobs.id;
 -- Heartbeat (cancel requests), unregister and the reaper find a worker's jobs here.
 CREATE INDEX jobs_executing_by_worker ON jobq.live_jobs (worker_id) WHERE state = 'executing';
 
+-- No CHECK of the finished states either (it would let a query through jobq.jobs for live
+-- states skip this table, but costs every completion; see live_jobs): dashboards that look
+-- for waiting or executing jobs read jobq.live_jobs, which jobq_reader may read.
 CREATE TABLE jobq.finished_jobs (LIKE jobq.live_jobs, PRIMARY KEY (id));
 -- The reaper prunes finished jobs oldest first.
 CREATE INDEX jobs_finished ON jobq.finished_jobs (finished_at);
+-- Dashboards: dead and cancelled jobs by state and queue, newest first (jobq.queue_depths,
+-- filters). Completed jobs, the bulk of the history, have no entry: a completion writes none.
+CREATE INDEX jobs_finished_unusual ON jobq.finished_jobs (state, queue, id) WHERE state <> 'completed';
 
 CREATE VIEW jobq.jobs AS
 SELECT * FROM jobq.live_jobs
@@ -307,59 +313,35 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -386,17 +368,22 @@ AS 'MODULE_PATHNAME', 'wake_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
 ) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
+VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
+AS 'MODULE_PATHNAME', 'wait_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -416,7 +403,171 @@ AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_take_tallies
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[]  /* Vec < i64 > */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_tally
+CREATE  FUNCTION jobq."_tally"(
+	"queue" TEXT, /* & str */
+	"event" TEXT, /* & str */
+	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"at" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS void
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tally_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'caller_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -427,14 +578,6 @@ CREATE  FUNCTION jobq."_may_act_for"(
 STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -617,6 +760,14 @@ BEGIN
     LOOP
         PERFORM jobq._release_keys(r.id, r.queue, r.state, r.unique_key, r.unique_strategy,
                                    r.concurrency_key, r.concurrency_slot);
+        -- The dashboard's counters (src/counters.rs): an interrupted attempt failed (its run
+        -- time, up to the reap, is not measured); a given-back one did not count.
+        IF interrupted THEN
+            PERFORM jobq._tally(r.queue, 'failed', NULL, v_now);
+        END IF;
+        IF r.state = 'dead' THEN
+            PERFORM jobq._tally(r.queue, 'dead', NULL, v_now);
+        END IF;
         IF r.state = 'ready' THEN
             PERFORM jobq._enter_ready(ARRAY[r.id]);
             requeued := requeued + 1;
@@ -655,6 +806,7 @@ END $$;
 /* <begin connected objects> */
 -- requires:
 --   workers
+--   counters::jobq::tally
 
 -- Enqueue: jobq_enqueue, jobq_enqueue_batch, and the unique-key helpers they use.
 
@@ -802,6 +954,7 @@ BEGIN
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
             concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key);
     PERFORM jobq._enter_ready(ARRAY[v_id]);
+    PERFORM jobq._tally(queue, 'enqueued', NULL, v_now);  -- the dashboard's counters (src/counters.rs)
 
     -- One notification per queue per transaction: PostgreSQL folds identical ones, and
     -- jobq._notify (deferred) notes a queue once.
@@ -852,6 +1005,7 @@ BEGIN
     )
     SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
     PERFORM jobq._enter_ready(v_ids);
+    PERFORM jobq._tally(queue, 'enqueued', NULL, v_now) FROM unnest(v_ids);
     RETURN QUERY SELECT u.id FROM unnest(v_ids) AS u(id);
     IF v_run_at <= v_now THEN
         PERFORM jobq._notify(queue);
@@ -1321,7 +1475,7 @@ BEGIN
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
                    AND j.state = 'ready'
-                RETURNING j.*
+                RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, v_now) AS counted  -- src/counters.rs
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
@@ -1364,7 +1518,7 @@ BEGIN
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
                    AND j.state = 'ready'
-                RETURNING j.*
+                RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, v_now) AS counted  -- src/counters.rs
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
@@ -1498,6 +1652,8 @@ BEGIN
     END IF;
 
     -- The claimed jobs, in the order they were claimed.
+    PERFORM jobq._tally(j.queue, 'started', j.run_at, j.started_at)  -- src/counters.rs
+       FROM jobq.live_jobs j WHERE j.id = ANY (v_claimed);
     RETURN QUERY
     SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
            j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
@@ -1599,9 +1755,10 @@ BEGIN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN false;
     END IF;
+    j.finished_at := clock_timestamp();
+    PERFORM jobq._tally(j.queue, 'completed', j.started_at, j.finished_at);  -- src/counters.rs
     IF jobq.retention_ms() > 0 THEN
         j.state := 'completed';
-        j.finished_at := clock_timestamp();
         j.result := jobq_complete.result;
         INSERT INTO jobq.finished_jobs SELECT (j).*;
     END IF;
@@ -1635,7 +1792,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     SELECT x.queue, x.attempt, x.max_attempts, x.cancel_requested_at, x.unique_key, x.unique_strategy,
-           x.concurrency_key, x.concurrency_slot INTO j
+           x.concurrency_key, x.concurrency_slot, x.started_at INTO j
       FROM jobq.live_jobs x
      WHERE x.id = jobq_fail.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
@@ -1658,6 +1815,11 @@ BEGIN
         PERFORM jobq._enter_ready(ARRAY[job_id]);
     ELSE
         PERFORM jobq._archive(ARRAY[job_id]);
+    END IF;
+    -- The dashboard's counters (src/counters.rs): a failed attempt, and maybe a dead job.
+    PERFORM jobq._tally(j.queue, 'failed', j.started_at, v_now);
+    IF v_state = 'dead' THEN
+        PERFORM jobq._tally(j.queue, 'dead', NULL, v_now);
     END IF;
     PERFORM jobq._release_keys(job_id, j.queue, v_state, j.unique_key, j.unique_strategy,
                                j.concurrency_key, j.concurrency_slot);
@@ -1892,46 +2054,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- requires:
 --   pause
 --   schedules::jobq::cron_next
@@ -2082,54 +2204,105 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
+-- requires:
+--   schedules
+--   counters::jobq::take_tallies
+--   counters::jobq::histogram_add
+--   counters::jobq::histogram_quantile
 
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
-/* </end connected objects> */
+-- The dashboard's counters: per queue and minute, what jobs did (src/counters.rs keeps them
+-- in shared memory as jobs move; every reap pass adds them here and prunes the old minutes).
+-- A dashboard reads jobq.throughput(), which never reads the job history: a page costs the
+-- same at 10 million finished jobs.
 
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
-/* </end connected objects> */
+-- One row per queue and minute with activity. The minute is the start of the minute when it
+-- happened (the end of the attempt for completed, failed and dead; the start for started).
+-- wait_ms and run_ms are histograms: the number of jobs per bucket of
+-- jobq.histogram_bounds() (milliseconds), of the wait from due (run_at) to started and of
+-- the run from started to completed or failed.
+CREATE TABLE jobq.queue_minutes (
+    queue      text        NOT NULL,
+    minute     timestamptz NOT NULL,
+    enqueued   bigint      NOT NULL,
+    started    bigint      NOT NULL,
+    completed  bigint      NOT NULL,
+    failed     bigint      NOT NULL,  -- attempts that failed (jobq_fail) or were interrupted (reaped)
+    dead       bigint      NOT NULL,  -- jobs that became dead
+    wait_ms    bigint[]    NOT NULL,
+    run_ms     bigint[]    NOT NULL,
+    PRIMARY KEY (queue, minute)
+);
+CREATE INDEX queue_minutes_by_minute ON jobq.queue_minutes (minute);
+SELECT pg_catalog.pg_extension_config_dump('jobq.queue_minutes', '');
 
-/* <begin connected objects> */
--- jobq::health::jobq::_last_pass
-CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
-	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"took_ms" double precision,  /* f64 */
-	"workers_reaped" INT,  /* i32 */
-	"jobs_requeued" INT,  /* i32 */
-	"jobs_dead" INT,  /* i32 */
-	"locks_released" INT,  /* i32 */
-	"jobs_pruned" INT,  /* i32 */
-	"error" TEXT  /* Option < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'last_pass_wrapper';
-/* </end connected objects> */
+-- The sum of histograms, bucket by bucket.
+CREATE AGGREGATE jobq.histogram_sum(bigint[]) (
+    SFUNC = jobq._histogram_add, STYPE = bigint[], INITCOND = '{}', PARALLEL = SAFE
+);
 
-/* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+-- The reap pass's part (jobq._reap): adds what shared memory counted since the last pass to
+-- jobq.queue_minutes, and prunes minutes older than jobq.retention, or than an hour when
+-- retention is shorter (the dashboard's hour chart). One pass at a time: two would wait on
+-- each other's rows until their commits (and a pass never waits, see reap.sql), so a pass that
+-- finds another one flushing leaves the counts in shared memory for its next turn. A pass
+-- that does not commit gives its counts back to shared memory (src/counters.rs).
+CREATE FUNCTION jobq._flush_tallies(now timestamptz, keep interval) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    -- A transaction-level advisory lock of class 'jobq', as in jobq._take_slot.
+    IF NOT pg_try_advisory_xact_lock(1785684593, hashtext('jobq.queue_minutes')) THEN
+        RETURN;
+    END IF;
+    INSERT INTO jobq.queue_minutes AS m
+    SELECT * FROM jobq._take_tallies()
+    ON CONFLICT (queue, minute) DO UPDATE
+       SET enqueued = m.enqueued + excluded.enqueued, started = m.started + excluded.started,
+           completed = m.completed + excluded.completed, failed = m.failed + excluded.failed,
+           dead = m.dead + excluded.dead,
+           wait_ms = jobq._histogram_add(m.wait_ms, excluded.wait_ms),
+           run_ms = jobq._histogram_add(m.run_ms, excluded.run_ms);
+    DELETE FROM jobq.queue_minutes m WHERE m.minute < now - greatest(keep, interval '1 hour');
+END $$;
+
+-- Throughput and latency per queue since `since`, in buckets of `step` (a whole number of
+-- minutes, at most a day; buckets start at multiples of `step` since 2000-01-01 UTC): one row
+-- per queue and bucket with activity. Percentiles are in milliseconds, NULL when nothing was
+-- measured in the bucket.
+CREATE FUNCTION jobq.throughput(since timestamptz, step interval DEFAULT '1 minute')
+RETURNS TABLE (queue text, bucket timestamptz, enqueued bigint, started bigint, completed bigint,
+               failed bigint, dead bigint, wait_p50_ms double precision, wait_p95_ms double precision,
+               run_p50_ms double precision, run_p95_ms double precision)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_origin constant timestamptz := '2000-01-01 00:00:00+00';
+BEGIN
+    IF since IS NULL OR step IS NULL THEN
+        RAISE EXCEPTION 'jobq: since and step must not be NULL' USING ERRCODE = '22004';
+    ELSIF NOT isfinite(since) THEN
+        RAISE EXCEPTION 'jobq: since must be a finite time, got %', since USING ERRCODE = '22023';
+    ELSIF step < interval '1 minute' OR step > interval '1 day' OR extract(month FROM step) <> 0
+          OR extract(epoch FROM step)::numeric % 60 <> 0 THEN
+        RAISE EXCEPTION 'jobq: step must be a whole number of minutes, at most a day, got %', step
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    SELECT m.queue, date_bin(step, m.minute, v_origin) AS b,
+           sum(m.enqueued)::bigint, sum(m.started)::bigint, sum(m.completed)::bigint,
+           sum(m.failed)::bigint, sum(m.dead)::bigint,
+           jobq.histogram_quantile(jobq.histogram_sum(m.wait_ms), 0.5),
+           jobq.histogram_quantile(jobq.histogram_sum(m.wait_ms), 0.95),
+           jobq.histogram_quantile(jobq.histogram_sum(m.run_ms), 0.5),
+           jobq.histogram_quantile(jobq.histogram_sum(m.run_ms), 0.95)
+      FROM jobq.queue_minutes m
+     WHERE m.minute >= date_bin(step, since, v_origin)
+     GROUP BY m.queue, b
+     ORDER BY m.queue, b;
+END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
 -- requires:
---   schedules
+--   counters
 --   health::jobq::note_pass
 --   gucs::jobq::retention_ms
 --   bgworker::jobq::serve_database
@@ -2244,6 +2417,10 @@ BEGIN
     -- what jobq_reap() returns (SPEC fixes its columns); jobq.schedules shows them.
     PERFORM jobq._enqueue_due_ticks(v_now);
 
+    -- The dashboard's counters: what shared memory counted since the last pass goes to
+    -- jobq.queue_minutes (src/sql/counters.sql).
+    PERFORM jobq._flush_tallies(v_now, jobq._retention());
+
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.
@@ -2328,6 +2505,33 @@ SELECT j.queue,
        t.now - min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_ready_age
   FROM jobq.jobs j CROSS JOIN t
  GROUP BY j.queue, t.now;
+
+-- The same columns for dashboards at scale: one row per queue with a waiting, executing or
+-- dead job (not the queues whose jobs all completed or were cancelled), read from the live
+-- jobs and from the index of dead ones (jobs_finished_unusual), never from the rest of the
+-- history, where jobq.queue_stats reads every finished job to know which queues have one.
+CREATE VIEW jobq.queue_depths AS
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+parts AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS ready,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now) AS scheduled,
+           count(*) FILTER (WHERE j.state = 'executing') AS executing,
+           0 AS dead,
+           min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_due
+      FROM jobq.live_jobs j CROSS JOIN t
+     GROUP BY j.queue
+    UNION ALL
+    SELECT f.queue, 0, 0, 0, count(*), NULL
+      FROM jobq.finished_jobs f
+     WHERE f.state = 'dead'
+     GROUP BY f.queue
+)
+SELECT p.queue, sum(p.ready)::bigint AS ready, sum(p.scheduled)::bigint AS scheduled,
+       sum(p.executing)::bigint AS executing, sum(p.dead)::bigint AS dead,
+       t.now - min(p.oldest_due) AS oldest_ready_age
+  FROM parts p CROSS JOIN t
+ GROUP BY p.queue, t.now;
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2430,6 +2634,20 @@ SELECT current_database()::text AS database,
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   observe
 
@@ -2489,6 +2707,15 @@ GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.sche
 -- (a view's functions run with the privileges of the role reading it).
 GRANT SELECT ON jobq.concurrency_slots, jobq.rate_windows, jobq.table_stats, jobq.health TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq._last_pass(), jobq._oldest_horizon() TO jobq_reader;
+-- The per-minute counters (src/sql/counters.sql) and what reads them.
+GRANT SELECT ON jobq.queue_minutes, jobq.queue_depths TO jobq_reader;
+-- The two tables behind jobq.jobs (the same rows): a dashboard that looks for waiting or
+-- executing jobs reads jobq.live_jobs and never walks the history.
+GRANT SELECT ON jobq.live_jobs, jobq.finished_jobs TO jobq_reader;
+GRANT EXECUTE ON FUNCTION jobq.throughput(timestamptz, interval), jobq.histogram_bounds(),
+    jobq.histogram_quantile(bigint[], double precision), jobq.histogram_sum(bigint[]),
+    jobq._histogram_add(bigint[], bigint[])
+TO jobq_reader;
 
 -- jobq_producer (and what jobq_reader may).
 GRANT EXECUTE ON FUNCTION

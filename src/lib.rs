@@ -4,7 +4,8 @@
 //! - `src/sql/*.sql`: the SQL surface (tables, `jobq_*` functions), embedded in order below.
 //!   Each file is named after the concern it holds: `schema`, `workers`, `enqueue`,
 //!   `rate_limits`, `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`,
-//!   `schedules` (recurring jobs), `reap`, `stats`.
+//!   `schedules` (recurring jobs), `counters` (the dashboard's per-minute counts), `reap`,
+//!   `stats`, `observe`.
 //! - `src/gucs.rs`: the `jobq.*` settings, and the tiny functions SQL uses to read them.
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
 //! - `src/privileges.rs`: `jobq._may_act_for()`, who may act for a worker; the grants are in
@@ -19,12 +20,16 @@
 //! - `src/xact.rs`: the one end-of-transaction callback that publishes what floors and
 //!   wake-ups noted, at COMMIT.
 //! - `src/health.rs`: each served database's last reap pass, in shared memory, for `jobq.health`.
+//! - `src/counters.rs`: per-queue, per-minute counts of what jobs did (enqueued, started,
+//!   completed, failed, dead; wait and run time histograms), noted as jobs move, published at
+//!   commit to shared memory and moved to `jobq.queue_minutes` by every reap pass.
 //! - `src/bgworker.rs`: the background workers: a launcher, and a reaper in every database
 //!   where jobq is installed that runs the reap pass, raises the floors and sends deferred
 //!   wake-ups.
 use pgrx::prelude::*;
 
 mod bgworker;
+mod counters;
 mod floors;
 mod gucs;
 mod health;
@@ -55,6 +60,7 @@ pub extern "C-unwind" fn _PG_init() {
         wakes::init();
         waits::init();
         health::init();
+        counters::init();
         bgworker::init();
     }
 }
@@ -63,14 +69,15 @@ pub extern "C-unwind" fn _PG_init() {
 // objects pgrx generates (the settings functions in schema `jobq`), `finalize` runs last.
 extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("sql/workers.sql", name = "workers", requires = [liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller]);
-extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers"]);
+extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers", counters::jobq::tally]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/rate_limits.sql", name = "rate_limits", requires = ["locks"]);
 extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["rate_limits", waits::jobq::wait_begin, waits::jobq::wait]);
 extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout"]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
 extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause", schedules::jobq::cron_next, schedules::jobq::cron_latest]);
-extension_sql_file!("sql/reap.sql", name = "reap", requires = ["schedules", health::jobq::note_pass, gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
+extension_sql_file!("sql/counters.sql", name = "counters", requires = ["schedules", counters::jobq::take_tallies, counters::jobq::histogram_add, counters::jobq::histogram_quantile]);
+extension_sql_file!("sql/reap.sql", name = "reap", requires = ["counters", health::jobq::note_pass, gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
 extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/observe.sql", name = "observe", requires = ["stats", health::jobq::last_pass]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["observe"], finalize);

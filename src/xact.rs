@@ -1,10 +1,13 @@
 //! The end of a transaction: what the claim floors (src/floors.rs), waiting checkouts
-//! (src/waits.rs), deferred wake-ups (src/wakes.rs) and CREATE EXTENSION (src/bgworker.rs) noted during it is published to
+//! (src/waits.rs), deferred wake-ups (src/wakes.rs), CREATE EXTENSION (src/bgworker.rs) and
+//! the dashboard's counters (src/counters.rs) noted during it is published to
 //! shared memory at COMMIT, once the transaction's rows are visible and before its client
 //! learns of the commit, and forgotten at ABORT. One transaction callback, registered once per
 //! backend, serves them all, and runs floors first, so that a worker woken by a deferred
-//! wake-up never starts its checkout above the job that woke it.
-use crate::{bgworker, floors, waits, wakes};
+//! wake-up never starts its checkout above the job that woke it. The counters alone follow
+//! subtransactions too (a subtransaction callback): a count must not survive the rollback of
+//! what it counted.
+use crate::{bgworker, counters, floors, waits, wakes};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 
@@ -38,7 +41,27 @@ thread_local! {
 
 pub(crate) fn watch() {
     if !WATCHING.replace(true) {
-        unsafe { pg_sys::RegisterXactCallback(Some(at_end_of_transaction), std::ptr::null_mut()) };
+        unsafe {
+            pg_sys::RegisterXactCallback(Some(at_end_of_transaction), std::ptr::null_mut());
+            pg_sys::RegisterSubXactCallback(Some(at_end_of_subtransaction), std::ptr::null_mut());
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn at_end_of_subtransaction(
+    event: pg_sys::SubXactEvent::Type,
+    sub: pg_sys::SubTransactionId,
+    parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    let committed = match event {
+        pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB => true,
+        pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB => false,
+        _ => return,
+    };
+    if counters::PENDING.with(Notes::any) {
+        counters::at_subxact_end(committed, sub, parent);
     }
 }
 
@@ -57,7 +80,10 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
                 error!("jobq: PREPARE TRANSACTION is not supported for a transaction that creates the extension");
             }
         }
-        pg_sys::XactEvent::XACT_EVENT_PREPARE => waits::leave(),
+        pg_sys::XactEvent::XACT_EVENT_PREPARE => {
+            waits::leave();
+            counters::at_commit(counters::PENDING.with(Notes::take));
+        }
         pg_sys::XactEvent::XACT_EVENT_COMMIT => {
             // Nothing here may fail: the transaction has committed.
             let keys = floors::PENDING.with(Notes::take);
@@ -79,6 +105,9 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
                 bgworker::PENDING.with(Notes::take);
                 bgworker::post_serve();
             }
+            if counters::PENDING.with(Notes::any) {
+                counters::at_commit(counters::PENDING.with(Notes::take));
+            }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT => {
             waits::PENDING.with(Notes::take);
@@ -86,6 +115,9 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             floors::PENDING.with(Notes::take);
             wakes::PENDING.with(Notes::take);
             bgworker::PENDING.with(Notes::take);
+            if counters::PENDING.with(Notes::any) {
+                counters::at_abort(counters::PENDING.with(Notes::take));
+            }
         }
         _ => {}
     }

@@ -125,3 +125,266 @@ fn the_dashboard_views_show_keys_rate_windows_tables_and_health() {
     assert_eq!(sqlstate(&e), "42501");
     cluster.pg_ctl_stop("fast");
 }
+
+/// The per-minute counters' totals since an hour ago, for one queue, as the reader sees them:
+/// (enqueued, started, completed, failed, dead).
+fn totals(r: &mut Client, queue: &str) -> (i64, i64, i64, i64, i64) {
+    let x = r
+        .query_one(
+            "SELECT coalesce(sum(enqueued), 0)::bigint, coalesce(sum(started), 0)::bigint, coalesce(sum(completed), 0)::bigint,
+                    coalesce(sum(failed), 0)::bigint, coalesce(sum(dead), 0)::bigint
+               FROM jobq.throughput(now() - interval '1 hour') WHERE queue = $1",
+            &[&queue],
+        )
+        .unwrap();
+    (x.get(0), x.get(1), x.get(2), x.get(3), x.get(4))
+}
+
+#[test]
+fn counters_count_what_committed_per_queue_and_minute_with_wait_and_run_times() {
+    let cluster = Cluster::start("counters", &["jobq.reap_interval = '100ms'"]);
+    cluster.connect("postgres").batch_execute("CREATE DATABASE cnt").unwrap();
+    let mut su = cluster.connect("cnt");
+    su.batch_execute("CREATE EXTENSION jobq").unwrap();
+    login_reader(&mut su);
+    let mut r = cluster.connect_as("cnt", "dash");
+    let w = register(&mut su);
+
+    // Enqueued: 5 one by one, 3 in a batch, 1 in a savepoint kept; not the 2 rolled back, nor
+    // the one of a savepoint rolled back, nor the jobs of another queue.
+    // (One statement per call: a multi-statement string is one implicit transaction.)
+    for sql in [
+        "SELECT jobq_enqueue('c', '{}') FROM generate_series(1, 5)",
+        "SELECT jobq_enqueue_batch('c', ARRAY['{}', '{}', '{}']::jsonb[])",
+        "BEGIN; SELECT jobq_enqueue('c') FROM generate_series(1, 2); ROLLBACK",
+        "BEGIN; SAVEPOINT s; SELECT jobq_enqueue('c'); ROLLBACK TO s; SELECT jobq_enqueue('c'); COMMIT",
+        "SELECT jobq_enqueue('other')",
+    ] {
+        su.batch_execute(sql).unwrap();
+    }
+    // Started: 9, in one checkout; a checkout rolled back does not count.
+    su.batch_execute("BEGIN").unwrap();
+    assert_eq!(su.query("SELECT id FROM jobq_checkout($1, ARRAY['c'], 3)", &[&w]).unwrap().len(), 3);
+    su.batch_execute("ROLLBACK").unwrap();
+    let ids: Vec<i64> = su.query("SELECT id FROM jobq_checkout($1, ARRAY['c'], 20)", &[&w]).unwrap().iter().map(|x| x.get(0)).collect();
+    assert_eq!(ids.len(), 9);
+    // Each attempt runs at least 300 ms (this sleep makes the run time, it awaits nothing).
+    std::thread::sleep(Duration::from_millis(300));
+    // Completed: 6; failed: 2 retried now, 1 discarded (dead).
+    for id in &ids[..6] {
+        assert!(su.query_one("SELECT jobq_complete($1, $2)", &[id, &w]).unwrap().get::<_, bool>(0));
+    }
+    for id in &ids[6..8] {
+        su.execute("SELECT jobq_fail($1, $2, retry_in => '0')", &[id, &w]).unwrap();
+    }
+    su.execute("SELECT jobq_fail($1, $2, discard => true)", &[&ids[8], &w]).unwrap();
+    // The two retried run again (started 11) and complete (completed 8).
+    let again = su.query("SELECT id FROM jobq_checkout($1, ARRAY['c'], 5)", &[&w]).unwrap();
+    assert_eq!(again.len(), 2);
+    su.execute("SELECT jobq_complete_many($1, $2)", &[&w, &again.iter().map(|x| x.get::<_, i64>(0)).collect::<Vec<_>>()]).unwrap();
+    // A worker whose session ends while it holds a job: the reaper interrupts the attempt
+    // (enqueued 10, started 12, failed 4).
+    {
+        let mut gone = cluster.connect("cnt");
+        let g: uuid::Uuid = gone.query_one("SELECT jobq_register_worker(bind_to_session => true)", &[]).unwrap().get(0);
+        gone.execute("SELECT jobq_enqueue('c')", &[]).unwrap();
+        assert_eq!(gone.query("SELECT id FROM jobq_checkout($1, ARRAY['c'])", &[&g]).unwrap().len(), 1);
+    }
+    let want = (10, 12, 8, 4, 1);
+    wait_until("the counters to show every move", PATIENCE, || totals(&mut r, "c").3 >= want.3 && totals(&mut r, "c").1 >= want.1);
+    assert_eq!(totals(&mut r, "c"), want);
+    assert_eq!(totals(&mut r, "other"), (1, 0, 0, 0, 0));
+
+    // Times: the 12 starts waited little; the completed runs took 300 ms or more (the bucket
+    // (200, 500] ms holds 6 of them, the 2 quick reruns are below).
+    let x = r
+        .query_one(
+            "SELECT jobq.histogram_quantile(jobq.histogram_sum(wait_ms), 0.5), jobq.histogram_quantile(jobq.histogram_sum(run_ms), 0.5),
+                    (SELECT sum(x) FROM jobq.queue_minutes m2, unnest(m2.run_ms) x WHERE m2.queue = 'c')::bigint
+               FROM jobq.queue_minutes WHERE queue = 'c'",
+            &[],
+        )
+        .unwrap();
+    let (wait_p50, run_p50, runs): (f64, f64, i64) = (x.get(0), x.get(1), x.get(2));
+    assert!(wait_p50 < 200.0, "wait p50 {wait_p50} ms");
+    assert!((200.0..=500.0).contains(&run_p50), "run p50 {run_p50} ms");
+    assert_eq!(runs, 8 + 3, "a run time per completion (8) and per failure by jobq_fail (3), not for the interrupted one");
+    // In buckets of an hour: one or two rows (if the test crossed an hour), the same totals.
+    let hourly: (i64, i64) = {
+        let x = r.query_one("SELECT count(*), sum(started)::bigint FROM jobq.throughput(now() - interval '1 hour', '1 hour') WHERE queue = 'c'", &[]).unwrap();
+        (x.get(0), x.get(1))
+    };
+    assert!((1..=2).contains(&hourly.0) && hourly.1 == 12, "{hourly:?}");
+
+    // Bad input changes nothing and says why.
+    for (sql, state) in [
+        ("SELECT * FROM jobq.throughput(NULL)", "22004"),
+        ("SELECT * FROM jobq.throughput(now(), '30 seconds')", "22023"),
+        ("SELECT * FROM jobq.throughput(now(), '90 seconds')", "22023"),
+        ("SELECT * FROM jobq.throughput(now(), '1 month')", "22023"),
+        ("SELECT * FROM jobq.throughput('infinity')", "22023"),
+        ("SELECT jobq.histogram_quantile('{1}', 1.5)", "22023"),
+    ] {
+        assert_eq!(sqlstate(&r.query(sql, &[]).unwrap_err()), state, "{sql}");
+    }
+
+    // Pruned after jobq.retention (a day): an old minute goes at the next pass, a recent one stays.
+    su.batch_execute(
+        "INSERT INTO jobq.queue_minutes VALUES
+           ('old', date_trunc('minute', now()) - interval '2 days', 1, 0, 0, 0, 0, '{}', '{}'),
+           ('recent', date_trunc('minute', now()) - interval '30 minutes', 1, 0, 0, 0, 0, '{}', '{}')",
+    )
+    .unwrap();
+    wait_until("the old minute pruned", PATIENCE, || {
+        su.query_one("SELECT count(*) FROM jobq.queue_minutes WHERE queue = 'old'", &[]).unwrap().get::<_, i64>(0) == 0
+    });
+    assert_eq!(totals(&mut r, "recent"), (1, 0, 0, 0, 0));
+    // The reader may not write them.
+    assert_eq!(sqlstate(&r.execute("DELETE FROM jobq.queue_minutes", &[]).unwrap_err()), "42501");
+    cluster.pg_ctl_stop("fast");
+}
+
+/// Counters are exact under concurrency: 8 sessions enqueue, check out, complete and fail
+/// (some in savepoints rolled back) while 2 more run reap passes that flush the counts, beside
+/// the background worker's; the totals equal what the job tables say happened.
+#[test]
+fn counters_stay_exact_while_many_sessions_move_jobs_and_passes_flush() {
+    let cluster = Cluster::start("counters_hammer", &["jobq.reap_interval = '50ms'"]);
+    cluster.connect("postgres").batch_execute("CREATE DATABASE cnth").unwrap();
+    let mut su = cluster.connect("cnth");
+    su.batch_execute("CREATE EXTENSION jobq").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reapers: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, stop) = (cluster.url("cnth"), stop.clone());
+            std::thread::spawn(move || {
+                let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Err(e) = c.execute("SELECT * FROM jobq_reap()", &[]) { panic!("{e:?}") }
+                }
+            })
+        })
+        .collect();
+    let sessions: Vec<_> = (0..8)
+        .map(|s| {
+            let url = cluster.url("cnth");
+            std::thread::spawn(move || {
+                let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                let w: uuid::Uuid = c.query_one("SELECT jobq_register_worker()", &[]).unwrap().get(0);
+                let queue = format!("h{}", s % 3);
+                for i in 0..150 {
+                    c.execute("SELECT jobq_enqueue($1)", &[&queue]).unwrap();
+                    if i % 5 == 0 {
+                        // Rolled back in a savepoint: an enqueue, a checkout and a completion.
+                        c.batch_execute("BEGIN; SAVEPOINT x").unwrap();
+                        c.execute("SELECT jobq_enqueue($1)", &[&queue]).unwrap();
+                        for j in c.query("SELECT id FROM jobq_checkout($1, ARRAY[$2])", &[&w, &queue]).unwrap() {
+                            c.execute("SELECT jobq_complete($1, $2)", &[&j.get::<_, i64>(0), &w]).unwrap();
+                        }
+                        c.batch_execute("ROLLBACK TO x; COMMIT").unwrap();
+                    }
+                    for j in c.query("SELECT id FROM jobq_checkout($1, ARRAY[$2], 2)", &[&w, &queue]).unwrap() {
+                        let id: i64 = j.get(0);
+                        match id % 4 {
+                            0 => c.execute("SELECT jobq_fail($1, $2, retry_in => '0')", &[&id, &w]).unwrap(),
+                            1 => c.execute("SELECT jobq_fail($1, $2, discard => true)", &[&id, &w]).unwrap(),
+                            _ => c.execute("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap(),
+                        };
+                    }
+                }
+            })
+        })
+        .collect();
+    for s in sessions {
+        s.join().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in reapers {
+        r.join().unwrap();
+    }
+    // The truth, from the job tables (retention keeps every finished job): enqueued = jobs;
+    // started = attempts (a failed-and-retried job's attempts, plus the one running now, if
+    // any: none is left executing); completed, dead as their states; failed = attempts that
+    // did not complete.
+    let truth = |c: &mut Client, q: &str| -> (i64, i64, i64, i64, i64) {
+        let x = c
+            .query_one(
+                "SELECT count(*), coalesce(sum(attempt), 0)::bigint, count(*) FILTER (WHERE state = 'completed'),
+                        coalesce(sum(attempt), 0)::bigint - count(*) FILTER (WHERE state = 'completed')
+                          - count(*) FILTER (WHERE state = 'executing'),
+                        count(*) FILTER (WHERE state = 'dead')
+                   FROM jobq.jobs WHERE queue = $1",
+                &[&q],
+            )
+            .unwrap();
+        (x.get(0), x.get(1), x.get(2), x.get(3), x.get(4))
+    };
+    for q in ["h0", "h1", "h2"] {
+        let want = truth(&mut su, q);
+        assert!(want.0 > 0 && want.3 > 0 && want.4 > 0, "{q}: {want:?}");
+        wait_until("the counters to catch up", PATIENCE, || totals(&mut su, q).1 >= want.1);
+        assert_eq!(totals(&mut su, q), want, "{q}: counters vs the job tables");
+    }
+    assert_job_tables_consistent(&mut su);
+    cluster.pg_ctl_stop("fast");
+}
+
+/// jobq.queue_depths says what jobq.queue_stats says for every queue with a waiting,
+/// executing or dead job, without reading the completed history; a reader may read the live
+/// jobs apart from the history.
+#[test]
+fn queue_depths_match_queue_stats_and_live_filters_skip_the_history() {
+    let (cluster, db, mut su) = db();
+    su.batch_execute("CREATE ROLE depths LOGIN; GRANT jobq_reader TO depths").unwrap();
+    let w = register(&mut su);
+    for sql in [
+        // d1: 3 due, 2 scheduled, 1 executing, 2 dead, 1 completed; d2: only completed; d3: only dead.
+        "SELECT jobq_enqueue('d1', run_at => now() - interval '10 minutes') FROM generate_series(1, 6)",
+        "SELECT jobq_enqueue('d1', run_at => now() + interval '1 hour') FROM generate_series(1, 2)",
+        "SELECT jobq_enqueue('d2')",
+        "SELECT jobq_enqueue('d3')",
+    ] {
+        su.batch_execute(sql).unwrap();
+    }
+    let take = |su: &mut Client, q: &str, n: i32| -> Vec<i64> {
+        su.query("SELECT id FROM jobq_checkout($1, ARRAY[$2], $3)", &[&w, &q, &n]).unwrap().iter().map(|r| r.get(0)).collect()
+    };
+    let d1 = take(&mut su, "d1", 4);
+    for id in &d1[..2] {
+        su.execute("SELECT jobq_fail($1, $2, discard => true)", &[id, &w]).unwrap();
+    }
+    su.execute("SELECT jobq_complete($1, $2)", &[&d1[2], &w]).unwrap();
+    for (q, fail) in [("d2", false), ("d3", true)] {
+        let id = take(&mut su, q, 1)[0];
+        let sql = if fail { "SELECT jobq_fail($1, $2, discard => true)" } else { "SELECT jobq_complete($1, $2)::text" };
+        su.execute(sql, &[&id, &w]).unwrap();
+    }
+    let mut r = cluster.connect_as(&db, "depths");
+    let rows = |r: &mut Client, view: &str| -> Vec<(String, i64, i64, i64, i64, bool)> {
+        r.query(
+            &format!(
+                "SELECT queue, ready, scheduled, executing, dead, oldest_ready_age BETWEEN interval '10 minutes' AND interval '11 minutes'
+                   FROM {view} WHERE queue LIKE 'd_' AND ready + scheduled + executing + dead > 0 ORDER BY queue"
+            ),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|x| (x.get(0), x.get(1), x.get(2), x.get(3), x.get(4), x.get::<_, Option<bool>>(5).unwrap_or(false)))
+        .collect()
+    };
+    let depths = rows(&mut r, "jobq.queue_depths");
+    assert_eq!(depths, vec![("d1".into(), 2, 2, 1, 2, true), ("d3".into(), 0, 0, 0, 1, false)]);
+    assert_eq!(depths, rows(&mut r, "jobq.queue_stats"));
+    // d2 (only completed) is in queue_stats, not in queue_depths.
+    let d2: i64 = r.query_one("SELECT count(*) FROM jobq.queue_depths WHERE queue = 'd2'", &[]).unwrap().get(0);
+    assert_eq!(d2, 0);
+
+    // The live jobs apart from the history: the same rows as jobq.jobs shows in those states.
+    let live: i64 = r.query_one("SELECT count(*) FROM jobq.live_jobs WHERE queue = 'd1'", &[]).unwrap().get(0);
+    let via_view: i64 = r
+        .query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 'd1' AND state IN ('ready', 'executing')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!((live, via_view), (5, 5));
+}

@@ -35,12 +35,13 @@ fn fingerprint(c: &mut Client) -> String {
     .get(0)
 }
 
-/// Every function of the extension, as a call with typed NULL arguments. The arguments are
+/// Every function of the extension, as a call with typed NULL arguments (an aggregate in
+/// the select list). The arguments are
 /// subqueries so that the planner cannot fold a strict function's call away before the
 /// executor checks the EXECUTE privilege.
 fn every_function_call(c: &mut Client) -> Vec<String> {
     c.query(
-        "SELECT format('SELECT * FROM %I.%I(%s)', n.nspname, p.proname,
+        "SELECT format(CASE WHEN p.prokind = 'a' THEN 'SELECT %I.%I(%s)' ELSE 'SELECT * FROM %I.%I(%s)' END, n.nspname, p.proname,
                        (SELECT coalesce(string_agg(format('(SELECT NULL::%s)', format_type(t, NULL)), ', ' ORDER BY i), '')
                           FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i)))
            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -102,6 +103,7 @@ fn a_role_granted_nothing_is_refused_everything() {
         "SELECT jobq_schedule('s', '* * * * *', 'q')".to_string(),
         "SELECT jobq_unschedule('s')".to_string(),
         "SELECT jobq_set_rate_limit('k', 1, '1 s')".to_string(),
+        "SELECT * FROM jobq.throughput(now() - interval '1 hour')".to_string(),
     ] {
         refused(&mut m, &sql);
     }
@@ -122,17 +124,30 @@ fn a_role_granted_nothing_is_refused_everything() {
 /// SPEC's table: the jobq_* functions each role may execute, and the relations it may read.
 const READER_RELATIONS: &[&str] = &[
     "jobq.concurrency_slots",
+    "jobq.finished_jobs",
     "jobq.health",
     "jobq.jobs",
+    "jobq.live_jobs",
     "jobq.locks",
+    "jobq.queue_depths",
+    "jobq.queue_minutes",
     "jobq.queue_stats",
     "jobq.rate_windows",
     "jobq.schedules",
     "jobq.table_stats",
     "jobq.workers",
 ];
-/// The read-only internal helpers jobq.health calls (a view's functions run as its reader).
-const READER_FUNCTIONS: &[&str] = &["_last_pass", "_oldest_horizon"];
+/// The read-only internal helpers jobq.health calls (a view's functions run as its reader), and
+/// the dashboard's counters: jobq.throughput and its histogram functions (src/sql/counters.sql).
+const READER_FUNCTIONS: &[&str] = &[
+    "_histogram_add",
+    "_last_pass",
+    "_oldest_horizon",
+    "histogram_bounds",
+    "histogram_quantile",
+    "histogram_sum",
+    "throughput",
+];
 const PRODUCER_FUNCTIONS: &[&str] = &["jobq_cancel", "jobq_enqueue", "jobq_enqueue_batch", "jobq_retry"];
 const WORKER_FUNCTIONS: &[&str] = &[
     "jobq_acquire_lock",

@@ -291,7 +291,7 @@ BEGIN
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
                    AND j.state = 'ready'
-                RETURNING j.*
+                RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, v_now) AS counted  -- src/counters.rs
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
@@ -334,7 +334,7 @@ BEGIN
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
                    AND j.state = 'ready'
-                RETURNING j.*
+                RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, v_now) AS counted  -- src/counters.rs
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
@@ -468,6 +468,8 @@ BEGIN
     END IF;
 
     -- The claimed jobs, in the order they were claimed.
+    PERFORM jobq._tally(j.queue, 'started', j.run_at, j.started_at)  -- src/counters.rs
+       FROM jobq.live_jobs j WHERE j.id = ANY (v_claimed);
     RETURN QUERY
     SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
            j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,

@@ -144,6 +144,7 @@ BEGIN
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
             concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key);
     PERFORM jobq._enter_ready(ARRAY[v_id]);
+    PERFORM jobq._tally(queue, 'enqueued', NULL, v_now);  -- the dashboard's counters (src/counters.rs)
 
     -- One notification per queue per transaction: PostgreSQL folds identical ones, and
     -- jobq._notify (deferred) notes a queue once.
@@ -194,6 +195,7 @@ BEGIN
     )
     SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
     PERFORM jobq._enter_ready(v_ids);
+    PERFORM jobq._tally(queue, 'enqueued', NULL, v_now) FROM unnest(v_ids);
     RETURN QUERY SELECT u.id FROM unnest(v_ids) AS u(id);
     IF v_run_at <= v_now THEN
         PERFORM jobq._notify(queue);

@@ -33,9 +33,10 @@ BEGIN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN false;
     END IF;
+    j.finished_at := clock_timestamp();
+    PERFORM jobq._tally(j.queue, 'completed', j.started_at, j.finished_at);  -- src/counters.rs
     IF jobq.retention_ms() > 0 THEN
         j.state := 'completed';
-        j.finished_at := clock_timestamp();
         j.result := jobq_complete.result;
         INSERT INTO jobq.finished_jobs SELECT (j).*;
     END IF;
@@ -69,7 +70,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     SELECT x.queue, x.attempt, x.max_attempts, x.cancel_requested_at, x.unique_key, x.unique_strategy,
-           x.concurrency_key, x.concurrency_slot INTO j
+           x.concurrency_key, x.concurrency_slot, x.started_at INTO j
       FROM jobq.live_jobs x
      WHERE x.id = jobq_fail.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
@@ -92,6 +93,11 @@ BEGIN
         PERFORM jobq._enter_ready(ARRAY[job_id]);
     ELSE
         PERFORM jobq._archive(ARRAY[job_id]);
+    END IF;
+    -- The dashboard's counters (src/counters.rs): a failed attempt, and maybe a dead job.
+    PERFORM jobq._tally(j.queue, 'failed', j.started_at, v_now);
+    IF v_state = 'dead' THEN
+        PERFORM jobq._tally(j.queue, 'dead', NULL, v_now);
     END IF;
     PERFORM jobq._release_keys(job_id, j.queue, v_state, j.unique_key, j.unique_strategy,
                                j.concurrency_key, j.concurrency_slot);

@@ -107,6 +107,10 @@ BEGIN
     -- what jobq_reap() returns (SPEC fixes its columns); jobq.schedules shows them.
     PERFORM jobq._enqueue_due_ticks(v_now);
 
+    -- The dashboard's counters: what shared memory counted since the last pass goes to
+    -- jobq.queue_minutes (src/sql/counters.sql).
+    PERFORM jobq._flush_tallies(v_now, jobq._retention());
+
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.

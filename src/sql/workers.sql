@@ -172,6 +172,14 @@ BEGIN
     LOOP
         PERFORM jobq._release_keys(r.id, r.queue, r.state, r.unique_key, r.unique_strategy,
                                    r.concurrency_key, r.concurrency_slot);
+        -- The dashboard's counters (src/counters.rs): an interrupted attempt failed (its run
+        -- time, up to the reap, is not measured); a given-back one did not count.
+        IF interrupted THEN
+            PERFORM jobq._tally(r.queue, 'failed', NULL, v_now);
+        END IF;
+        IF r.state = 'dead' THEN
+            PERFORM jobq._tally(r.queue, 'dead', NULL, v_now);
+        END IF;
         IF r.state = 'ready' THEN
             PERFORM jobq._enter_ready(ARRAY[r.id]);
             requeued := requeued + 1;
