@@ -2,8 +2,9 @@
 # A project-local PostgreSQL 15 cluster with jobq preloaded.
 #   scripts/cluster.sh start        initdb (once), start it, create $JOBQ_DB (default jobq_demo) with jobq,
 #                                   and the login role $JOBQ_APP_ROLE (default jobq_demo_app) granted jobq_worker
-#   scripts/cluster.sh stop         stop it
+#   scripts/cluster.sh stop         stop it (and the dashboard started by `dash`)
 #   scripts/cluster.sh psql [ARGS]  psql into it
+#   scripts/cluster.sh dash DSN ADDR  (re)start jobq-dash (release build) on ADDR, connected with DSN, in the background
 # The data directory is .pgdata/ in the repository (or $JOBQ_DATA); the server runs as the OS user
 # `postgres` (initdb refuses root) and listens on 127.0.0.1:${JOBQ_PORT:-5499}.
 set -euo pipefail
@@ -41,11 +42,19 @@ CONF
   psql -h 127.0.0.1 -p "$PORT" -U postgres -d "$DB" -qc "GRANT jobq_worker TO $APP_ROLE" 2>&1 | grep -v NOTICE || true
   ;;
 stop)
+  if [ -f "$DATA/dash.pid" ]; then kill "$(cat "$DATA/dash.pid")" 2>/dev/null || true; rm -f "$DATA/dash.pid"; fi
   [ -f "$DATA/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null || true
+  ;;
+dash)
+  if [ -f "$DATA/dash.pid" ]; then kill "$(cat "$DATA/dash.pid")" 2>/dev/null || true; fi
+  nohup target/release/jobq-dash --database-url "$2" --listen "$3" >"$DATA/dash.log" 2>&1 &
+  echo $! >"$DATA/dash.pid"
+  for _ in $(seq 50); do curl -fs -o /dev/null "http://$3/health" && exit 0; sleep 0.1; done
+  echo "cluster: jobq-dash did not answer on $3; see $DATA/dash.log" >&2; exit 1
   ;;
 psql)
   shift; exec psql -h 127.0.0.1 -p "$PORT" -U postgres -d "$DB" "$@"
   ;;
 *)
-  echo "usage: $0 start|stop|psql" >&2; exit 2 ;;
+  echo "usage: $0 start|stop|psql|dash" >&2; exit 2 ;;
 esac

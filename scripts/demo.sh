@@ -2,8 +2,9 @@
 # The main job: set up everything (PostgreSQL 15, cargo-pgrx, the reference workers' Python and
 # Node dependencies), install jobq, start a local PostgreSQL 15 with jobq preloaded (its
 # background worker reaping in database jobq_demo), and run the demo (examples/demo.py): Python
-# and Node workers, a stream of jobs, a worker killed mid-job and rescued. The server is left
-# running.   scripts/demo.sh [SECONDS]   (how long jobs are enqueued; default 20)
+# and Node workers, a stream of jobs, a worker killed mid-job and rescued; the dashboard
+# (jobq-dash) watches it. The server and the dashboard are left running (scripts/cluster.sh stop
+# stops both).   scripts/demo.sh [SECONDS]   (how long jobs are enqueued; default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -11,13 +12,21 @@ cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/
 # Restart so a server that was already running loads the library just installed.
 ./scripts/cluster.sh stop
 ./scripts/cluster.sh start
+# The dashboard, as a login role granted jobq_admin (its actions appear; jobq_reader would
+# make it read-only), on loopback (no basic auth needed there).
+DASH_PORT=${JOBQ_DASH_PORT:-8080}
+cargo build --release -q -p jobq-dash
+./scripts/cluster.sh psql -qc "DO \$\$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'jobq_demo_ops') THEN CREATE ROLE jobq_demo_ops LOGIN; END IF; END \$\$; GRANT jobq_admin TO jobq_demo_ops;" 2>&1 | grep -v NOTICE || true
+./scripts/cluster.sh dash "host=127.0.0.1 port=${JOBQ_PORT:-5499} user=jobq_demo_ops dbname=${JOBQ_DB:-jobq_demo}" "127.0.0.1:$DASH_PORT"
+echo "demo: the dashboard is at http://127.0.0.1:$DASH_PORT/ (open it now to watch the demo)"
 JOBQ_DSN="postgresql://${JOBQ_APP_ROLE:-jobq_demo_app}@127.0.0.1:${JOBQ_PORT:-5499}/${JOBQ_DB:-jobq_demo}" \
 JOBQ_ADMIN_DSN="postgresql://postgres@127.0.0.1:${JOBQ_PORT:-5499}/${JOBQ_DB:-jobq_demo}" \
   python3 examples/demo.py "${1:-20}"
 cat <<MSG
 
 The server is still running (data in .pgdata/, port ${JOBQ_PORT:-5499}, database ${JOBQ_DB:-jobq_demo}).
+  dashboard: http://127.0.0.1:$DASH_PORT/   (jobq-dash, as jobq_demo_ops; log in .pgdata/dash.log)
   connect:  scripts/cluster.sh psql        (or: psql -h 127.0.0.1 -p ${JOBQ_PORT:-5499} -U postgres ${JOBQ_DB:-jobq_demo})
   workers:  python3 examples/python/worker.py | node examples/node/worker.js | examples/rust/target/release/jobq-worker
-  stop:     scripts/cluster.sh stop
+  stop:     scripts/cluster.sh stop        (the server and the dashboard)
 MSG

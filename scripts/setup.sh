@@ -4,6 +4,7 @@
 # (scripts/build-postgres.sh, once per machine), and `cargo pgrx init` against 15 (Debian's),
 # 17 and 18. Then the reference workers' dependencies. Every step checks first and skips what is
 # already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the versions it prepares.
+# Also Debian's chromium and the npm dependencies of the dashboard's browser suite (dash/browser).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 # Debian's postgresql package starts a cluster on 5432; jobq never uses it, leave it alone.
+# The dashboard's browser suite (dash/tests/browser.rs) drives Debian's Chromium.
+if [ ! -x /usr/bin/chromium ]; then
+  echo "setup: installing chromium chromium-driver"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
+fi
 
 if ! cargo pgrx --version 2>/dev/null | grep -q "0.18.0"; then
   echo "setup: installing cargo-pgrx 0.18.0 (several minutes)"
@@ -53,4 +60,9 @@ if [ ! -d examples/node/node_modules/pg ]; then
   (cd examples/node && npm ci --silent --no-audit --no-fund)
 fi
 cargo build -q --release --manifest-path examples/rust/Cargo.toml
+# The browser suite's driver (playwright-core, pointed at /usr/bin/chromium; no browser download).
+if [ ! -d dash/browser/node_modules/playwright-core ]; then
+  echo "setup: npm ci in dash/browser"
+  (cd dash/browser && npm ci --silent --no-audit --no-fund)
+fi
 echo "setup: ok"

@@ -5,6 +5,8 @@
 # as root except PostgreSQL itself, which runs as `postgres`.
 #   scripts/test.sh                        PostgreSQL 15, 17 and 18
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
+# Then the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
+# Chromium), against PostgreSQL 15 with jobq installed.
 # Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,3 +23,6 @@ for v in $JOBQ_PG_VERSIONS; do
   install -d -o postgres -g postgres "$PGDATA_PARENT"
   cargo pgrx test "pg$v" --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
 done
+echo "test: jobq-dash (PostgreSQL 15)"
+cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
+cargo test -p jobq-dash

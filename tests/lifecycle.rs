@@ -227,6 +227,58 @@ fn fail_retries_with_backoff_then_dies_and_retry_revives() {
     let cancelled = enqueue(&mut c, "'q'");
     c.execute("SELECT jobq_cancel($1)", &[&cancelled]).unwrap();
     assert!(c.query_one("SELECT jobq_retry($1)", &[&cancelled]).unwrap().get::<_, bool>(0));
+    // Every failed attempt's error, oldest first, across the retry (attempt numbers restart).
+    let errors: Value = c
+        .query_one(
+            "SELECT jsonb_agg(jsonb_build_object('attempt', e->'attempt', 'error', e->'error', 'at', (e->>'at')::timestamptz <= now()))
+               FROM jobq.jobs, jsonb_array_elements(errors) e WHERE id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        errors,
+        json!([
+            {"attempt": 1, "error": {"error": "boom"}, "at": true},
+            {"attempt": 2, "error": {"error": "again"}, "at": true},
+            {"attempt": 1, "error": null, "at": true},
+            {"attempt": 2, "error": null, "at": true}
+        ])
+    );
+}
+
+#[test]
+fn a_job_keeps_its_last_100_errors_and_the_reapers_interruptions() {
+    let (cluster, db_name, mut c) = db();
+    let w = register(&mut c);
+    let id = enqueue(&mut c, "'hist', max_attempts => 500");
+    for i in 1..=101 {
+        assert_eq!(checkout(&mut c, w, None, 1), vec![id]);
+        let s: String = c.query_one("SELECT jobq_fail($1, $2, jsonb_build_object('n', $3::int), retry_in => '0')", &[&id, &w, &i]).unwrap().get(0);
+        assert_eq!(s, "ready");
+    }
+    let (n, first, last): (i32, i32, i32) = {
+        let r = c
+            .query_one(
+                "SELECT jsonb_array_length(errors), (errors->0->'error'->>'n')::int, (errors->-1->'error'->>'n')::int FROM jobq.jobs WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+    assert_eq!((n, first, last), (100, 2, 101), "the last 100, oldest first");
+    // A worker whose session ends mid-attempt: the reaper's interruption is recorded.
+    let mut gone = cluster.connect(&db_name);
+    let g: uuid::Uuid = gone.query_one("SELECT jobq_register_worker(bind_to_session => true)", &[]).unwrap().get(0);
+    assert_eq!(gone.query("SELECT id FROM jobq_checkout($1, ARRAY['hist'])", &[&g]).unwrap().len(), 1);
+    drop(gone);
+    // (No background worker serves this database: a reap pass by hand, once the session is gone.)
+    wait_until("a reap pass to interrupt the attempt", Duration::from_secs(60), || {
+        c.execute("SELECT * FROM jobq_reap()", &[]).unwrap();
+        c.query_one("SELECT state = 'ready' FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0)
+    });
+    let last: Value = c.query_one("SELECT errors->-1 FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!((last["attempt"].clone(), last["interrupted"].clone()), (json!(102), json!(true)));
 }
 
 #[test]

@@ -85,6 +85,7 @@ BEGIN
     UPDATE jobq.live_jobs x
        SET state = v_state,
            last_error = error,
+           errors = jobq._add_error(x.errors, jsonb_build_object('attempt', x.attempt, 'at', v_now, 'error', error)),
            run_at = CASE WHEN v_state = 'ready' THEN v_now + coalesce(retry_in, jobq._backoff(x.attempt))
                          ELSE x.run_at END,
            finished_at = CASE WHEN v_state <> 'ready' THEN v_now END

@@ -52,7 +52,11 @@ CREATE TABLE jobq.live_jobs (
     concurrency_slot     integer,       -- the slot of jobq.slots held while executing
     last_error           jsonb,
     result               jsonb,
-    rate_key             text           -- its starts count against jobq_set_rate_limit(rate_key, ...)
+    rate_key             text,          -- its starts count against jobq_set_rate_limit(rate_key, ...)
+    -- Every failed attempt, oldest first, the last 100: [{"attempt": 1, "at": …, "error": …}, …]
+    -- (jobq_fail's error; {"interrupted": true} where the reaper cut the attempt off). Written
+    -- only when an attempt fails: nothing on the path of a job that succeeds.
+    errors               jsonb
 )
 -- Every job leaves two dead versions here (the claim's update, the completion's delete):
 -- vacuumed after a fixed number of them, without cost-based sleeps, like jobq.ready below,
@@ -81,6 +85,13 @@ CREATE VIEW jobq.jobs AS
 SELECT * FROM jobq.live_jobs
 UNION ALL
 SELECT * FROM jobq.finished_jobs;
+
+-- A job's error history (the column `errors`) with `entry` appended, the oldest dropped past 100.
+CREATE FUNCTION jobq._add_error(errors jsonb, entry jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT CASE WHEN jsonb_array_length(e) > 100 THEN e - 0 ELSE e END
+      FROM (SELECT coalesce(errors, '[]') || jsonb_build_array(entry) AS e) x
+$$;
 
 -- Moves jobs `ids` that are in a finished state from jobq.live_jobs to jobq.finished_jobs.
 -- The paths that finish a job rarely (cancel, death, cancellation by the reaper) set the

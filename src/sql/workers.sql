@@ -164,6 +164,9 @@ BEGIN
             attempt = CASE WHEN interrupted OR j.cancel_requested_at IS NOT NULL THEN j.attempt
                            ELSE j.attempt - 1 END,
             interrupted_at = CASE WHEN interrupted THEN v_now ELSE j.interrupted_at END,
+            errors = CASE WHEN interrupted
+                          THEN jobq._add_error(j.errors, jsonb_build_object('attempt', j.attempt, 'at', v_now, 'interrupted', true))
+                          ELSE j.errors END,
             finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL
                                  OR (interrupted AND j.attempt >= j.max_attempts) THEN v_now END
          WHERE j.id = ANY (ids) AND (CASE WHEN j.state = 'executing' THEN j.worker_id END) = worker  -- primary key only (finish.sql)

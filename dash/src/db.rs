@@ -1,0 +1,162 @@
+//! The connection pool, what the connected role may do, and the errors a page can end in.
+
+use crate::config::Config;
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+use tokio_postgres::NoTls;
+
+/// How long what the role may do is trusted before it is asked again.
+const ACCESS_TTL: Duration = Duration::from_secs(5);
+
+pub struct Db {
+    pub pool: Pool,
+    access: Mutex<Option<(Instant, Access)>>,
+}
+
+/// What the role the dashboard connects as may do and read, asked of the database itself.
+#[derive(Clone, Debug)]
+pub struct Access {
+    pub user: String,
+    /// Member of jobq_admin: may retry, cancel, pause and resume (the database decides anyway).
+    pub admin: bool,
+    /// May read jobq.live_jobs and jobq.finished_jobs directly (jobq_admin may; jobq_reader
+    /// reads only the view jobq.jobs over both). Queries about live jobs then skip the history.
+    pub read_tables: bool,
+    /// jobq.throughput(timestamptz, interval) exists and may be executed: charts have data.
+    pub counters: bool,
+    /// May read jobq.pauses: the queue page says whether the queue is paused.
+    pub pauses: bool,
+}
+
+impl Access {
+    /// The table holding jobs in states ready and executing, for this role.
+    pub fn live_jobs(&self) -> &'static str {
+        if self.read_tables {
+            "jobq.live_jobs"
+        } else {
+            "jobq.jobs"
+        }
+    }
+
+    /// The table holding completed, dead and cancelled jobs, for this role.
+    pub fn finished_jobs(&self) -> &'static str {
+        if self.read_tables {
+            "jobq.finished_jobs"
+        } else {
+            "jobq.jobs"
+        }
+    }
+}
+
+impl Db {
+    /// A pool whose every connection runs `SET statement_timeout` first.
+    pub fn new(cfg: &Config) -> Result<Db, String> {
+        let mut pg = tokio_postgres::Config::from_str(&cfg.database_url)
+            .map_err(|e| format!("--database-url: {e}"))?;
+        if pg.get_application_name().is_none() {
+            pg.application_name("jobq-dash");
+        }
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(Duration::from_secs(5));
+        }
+        let mgr = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let set = format!(
+            "SET statement_timeout = {}",
+            cfg.query_timeout.as_millis().max(1)
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(cfg.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(5)))
+            .create_timeout(Some(Duration::from_secs(10)))
+            .post_create(Hook::async_fn(move |client, _| {
+                let set = set.clone();
+                Box::pin(
+                    async move { client.batch_execute(&set).await.map_err(HookError::Backend) },
+                )
+            }))
+            .build()
+            .map_err(|e| format!("connection pool: {e}"))?;
+        Ok(Db {
+            pool,
+            access: Mutex::new(None),
+        })
+    }
+
+    pub async fn client(&self) -> Result<deadpool_postgres::Client, AppError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| AppError::Unavailable(e.to_string()))
+    }
+
+    /// What the role may do, asked at most every few seconds.
+    pub async fn access(&self) -> Result<Access, AppError> {
+        let mut cached = self.access.lock().await;
+        if let Some((at, a)) = cached.as_ref() {
+            if at.elapsed() < ACCESS_TTL {
+                return Ok(a.clone());
+            }
+        }
+        let row = self
+            .client()
+            .await?
+            .query_one(
+                "SELECT current_user::text,
+                        pg_has_role(current_user, 'jobq_admin', 'MEMBER'),
+                        coalesce(has_table_privilege(to_regclass('jobq.live_jobs'), 'SELECT')
+                             AND has_table_privilege(to_regclass('jobq.finished_jobs'), 'SELECT'), false),
+                        coalesce(has_function_privilege(to_regprocedure('jobq.throughput(timestamptz, interval)'), 'EXECUTE'), false),
+                        coalesce(has_table_privilege(to_regclass('jobq.pauses'), 'SELECT'), false)",
+                &[],
+            )
+            .await?;
+        let a = Access {
+            user: row.get(0),
+            admin: row.get(1),
+            read_tables: row.get(2),
+            counters: row.get(3),
+            pauses: row.get(4),
+        };
+        *cached = Some((Instant::now(), a.clone()));
+        Ok(a)
+    }
+}
+
+/// How a request fails: each variant is a status and an error page (pages::error_page).
+#[derive(Debug)]
+pub enum AppError {
+    /// A statement failed: 42501 is 403, a statement timeout 504, the rest 500.
+    Db(tokio_postgres::Error),
+    /// No connection to the database.
+    Unavailable(String),
+    /// The dashboard refuses it itself: a missing CSRF token, an action while read-only or
+    /// connected as a role that may not act.
+    Forbidden(String),
+    NotFound(String),
+    BadRequest(String),
+}
+
+impl From<tokio_postgres::Error> for AppError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        AppError::Db(e)
+    }
+}
+
+impl AppError {
+    /// The SQLSTATE of a database error.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            AppError::Db(e) => e.code().map(|c| c.code()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! jobq-dash: jobq's web dashboard. Every page reads the database's own views (schema jobq)
+//! as the role in the connection string, and every action is a jobq_* function call that the
+//! database's privileges decide.
+//!
+//! Where things are:
+//! - `config`: flags and environment, the basic-auth-off-loopback rule;
+//! - `db`: the pool (`SET statement_timeout` on every connection), what the role may do, errors;
+//! - `auth`: basic auth and CSRF tokens;
+//! - `layout`: the page frame, the error page, number and age formatting;
+//! - `charts`: counters from `jobq.throughput` as SVG;
+//! - `pages::*`: one module per URL (see `router` below for the map).
+
+pub mod auth;
+pub mod charts;
+pub mod config;
+pub mod db;
+pub mod layout;
+pub mod pages;
+
+use axum::routing::{get, post};
+use axum::Router;
+use std::sync::Arc;
+
+pub use config::Config;
+
+/// Everything a handler needs.
+pub struct App {
+    pub cfg: Config,
+    pub db: db::Db,
+    pub csrf: auth::Csrf,
+    /// The base path without its trailing slash ("" at the root).
+    pub prefix: String,
+}
+
+impl App {
+    /// A link to `path` ("/jobs") under the base path.
+    pub fn link(&self, path: &str) -> String {
+        format!("{}{}", self.prefix, path)
+    }
+
+    /// Whether actions are shown and accepted: the role is a member of jobq_admin and the
+    /// dashboard is not --read-only. (The database still checks every call.)
+    pub fn may_act(&self, access: &db::Access) -> bool {
+        access.admin && !self.cfg.read_only
+    }
+}
+
+/// The dashboard's routes under the base path, with basic auth and CSRF cookies. Connects to
+/// the database once to fail early on a bad connection string.
+pub async fn router(cfg: Config) -> Result<Router, String> {
+    cfg.validate()?;
+    let db = db::Db::new(&cfg)?;
+    db.access()
+        .await
+        .map_err(|e| format!("cannot query the database: {e:?}"))?;
+    let prefix = cfg.prefix();
+    let app = Arc::new(App {
+        cfg,
+        db,
+        csrf: auth::Csrf::new(),
+        prefix: prefix.clone(),
+    });
+    Ok(routes(app, &prefix))
+}
+
+fn routes(app: Arc<App>, prefix: &str) -> Router {
+    use pages::*;
+    let p = |path: &str| format!("{prefix}{path}");
+    let mut r = Router::new()
+        .route(&p("/"), get(overview::page))
+        .route(&p("/fragments/overview"), get(overview::fragment))
+        .route(&p("/queues/{queue}"), get(queue::page))
+        .route(&p("/queues/{queue}/pause"), post(queue::pause))
+        .route(&p("/queues/{queue}/resume"), post(queue::resume))
+        .route(&p("/jobs"), get(jobs::list))
+        .route(
+            &p("/jobs/bulk"),
+            get(jobs::bulk_confirm).post(jobs::bulk_run),
+        )
+        .route(&p("/jobs/{id}"), get(job::page))
+        .route(&p("/jobs/{id}/retry"), post(job::retry))
+        .route(&p("/jobs/{id}/cancel"), post(job::cancel))
+        .route(&p("/workers"), get(workers::page))
+        .route(&p("/locks"), get(locks::page))
+        .route(&p("/schedules"), get(schedules::page))
+        .route(&p("/rate-limits"), get(rate_limits::page))
+        .route(&p("/health"), get(health::page));
+    if !prefix.is_empty() {
+        // The base path without its slash shows the overview too.
+        r = r.route(prefix, get(overview::page));
+    }
+    r.layer(axum::middleware::from_fn_with_state(
+        app.clone(),
+        auth::csrf_layer,
+    ))
+    .layer(axum::middleware::from_fn_with_state(
+        app.clone(),
+        auth::basic_auth_layer,
+    ))
+    .with_state(app)
+}
+
+/// Serves `router` on `listener` until ctrl-c.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+}
