@@ -244,6 +244,11 @@ async fn every_page_answers_and_shows_what_it_should() {
         job.contains("enqueued") && job.contains("finished"),
         "a timeline"
     );
+    // Every failed attempt's error (the column errors): here the one attempt, discarded.
+    assert!(
+        job.contains("errors") && job.contains("&quot;attempt&quot;: 1"),
+        "the errors of every attempt: {job}"
+    );
     assert_eq!(d.get("/jobs/999999999").await.status, StatusCode::NOT_FOUND);
 
     let workers = d.ok("/workers").await;

@@ -1,6 +1,6 @@
 //! `/jobs/{id}`: every column of the job (as jobq.jobs has them, read from the catalog), its
-//! payload, result and last error pretty-printed (unless --hide-payloads), a timeline; retry
-//! and cancel (`jobq_retry(id)`, `jobq_cancel(id)`).
+//! payload, result, last error and every failed attempt's error (`errors`) pretty-printed
+//! (unless --hide-payloads), a timeline; retry and cancel (`jobq_retry(id)`, `jobq_cancel(id)`).
 
 use super::{authorize_action, back, message, Msg};
 use crate::auth::CsrfToken;
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Shown apart, pretty-printed, and never read with --hide-payloads.
-const CONTENTS: &[&str] = &["payload", "result", "last_error"];
+const CONTENTS: &[&str] = &["payload", "result", "last_error", "errors"];
 /// The moments of a job's life, in the order they usually come.
 const TIMELINE: &[(&str, &str)] = &[
     ("enqueued_at", "enqueued"),
