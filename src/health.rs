@@ -72,6 +72,7 @@ pub mod jobq {
     }
 
     /// The last pass of this database's background worker, if one ran since the server started.
+    #[allow(clippy::type_complexity)]
     #[pg_extern(stable, name = "_last_pass")]
     pub fn last_pass() -> TableIterator<
         'static,

@@ -5,7 +5,7 @@
 //!   Each file is named after the concern it holds: `schema`, `workers`, `enqueue`,
 //!   `rate_limits`, `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`,
 //!   `schedules` (recurring jobs), `counters` (the dashboard's per-minute counts), `reap`,
-//!   `stats`, `observe`.
+//!   `stats`, `node` (scale-out: ids that name their node), `observe`.
 //! - `src/gucs.rs`: the `jobq.*` settings, and the tiny functions SQL uses to read them.
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
 //! - `src/privileges.rs`: `jobq._may_act_for()`, who may act for a worker; the grants are in
@@ -79,7 +79,8 @@ extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause"
 extension_sql_file!("sql/counters.sql", name = "counters", requires = ["schedules", counters::jobq::take_tallies, counters::jobq::histogram_add, counters::jobq::histogram_quantile]);
 extension_sql_file!("sql/reap.sql", name = "reap", requires = ["counters", health::jobq::note_pass, gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
 extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
-extension_sql_file!("sql/observe.sql", name = "observe", requires = ["stats", health::jobq::last_pass]);
+extension_sql_file!("sql/node.sql", name = "node", requires = ["stats"]);
+extension_sql_file!("sql/observe.sql", name = "observe", requires = ["node", health::jobq::last_pass]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["observe"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

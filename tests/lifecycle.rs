@@ -770,3 +770,30 @@ fn with_zero_retention_a_completed_job_is_deleted_at_once() {
     let again = enqueue(&mut c, "'q', unique_key => 'only-one'");
     assert_ne!(again, job, "the until_executed key was released");
 }
+
+/// Scale-out: after jobq_set_node(n), every job id made here names node n (id % 1024 = n),
+/// ids still grow in enqueue order; once an id was drawn the node cannot change (55000).
+#[test]
+fn set_node_makes_ids_name_their_node_and_only_before_the_first() {
+    let (_, _, mut c) = db();
+    for (sql, state) in [
+        ("SELECT jobq_set_node(NULL)", "22004"),
+        ("SELECT jobq_set_node(-1)", "22023"),
+        ("SELECT jobq_set_node(1024)", "22023"),
+    ] {
+        assert_eq!(sqlstate(&c.execute(sql, &[]).unwrap_err()), state, "{sql}");
+    }
+    c.execute("SELECT jobq_set_node(3)", &[]).unwrap();
+    c.execute("SELECT jobq_set_node(7)", &[]).unwrap(); // still no id drawn: may change
+    let mut ids: Vec<i64> = (0..3).map(|_| enqueue(&mut c, "'n'")).collect();
+    ids.extend(c.query("SELECT * FROM jobq_enqueue_batch('n', ARRAY['{}', '{}']::jsonb[])", &[]).unwrap().iter().map(|r| r.get::<_, i64>(0)));
+    assert!(ids.iter().all(|id| id % 1024 == 7 && *id >= 1024), "{ids:?}");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let e = c.execute("SELECT jobq_set_node(8)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "55000");
+    assert_eq!(enqueue(&mut c, "'n'") % 1024, 7, "the refusal changed nothing");
+    // An id drawn by an enqueue that rolled back counts too: the node is fixed from then on.
+    let (_, _, mut fresh) = db();
+    fresh.batch_execute("BEGIN; SELECT jobq_enqueue('x'); ROLLBACK;").unwrap();
+    assert_eq!(sqlstate(&fresh.execute("SELECT jobq_set_node(1)", &[]).unwrap_err()), "55000");
+}

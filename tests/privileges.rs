@@ -164,7 +164,7 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "jobq_release_lock",
     "jobq_unregister_worker",
 ];
-const ADMIN_FUNCTIONS: &[&str] = &["jobq_pause", "jobq_reap", "jobq_resume", "jobq_schedule", "jobq_set_rate_limit", "jobq_unschedule"];
+const ADMIN_FUNCTIONS: &[&str] = &["jobq_pause", "jobq_reap", "jobq_resume", "jobq_schedule", "jobq_set_node", "jobq_set_rate_limit", "jobq_unschedule"];
 
 fn set(items: &[&[&str]]) -> BTreeSet<String> {
     items.iter().flat_map(|s| s.iter().map(|x| x.to_string())).collect()
@@ -270,6 +270,7 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut w, "SELECT jobq_schedule('s', '* * * * *', 'q')");
     refused(&mut w, "SELECT jobq_unschedule('s')");
     refused(&mut w, "SELECT jobq_set_rate_limit('k', 1, '1 s')");
+    refused(&mut w, "SELECT jobq_set_node(1)");
     refused(&mut w, "SELECT * FROM jobq.crontab");
     refused(&mut w, "SELECT * FROM jobq.rate_limits");
     refused(&mut w, "SELECT * FROM jobq.slots");
@@ -284,6 +285,8 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     ad.execute("SELECT jobq_schedule('nightly', '0 3 * * *', 'q', time_zone => 'Europe/Paris')", &[]).unwrap();
     ad.execute("SELECT jobq_set_rate_limit('api', 10, '1 minute')", &[]).unwrap();
     ad.query("SELECT * FROM jobq.rate_limits", &[]).unwrap();
+    // The admin may call jobq_set_node; this node has made jobs, so it says 55000, not 42501.
+    assert_eq!(sqlstate(&ad.execute("SELECT jobq_set_node(1)", &[]).unwrap_err()), "55000");
     let seen: i64 = r.query_one("SELECT count(*) FROM jobq.schedules WHERE name = 'nightly'", &[]).unwrap().get(0);
     assert_eq!(seen, 1, "jobq_reader sees the schedules");
     refused(&mut r, "SELECT * FROM jobq.crontab");

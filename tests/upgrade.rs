@@ -72,8 +72,8 @@ fn catalog(c: &mut Client) -> Vec<String> {
 fn contents(c: &mut Client) -> String {
     c.query_one(
         "SELECT concat_ws(' | ',
-            -- (rate_key: a column 0.2.0 added, NULL for every upgraded job)
-            (SELECT string_agg((to_jsonb(j) - 'rate_key')::text, ',' ORDER BY id) FROM jobq.jobs j),
+            -- (rate_key, errors: columns 0.2.0 added, NULL for every upgraded job)
+            (SELECT string_agg((to_jsonb(j) - 'rate_key' - 'errors')::text, ',' ORDER BY id) FROM jobq.jobs j),
             (SELECT string_agg(format('%s %s %s %s %s', id, name, metadata, heartbeat_at, backend_pid), ',' ORDER BY id) FROM jobq.workers),
             (SELECT string_agg(row_to_json(l)::text, ',' ORDER BY key) FROM jobq.locks l),
             (SELECT string_agg(row_to_json(s)::text, ',' ORDER BY ns, key, slot) FROM jobq.slots s WHERE job_id IS NOT NULL),

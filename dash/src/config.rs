@@ -42,6 +42,12 @@ pub struct Config {
     #[arg(long, env = "JOBQ_DASH_QUERY_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub query_timeout: Duration,
 
+    /// A payload filter searches the newest this many jobs (by id) only: no index serves it
+    /// (one on payloads would cost every enqueue), and over a long history a full scan takes
+    /// seconds (bench/dash.sh: 1.9 s at 10 million jobs).
+    #[arg(long, env = "JOBQ_DASH_PAYLOAD_WINDOW", default_value_t = 200_000)]
+    pub payload_window: i64,
+
     /// Connections kept to the database at most.
     #[arg(long, env = "JOBQ_DASH_POOL_SIZE", default_value_t = 8)]
     pub pool_size: usize,

@@ -305,6 +305,16 @@ async fn jobs_filters_are_kept_in_the_url() {
         payload.contains(&link(f.dead)) && !payload.contains(&link(f.ready[0])),
         "{payload}"
     );
+    // The payload filter searches the newest --payload-window jobs only: with 1, not the dead
+    // job, which is older than the newest.
+    let narrow = start(&f.db, "dash_admin", &["--payload-window", "1"]).await;
+    let narrow = narrow
+        .ok("/jobs?payload=%7B%22to%22%3A%22dead%40example.com%22%7D")
+        .await;
+    assert!(
+        !narrow.contains(&link(f.dead)) && narrow.contains("searches the newest 1 jobs"),
+        "{narrow}"
+    );
     let bad = d.ok("/jobs?payload=%7Bnot+json").await;
     assert!(bad.contains("not valid JSON"), "{bad}");
     assert_eq!(d.get("/jobs?state=sleeping").await.status, StatusCode::OK);

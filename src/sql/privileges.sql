@@ -95,6 +95,7 @@ GRANT EXECUTE ON FUNCTION
     jobq_reap(),
     jobq_schedule(text, text, text, jsonb, text, integer, integer, text, boolean),
     jobq_unschedule(text),
-    jobq_set_rate_limit(text, integer, interval)
+    jobq_set_rate_limit(text, integer, interval),
+    jobq_set_node(integer)
 TO jobq_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA jobq TO jobq_admin;

@@ -172,6 +172,11 @@ impl Filter {
                 |n| format!("payload @> (${n}::text)::jsonb"),
                 Box::new(p.clone()),
             );
+            // Only the newest jobs (--payload-window): a range of the primary key.
+            sel.push(
+                |n| format!("id > (SELECT coalesce(max(id), 0) FROM jobq.jobs) - ${n}"),
+                Box::new(app.cfg.payload_window),
+            );
         }
         Ok(sel)
     }
@@ -291,6 +296,7 @@ pub async fn list(
         p {
             strong { @if count > COUNT_CAP { (num(COUNT_CAP)) "+" } @else { (num(count)) } }
             " jobs match"
+            @if filter.payload.is_some() { " (the payload filter searches the newest " (num(app.cfg.payload_window)) " jobs)" }
             @if before.is_some() { " · " a href=(app.link(&format!("/jobs?{qs}"))) { "newest" } }
             @if app.may_act(&access) {
                 " · bulk: "
