@@ -8,12 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REF=${1:-HEAD}; ROUNDS=${2:-2}
-WT=target/ab-worktree
+# Outside the repository: cargo would take a worktree under it for a member of this workspace.
+WT=${TMPDIR:-/tmp}/jobq-ab-worktree
 git worktree remove --force "$WT" 2>/dev/null || rm -rf "$WT"
 git worktree add --detach "$WT" "$REF" >/dev/null
 trap 'git worktree remove --force "$WT" 2>/dev/null || true' EXIT
 out=bench/results/ab.md
-{ echo "# bench/ab.sh $REF $ROUNDS: A = $(git rev-parse --short "$REF"), B = the working tree of $(git rev-parse --short HEAD)"; echo; } >"$out"
+{ echo "# bench/ab.sh $REF $ROUNDS: A = $(git rev-parse --short "$REF"), B = the working tree of $(git rev-parse --short HEAD)"
+  echo; echo "Each line: clients, jobq jobs/s, baseline jobs/s, jobq / baseline (checkout+complete, medians of 3 runs of 5 s)."; echo; } >"$out"
 for round in $(seq "$ROUNDS"); do
   for side in A B; do
     dir=.; [ $side = A ] && dir=$WT

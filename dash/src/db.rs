@@ -21,34 +21,17 @@ pub struct Access {
     pub user: String,
     /// Member of jobq_admin: may retry, cancel, pause and resume (the database decides anyway).
     pub admin: bool,
-    /// May read jobq.live_jobs and jobq.finished_jobs directly (jobq_admin may; jobq_reader
-    /// reads only the view jobq.jobs over both). Queries about live jobs then skip the history.
-    pub read_tables: bool,
     /// jobq.throughput(timestamptz, interval) exists and may be executed: charts have data.
     pub counters: bool,
     /// May read jobq.pauses: the queue page says whether the queue is paused.
     pub pauses: bool,
 }
 
-impl Access {
-    /// The table holding jobs in states ready and executing, for this role.
-    pub fn live_jobs(&self) -> &'static str {
-        if self.read_tables {
-            "jobq.live_jobs"
-        } else {
-            "jobq.jobs"
-        }
-    }
-
-    /// The table holding completed, dead and cancelled jobs, for this role.
-    pub fn finished_jobs(&self) -> &'static str {
-        if self.read_tables {
-            "jobq.finished_jobs"
-        } else {
-            "jobq.jobs"
-        }
-    }
-}
+/// The jobs in states ready and executing (jobq_reader may read both tables behind jobq.jobs):
+/// a query about live jobs never walks the history.
+pub const LIVE_JOBS: &str = "jobq.live_jobs";
+/// The completed, dead and cancelled jobs, until jobq.retention prunes them.
+pub const FINISHED_JOBS: &str = "jobq.finished_jobs";
 
 impl Db {
     /// A pool whose every connection runs `SET statement_timeout` first.
@@ -112,8 +95,6 @@ impl Db {
             .query_one(
                 "SELECT current_user::text,
                         pg_has_role(current_user, 'jobq_admin', 'MEMBER'),
-                        coalesce(has_table_privilege(to_regclass('jobq.live_jobs'), 'SELECT')
-                             AND has_table_privilege(to_regclass('jobq.finished_jobs'), 'SELECT'), false),
                         coalesce(has_function_privilege(to_regprocedure('jobq.throughput(timestamptz, interval)'), 'EXECUTE'), false),
                         coalesce(has_table_privilege(to_regclass('jobq.pauses'), 'SELECT'), false)",
                 &[],
@@ -122,9 +103,8 @@ impl Db {
         let a = Access {
             user: row.get(0),
             admin: row.get(1),
-            read_tables: row.get(2),
-            counters: row.get(3),
-            pauses: row.get(4),
+            counters: row.get(2),
+            pauses: row.get(3),
         };
         *cached = Some((Instant::now(), a.clone()));
         Ok(a)

@@ -4,12 +4,12 @@
 //!
 //! The list and the count are the only queries of the dashboard that may walk the history,
 //! and both stop early (LIMIT). A filter on live states reads jobq.live_jobs, on finished
-//! states jobq.finished_jobs, when the role may read those tables (Access::live_jobs).
+//! states jobq.finished_jobs (both readable by jobq_reader), on both the view jobq.jobs.
 
 use super::authorize_action;
 use crate::auth::CsrfToken;
 use crate::auth::CSRF_FIELD;
-use crate::db::{Access, AppError};
+use crate::db::AppError;
 use crate::layout::{self, age, num, seg};
 use crate::App;
 use axum::extract::{Form, Query, State};
@@ -117,12 +117,7 @@ impl Filter {
 
     /// The selection of these filters, restricted to `only` states when given (a bulk action's
     /// states). Err: a message about a bad filter.
-    fn select(
-        &self,
-        app: &App,
-        access: &Access,
-        only: Option<&[&str]>,
-    ) -> Result<Selection, String> {
+    fn select(&self, app: &App, only: Option<&[&str]>) -> Result<Selection, String> {
         let mut states: Vec<&str> = STATES.to_vec();
         if let Some(s) = &self.state {
             let Some(s) = STATES.iter().find(|x| **x == s.as_str()) else {
@@ -134,9 +129,9 @@ impl Filter {
             states.retain(|s| only.contains(s));
         }
         let source = if states.iter().all(|s| LIVE.contains(s)) {
-            access.live_jobs()
+            crate::db::LIVE_JOBS
         } else if states.iter().all(|s| !LIVE.contains(s)) {
-            access.finished_jobs()
+            crate::db::FINISHED_JOBS
         } else {
             "jobq.jobs"
         };
@@ -202,7 +197,7 @@ pub async fn list(
         None => None,
     };
     let form = filter_form(&app, &filter);
-    let sel = match filter.select(&app, &access, None) {
+    let sel = match filter.select(&app, None) {
         Ok(s) => s,
         Err(msg) => {
             let body = html! { (form) p.msg.bad { (msg) } };
@@ -355,7 +350,7 @@ pub async fn bulk_confirm(
     let filter = filter.normalized();
     let (states, verb) = bulk_action(paging.action.as_deref())?;
     let sel = filter
-        .select(&app, &access, Some(states))
+        .select(&app, Some(states))
         .map_err(AppError::BadRequest)?;
     let n: i64 = app
         .db
@@ -413,7 +408,7 @@ pub async fn bulk_run(
     let filter = Filter::from_form(&form);
     let (states, verb) = bulk_action(form.get("action").map(String::as_str))?;
     let sel = filter
-        .select(&app, &access, Some(states))
+        .select(&app, Some(states))
         .map_err(AppError::BadRequest)?;
     let inner = format!(
         "SELECT id FROM {} WHERE {} ORDER BY id DESC LIMIT {BULK_CAP}",

@@ -32,7 +32,7 @@ pub async fn page(
                 "SELECT kind, count(*) FILTER (WHERE state = 'ready'), count(*) FILTER (WHERE state = 'executing')
                    FROM {} WHERE queue = $1 AND state IN ('ready', 'executing')
                   GROUP BY kind ORDER BY kind NULLS FIRST LIMIT 500",
-                access.live_jobs()
+                crate::db::LIVE_JOBS
             ),
             &[&queue],
         )

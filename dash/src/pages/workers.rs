@@ -23,7 +23,7 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
                    LEFT JOIN (SELECT worker_id, count(*) AS n FROM {} WHERE state = 'executing' GROUP BY worker_id) h
                      ON h.worker_id = w.id
                   ORDER BY w.registered_at LIMIT 1000",
-                access.live_jobs()
+                crate::db::LIVE_JOBS
             ),
             &[],
         )
