@@ -14,8 +14,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The PostgreSQL under test: the one this build is for (`cargo pgrx test pgNN` builds with
-/// feature pgNN). 15 is Debian's; 17 and 18 are built by scripts/build-postgres.sh.
-#[cfg(feature = "pg15")]
+/// feature pgNN). 15 is Debian's; 17 and 18 are built by scripts/build-postgres.sh. Without
+/// pg17 or pg18 (the dashboard's tests, dash/tests/common, which include this file) it is 15.
+#[cfg(not(any(feature = "pg17", feature = "pg18")))]
 pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 #[cfg(feature = "pg17")]
 pub const PG_BIN: &str = "/opt/jobq-pg/17/bin";
