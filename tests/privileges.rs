@@ -150,6 +150,7 @@ const READER_FUNCTIONS: &[&str] = &[
 ];
 const PRODUCER_FUNCTIONS: &[&str] = &["jobq_cancel", "jobq_enqueue", "jobq_enqueue_batch", "jobq_retry"];
 const WORKER_FUNCTIONS: &[&str] = &[
+    "_register_worker", // jobq_proxy's registration: one worker id on every node
     "jobq_acquire_lock",
     "jobq_checkout",
     "jobq_complete",
@@ -244,6 +245,7 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     assert!(p.query_one("SELECT jobq_retry($1)", &[&b]).unwrap().get::<_, bool>(0));
     p.query("SELECT * FROM jobq.queue_stats", &[]).unwrap();
     refused(&mut p, "SELECT jobq_register_worker()");
+    refused(&mut p, "SELECT jobq._register_worker(gen_random_uuid(), 'w', '{}', false)");
     refused(&mut p, "SELECT jobq_pause('q')");
     refused(&mut p, "SELECT * FROM jobq_reap()");
     refused(&mut p, "SELECT jobq_schedule('s', '* * * * *', 'q')");
@@ -251,6 +253,15 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut p, "INSERT INTO jobq.live_jobs (queue, payload, priority, run_at, enqueued_at, state, max_attempts) VALUES ('q', '{}', 0, now(), now(), 'ready', 1)");
 
     let mut w = cluster.connect_as(&db, &worker);
+    // The proxy's form: the id given, the worker owned by the caller; an id taken is refused.
+    let chosen = Uuid::new_v4();
+    let given: Uuid = w.query_one("SELECT jobq._register_worker($1, 'w', '{}', false)", &[&chosen]).unwrap().get(0);
+    assert_eq!(given, chosen);
+    let owner: String = su.query_one("SELECT owner::regrole::text FROM jobq.workers WHERE id = $1", &[&chosen]).unwrap().get(0);
+    assert_eq!(owner, worker);
+    let e = w.query_one("SELECT jobq._register_worker($1, 'w', '{}', false)", &[&chosen]).unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    w.query_one("SELECT jobq_unregister_worker($1)", &[&chosen]).unwrap();
     let me: Uuid = w.query_one("SELECT jobq_register_worker('w')", &[]).unwrap().get(0);
     let got: Vec<i64> = w.query("SELECT id FROM jobq_checkout($1, NULL, 2)", &[&me]).unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(got, vec![a, b]);

@@ -74,6 +74,7 @@ TO jobq_producer;
 -- jobq_worker (and what jobq_producer may: a worker enqueues follow-up jobs).
 GRANT EXECUTE ON FUNCTION
     jobq_register_worker(text, jsonb, boolean),
+    jobq._register_worker(uuid, text, jsonb, boolean),  -- the proxy's registration (jobq_proxy)
     jobq_heartbeat(uuid, bigint[]),
     jobq_unregister_worker(uuid),
     jobq_checkout(uuid, text[], integer, interval),

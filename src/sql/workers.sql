@@ -61,22 +61,32 @@ BEGIN
     RETURN NOT coalesce(v_alive, false);
 END $$;
 
-CREATE FUNCTION jobq_register_worker(name text DEFAULT NULL, metadata jsonb DEFAULT '{}', bind_to_session boolean DEFAULT false)
+-- Registers worker `worker` (an id the caller chose): the body of jobq_register_worker, and
+-- what the proxy extension (jobq_proxy, proxy/) calls on every node so that one worker has one
+-- id everywhere (SPEC, Scale-out). An id that exists already is refused by the primary key
+-- (23505), whoever owns it: choosing an id grants nothing.
+CREATE FUNCTION jobq._register_worker(worker uuid, name text, metadata jsonb, bind_to_session boolean)
 RETURNS uuid LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_id   uuid := gen_random_uuid();
     v_now  timestamptz := clock_timestamp();
 BEGIN
-    IF bind_to_session IS NULL THEN
+    IF worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    ELSIF bind_to_session IS NULL THEN
         RAISE EXCEPTION 'jobq: bind_to_session must not be NULL' USING ERRCODE = '22004';
     END IF;
     INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at, backend_pid, backend_start)
-    SELECT v_id, jobq._caller(), name, coalesce(metadata, '{}'), v_now, v_now, a.pid, a.backend_start
+    SELECT worker, jobq._caller(), _register_worker.name, coalesce(metadata, '{}'), v_now, v_now, a.pid, a.backend_start
       FROM (SELECT NULL::integer AS pid, NULL::timestamptz AS backend_start WHERE NOT bind_to_session
             UNION ALL
             SELECT s.pid, s.backend_start FROM pg_stat_get_activity(pg_backend_pid()) s WHERE bind_to_session) a;
-    RETURN v_id;
+    RETURN worker;
 END $$;
+
+CREATE FUNCTION jobq_register_worker(name text DEFAULT NULL, metadata jsonb DEFAULT '{}', bind_to_session boolean DEFAULT false)
+RETURNS uuid LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT jobq._register_worker(gen_random_uuid(), name, metadata, bind_to_session);
+$$;
 
 -- With `holding`, the worker's executing jobs that it does not list go back to the queue as
 -- interrupted (jobq._return_jobs, as the reaper does): a checkout whose reply never reached
