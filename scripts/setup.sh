@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-PKGS=(build-essential clang libclang-dev postgresql-15 postgresql-server-dev-15 sudo pgbouncer)
+# postgresql-15-plproxy: PL/Proxy, under the proxy extension jobq_proxy (proxy/).
+PKGS=(build-essential clang libclang-dev postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy sudo pgbouncer)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

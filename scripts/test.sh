@@ -6,7 +6,8 @@
 #   scripts/test.sh                        PostgreSQL 15, 17 and 18
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
 # Then the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
-# Chromium), against PostgreSQL 15 with jobq installed.
+# Chromium), and the scale-out tests (proxy/: jobq_proxy over three node clusters and a proxy
+# cluster), against PostgreSQL 15 with jobq installed.
 # Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,3 +27,6 @@ done
 echo "test: jobq-dash (PostgreSQL 15)"
 cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 cargo test -p jobq-dash
+echo "test: jobq-proxy (PostgreSQL 15, PL/Proxy)"
+./scripts/install-proxy.sh /usr/lib/postgresql/15/bin/pg_config
+cargo test -p jobq-proxy

@@ -1,0 +1,139 @@
+//! A node stopped mid-run (SPEC, Scale-out: "a node that is down fails the calls routed to it,
+//! naming it, and nothing else; its jobs wait for it, none lost"). Its own test binary: it stops
+//! one of the clusters.
+mod common;
+
+use common::{sqlstate, wait_until, Fleet};
+use postgres::Client;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+const PER_QUEUE: usize = 600;
+
+fn register(c: &mut Client) -> Uuid {
+    // A registration goes to every node: while one is down it fails, and is tried again.
+    loop {
+        match c.query_one("SELECT jobq_register_worker('t')", &[]) {
+            Ok(r) => return r.get(0),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+#[test]
+fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
+    let f = Fleet::new();
+    let mut expected = HashSet::new();
+    let mut p = f.proxy_as("app");
+    for k in 0..3 {
+        let q = format!("q{k}");
+        f.place(&q, k);
+        let ids: Vec<i64> = p
+            .query("SELECT * FROM jobq_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[$2::integer]))", &[&q, &(PER_QUEUE as i32)])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        expected.extend(ids);
+    }
+    let done = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..9)
+        .map(|t| {
+            let (done, stop) = (done.clone(), stop.clone());
+            let (port, db) = (f.c.proxy.port, f.proxy_db.clone());
+            std::thread::spawn(move || {
+                let queue = format!("q{}", t % 3);
+                let mut c = common::connect(port, &db, "app");
+                let mut w = register(&mut c);
+                let mut beat = Instant::now();
+                while !stop.load(Ordering::SeqCst) {
+                    if beat.elapsed() > Duration::from_millis(500) {
+                        // Passes over a node that is down (with a WARNING).
+                        if let Err(e) = c.query_one("SELECT jobq_heartbeat($1)", &[&w]) {
+                            if sqlstate(&e) == "JQ001" {
+                                w = register(&mut c);
+                            }
+                        }
+                        beat = Instant::now();
+                    }
+                    let ids: Vec<i64> = match c.query("SELECT id FROM jobq_checkout($1, ARRAY[$2], 5)", &[&w, &queue]) {
+                        Ok(rows) => rows.iter().map(|r| r.get(0)).collect(),
+                        Err(e) => {
+                            // The worker's copy on the restarted node ran out of heartbeat
+                            // while it was down: register again (its jobs there came back).
+                            if sqlstate(&e) == "JQ001" {
+                                w = register(&mut c);
+                            }
+                            std::thread::sleep(Duration::from_millis(50));
+                            continue;
+                        }
+                    };
+                    if ids.is_empty() {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    for id in ids {
+                        std::thread::sleep(Duration::from_millis(5)); // the job's work
+                        // A completion that fails (its node is down) is tried again until the
+                        // node answers: true, or false when the job was given back meanwhile.
+                        loop {
+                            match c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]) {
+                                Ok(r) => {
+                                    if r.get::<_, bool>(0) {
+                                        done.lock().unwrap().push(id);
+                                    }
+                                    break;
+                                }
+                                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let completed_on = |k: i64| done.lock().unwrap().iter().filter(|i| *i % 1024 == k).count();
+    wait_until("a sixth of node 2's jobs done", Duration::from_secs(60), || completed_on(2) >= PER_QUEUE / 6);
+
+    // Node 2 goes down hard.
+    f.c.nodes[2].pg_ctl_stop("immediate");
+    let before = (completed_on(0), completed_on(1), completed_on(2));
+    assert!(before.2 < PER_QUEUE, "node 2 still had jobs when it went down");
+    // Calls routed to it fail, naming it: its database (the first call on a connection the
+    // proxy had open finds it closed), then its host and port (a new connection is refused).
+    let e = p.query_one("SELECT jobq_enqueue('q2')", &[]).unwrap_err();
+    let msg = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert!(msg.contains(&format!("[{}]", f.node_dbs[2])), "{msg}");
+    let e = p.query_one("SELECT jobq_complete($1, gen_random_uuid())", &[&(1024i64 * 5 + 2)]).unwrap_err();
+    let msg = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert!(msg.contains(&format!("[{}]", f.node_dbs[2])), "{msg}");
+    assert!(msg.contains(&format!("port {}", f.c.nodes[2].port)), "{msg}");
+    // The other queues go on: their workers complete jobs while it is down.
+    wait_until("nodes 0 and 1 go on", Duration::from_secs(60), || {
+        completed_on(0) >= (before.0 + 50).min(PER_QUEUE) && completed_on(1) >= (before.1 + 50).min(PER_QUEUE)
+    });
+    assert_eq!(completed_on(2), before.2, "nothing completes on a node that is down");
+    // The calls that go to every node pass over it.
+    p.query("SELECT * FROM jobq.queue_stats", &[]).unwrap();
+
+    // Back up: its jobs complete, none lost, none twice.
+    f.c.nodes[2].pg_ctl_start();
+    wait_until("every job completed", Duration::from_secs(120), || done.lock().unwrap().len() >= expected.len());
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let done = done.lock().unwrap();
+    let unique: HashSet<i64> = done.iter().copied().collect();
+    assert_eq!(unique.len(), done.len(), "no job completed twice");
+    assert_eq!(unique, expected, "every job completed");
+    for k in 0..3 {
+        let mut n = f.node(k);
+        let left: i64 = n.query_one("SELECT count(*) FROM jobq.jobs WHERE state <> 'completed'", &[]).unwrap().get(0);
+        assert_eq!(left, 0, "node {k}");
+        common::harness::assert_job_tables_consistent(&mut n);
+    }
+}

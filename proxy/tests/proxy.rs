@@ -1,0 +1,344 @@
+//! jobq_proxy over three real nodes (SPEC, Scale-out): routing, privileges, locks and unique
+//! keys through the proxy, exactly once under 16 workers, and a killed worker's jobs coming back
+//! on every node. A node stopped mid-run is in tests/node_down.rs (it stops a cluster).
+mod common;
+
+use common::{sqlstate, wait_until, Fleet};
+use postgres::Client;
+use std::collections::HashSet;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use uuid::Uuid;
+
+fn register(c: &mut Client) -> Uuid {
+    c.query_one("SELECT jobq_register_worker('t')", &[]).unwrap().get(0)
+}
+
+#[test]
+fn calls_reach_the_node_of_their_queue_job_or_key() {
+    let f = Fleet::new();
+    for k in 0..3 {
+        f.place(&format!("q{k}"), k);
+    }
+    let mut p = f.proxy_as("app");
+    // A queue's jobs are made on its node, and their ids name it.
+    for k in 0..3usize {
+        let id: i64 = p.query_one("SELECT jobq_enqueue($1, '{\"n\": 1}')", &[&format!("q{k}")]).unwrap().get(0);
+        assert_eq!(id % 1024, k as i64, "job of q{k}");
+        let here: i64 = f.node(k).query_one("SELECT count(*) FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+        assert_eq!(here, 1, "job {id} on node {k}");
+        let ids: Vec<i64> = p
+            .query("SELECT * FROM jobq_enqueue_batch($1, ARRAY['{}', '{}']::jsonb[])", &[&format!("q{k}")])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(ids.iter().all(|i| i % 1024 == k as i64), "{ids:?}");
+    }
+    // One worker, one id, registered on every node by the calling role.
+    let w = register(&mut p);
+    for k in 0..3 {
+        let owner: String = f
+            .node(k)
+            .query_one("SELECT owner::regrole::text FROM jobq.workers WHERE id = $1", &[&w])
+            .unwrap()
+            .get(0);
+        assert_eq!(owner, "app", "node {k}");
+    }
+    // The stats of every node, one row per queue.
+    let stats: Vec<(String, i64)> = p
+        .query("SELECT queue, ready FROM jobq.queue_stats ORDER BY queue", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(stats, vec![("q0".into(), 3), ("q1".into(), 3), ("q2".into(), 3)]);
+    // A checkout of one queue takes from its node; of every queue, from all of them.
+    let one: Vec<i64> = p.query("SELECT id FROM jobq_checkout($1, ARRAY['q1'], 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(one.len(), 3);
+    assert!(one.iter().all(|i| i % 1024 == 1));
+    let all: Vec<i64> = p.query("SELECT id FROM jobq_checkout($1, NULL, 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(all.len(), 6);
+    assert_eq!(all.iter().map(|i| i % 1024).collect::<HashSet<_>>(), HashSet::from([0, 2]));
+    // Complete and fail reach the job's node, fenced there.
+    for id in &one {
+        assert!(p.query_one("SELECT jobq_complete($1, $2)", &[id, &w]).unwrap().get::<_, bool>(0));
+        assert!(!p.query_one("SELECT jobq_complete($1, $2)", &[id, &w]).unwrap().get::<_, bool>(0));
+    }
+    let done: Vec<i64> = p
+        .query_one("SELECT jobq_complete_many($1, $2)", &[&w, &all[..3].to_vec()])
+        .unwrap()
+        .get(0);
+    assert_eq!(done, all[..3].to_vec(), "complete_many answers in the caller's order");
+    let states: Vec<Option<String>> = p
+        .query_one("SELECT jobq_fail_many($1, $2, NULL)", &[&w, &vec![all[3], 999_999, all[4]]])
+        .unwrap()
+        .get(0);
+    assert_eq!(states, vec![Some("ready".into()), None, Some("ready".into())]);
+    let hb: Vec<i64> = p.query_one("SELECT jobq_heartbeat($1, $2)", &[&w, &vec![all[5]]]).unwrap().get(0);
+    assert!(hb.is_empty());
+    // A worker's calls reach every node: unregister gives back what it held anywhere.
+    let back: i32 = p.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap().get(0);
+    assert_eq!(back, 1, "the one job still executing (the others were finished or failed)");
+    for k in 0..3 {
+        let n: i64 = f.node(k).query_one("SELECT count(*) FROM jobq.workers", &[]).unwrap().get(0);
+        assert_eq!(n, 0, "node {k}");
+    }
+    // bind_to_session cannot hold through the proxy.
+    let e = p.query_one("SELECT jobq_register_worker('b', '{}', true)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    // A node's own refusals come through with their SQLSTATE.
+    assert_eq!(sqlstate(&p.query_one("SELECT jobq_enqueue('')", &[]).unwrap_err()), "22023");
+    assert_eq!(sqlstate(&p.query_one("SELECT jobq_enqueue(NULL)", &[]).unwrap_err()), "22004");
+    assert_eq!(sqlstate(&p.query("SELECT * FROM jobq_checkout($1, NULL, 0)", &[&w]).unwrap_err()), "22023");
+    assert_eq!(sqlstate(&p.query("SELECT * FROM jobq_checkout($1)", &[&w]).unwrap_err()), "JQ001");
+    // jobq_reap runs on every node and sums.
+    let mut admin = f.proxy_as("admin");
+    let pruned: i32 = admin.query_one("SELECT workers_reaped FROM jobq_reap()", &[]).unwrap().get(0);
+    assert_eq!(pruned, 0);
+}
+
+#[test]
+fn locks_and_unique_keys_hold_through_the_proxy() {
+    let f = Fleet::new();
+    let mut p = f.proxy_as("app");
+    let a = register(&mut p);
+    let b = register(&mut p);
+    for key in ["alpha", "beta", "gamma", "delta"] {
+        assert!(p.query_one("SELECT jobq_acquire_lock($1, $2)", &[&key, &a]).unwrap().get::<_, bool>(0));
+        assert!(!p.query_one("SELECT jobq_acquire_lock($1, $2)", &[&key, &b]).unwrap().get::<_, bool>(0));
+        assert_eq!(p.query_one("SELECT jobq_lock_holder($1)", &[&key]).unwrap().get::<_, Option<Uuid>>(0), Some(a));
+        // Held on exactly one node: the key's.
+        let held: i64 = (0..3)
+            .map(|k| f.node(k).query_one("SELECT count(*) FROM jobq.locks WHERE key = $1", &[&key]).unwrap().get::<_, i64>(0))
+            .sum();
+        assert_eq!(held, 1, "{key}");
+        assert!(!p.query_one("SELECT jobq_release_lock($1, $2)", &[&key, &b]).unwrap().get::<_, bool>(0));
+        assert!(p.query_one("SELECT jobq_release_lock($1, $2)", &[&key, &a]).unwrap().get::<_, bool>(0));
+        assert!(p.query_one("SELECT jobq_acquire_lock($1, $2)", &[&key, &b]).unwrap().get::<_, bool>(0));
+    }
+    // A unique key of one queue: one job at a time, as on a node. (Keys are a node's: queues on
+    // one node share them, so each queue here has its own.)
+    for queue in ["mail", "sms", "push"] {
+        let first: i64 = p.query_one("SELECT jobq_enqueue($1, unique_key => 'u-' || $1)", &[&queue]).unwrap().get(0);
+        let e = p.query_one("SELECT jobq_enqueue($1, unique_key => 'u-' || $1)", &[&queue]).unwrap_err();
+        assert_eq!(sqlstate(&e), "23505", "{queue}");
+        let discarded: Option<i64> =
+            p.query_one("SELECT jobq_enqueue($1, unique_key => 'u-' || $1, on_conflict => 'discard')", &[&queue]).unwrap().get(0);
+        assert_eq!(discarded, None);
+        assert_eq!(p.query_one("SELECT jobq_cancel($1)", &[&first]).unwrap().get::<_, Option<String>>(0).as_deref(), Some("cancelled"));
+        p.query_one("SELECT jobq_enqueue($1, unique_key => 'u-' || $1)", &[&queue]).unwrap();
+    }
+}
+
+#[test]
+fn roles_are_refused_through_the_proxy_as_on_a_node() {
+    let f = Fleet::new();
+    let mut nobody = f.proxy_as("nobody");
+    for call in [
+        "SELECT jobq_enqueue('q')",
+        "SELECT * FROM jobq_enqueue_batch('q', ARRAY['{}']::jsonb[])",
+        "SELECT jobq_register_worker()",
+        "SELECT jobq_heartbeat(gen_random_uuid())",
+        "SELECT jobq_unregister_worker(gen_random_uuid())",
+        "SELECT * FROM jobq_checkout(gen_random_uuid())",
+        "SELECT jobq_complete(1024, gen_random_uuid())",
+        "SELECT jobq_fail(1024, gen_random_uuid())",
+        "SELECT jobq_complete_many(gen_random_uuid(), ARRAY[1024::bigint])",
+        "SELECT jobq_fail_many(gen_random_uuid(), ARRAY[1024::bigint])",
+        "SELECT * FROM jobq_complete_and_checkout(gen_random_uuid(), ARRAY[1024::bigint])",
+        "SELECT * FROM jobq_fail_and_checkout(gen_random_uuid(), ARRAY[1024::bigint])",
+        "SELECT jobq_cancel(1024)",
+        "SELECT jobq_retry(1024)",
+        "SELECT jobq_acquire_lock('k', gen_random_uuid())",
+        "SELECT jobq_release_lock('k', gen_random_uuid())",
+        "SELECT jobq_lock_holder('k')",
+        "SELECT jobq_pause('q')",
+        "SELECT jobq_resume('q')",
+        "SELECT * FROM jobq_reap()",
+        "SELECT jobq_schedule('s', '@daily', 'q')",
+        "SELECT jobq_unschedule('s')",
+        "SELECT jobq_set_rate_limit('r', 1, '1 minute')",
+        "SELECT jobq_set_node(0)",
+        "SELECT * FROM jobq.queue_stats",
+        "SELECT * FROM jobq.placements",
+    ] {
+        let e = nobody.query(call, &[]).unwrap_err();
+        assert_eq!(sqlstate(&e), "42501", "{call}");
+    }
+    // A worker role is refused what only jobq_admin may.
+    let mut app = f.proxy_as("app");
+    for call in [
+        "SELECT * FROM jobq_reap()",
+        "SELECT jobq_pause('q')",
+        "SELECT jobq_schedule('s', '@daily', 'q')",
+        "SELECT jobq_set_rate_limit('r', 1, '1 minute')",
+        "INSERT INTO jobq.placements VALUES ('q', 1)",
+    ] {
+        let e = app.query(call, &[]).unwrap_err();
+        assert_eq!(sqlstate(&e), "42501", "{call}");
+    }
+    // A worker belongs to the role that registered it, on every node: another role's calls
+    // naming it are refused by the node, and the refusal comes through.
+    let w = register(&mut app);
+    let mut other = f.proxy_as("app2");
+    for call in ["SELECT jobq_heartbeat($1)", "SELECT * FROM jobq_checkout($1)", "SELECT jobq_acquire_lock('x', $1)"] {
+        let e = other.query(call, &[&w]).unwrap_err();
+        assert_eq!(sqlstate(&e), "42501", "{call}");
+    }
+    // The admin may act for it, through the proxy as on a node.
+    let mut admin = f.proxy_as("admin");
+    admin.query_one("SELECT jobq_heartbeat($1)", &[&w]).unwrap();
+}
+
+/// 16 workers through the proxy, each with its own connection, over queues on all three
+/// nodes (checkouts of every queue, of one queue, and the one-commit protocol): every job is
+/// completed exactly once, none is lost.
+#[test]
+fn sixteen_workers_through_the_proxy_run_every_job_exactly_once() {
+    let f = Fleet::new();
+    let queues: Vec<String> = (0..6).map(|i| format!("h{i}")).collect();
+    let mut producer = f.proxy_as("app");
+    let mut expected = HashSet::new();
+    for (i, q) in queues.iter().enumerate() {
+        let ids: Vec<i64> = producer
+            .query("SELECT * FROM jobq_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[400]))", &[q])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(ids.len(), 400, "queue {i}");
+        expected.extend(ids);
+    }
+    let nodes_used: HashSet<i64> = expected.iter().map(|i| i % 1024).collect();
+    assert_eq!(nodes_used.len(), 3, "the queues cover every node");
+    let done = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let done = done.clone();
+            let queues = queues.clone();
+            let port = f.c.proxy.port;
+            let db = f.proxy_db.clone();
+            std::thread::spawn(move || {
+                let mut c = common::connect(port, &db, "app");
+                let w = register(&mut c);
+                let mut mine = Vec::new();
+                let mut in_hand: Vec<i64> = Vec::new();
+                let mut idle = 0;
+                while idle < 3 {
+                    let rows = match t % 3 {
+                        0 => c.query("SELECT id FROM jobq_checkout($1, NULL, 3)", &[&w]).unwrap(),
+                        1 => c.query("SELECT id FROM jobq_checkout($1, ARRAY[$2], 2)", &[&w, &queues[t % queues.len()]]).unwrap(),
+                        _ => c.query("SELECT id FROM jobq_complete_and_checkout($1, $2, NULL, NULL, 2)", &[&w, &in_hand]).unwrap(),
+                    };
+                    if t % 3 == 2 {
+                        mine.append(&mut in_hand);
+                    }
+                    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                    if ids.is_empty() {
+                        idle += 1;
+                        // Another queue's worker may still hold jobs it has not finished.
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    idle = 0;
+                    if t % 3 == 2 {
+                        in_hand = ids;
+                    } else {
+                        for id in ids {
+                            let ok: bool = c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get(0);
+                            assert!(ok, "job {id} was ours to complete");
+                            mine.push(id);
+                        }
+                    }
+                }
+                if !in_hand.is_empty() {
+                    let ok: Vec<i64> = c.query_one("SELECT jobq_complete_many($1, $2)", &[&w, &in_hand]).unwrap().get(0);
+                    assert_eq!(ok, in_hand);
+                    mine.append(&mut in_hand);
+                }
+                done.lock().unwrap().extend(mine);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Workers of one queue stop when it is empty: the rest is finished by the all-queue ones,
+    // until nothing is left anywhere.
+    let mut sweeper = f.proxy_as("app");
+    let w = register(&mut sweeper);
+    loop {
+        let ids: Vec<i64> = sweeper.query("SELECT id FROM jobq_checkout($1, NULL, 100)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+        if ids.is_empty() {
+            break;
+        }
+        let ok: Vec<i64> = sweeper.query_one("SELECT jobq_complete_many($1, $2)", &[&w, &ids]).unwrap().get(0);
+        assert_eq!(ok, ids);
+        done.lock().unwrap().extend(ids);
+    }
+    let done = done.lock().unwrap();
+    let unique: HashSet<i64> = done.iter().copied().collect();
+    assert_eq!(unique.len(), done.len(), "no job completed twice");
+    assert_eq!(unique, expected, "every job completed");
+    for k in 0..3 {
+        let mut n = f.node(k);
+        let (completed, other, attempts): (i64, i64, i64) = {
+            let r = n
+                .query_one(
+                    "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state <> 'completed'),
+                            count(*) FILTER (WHERE attempt <> 1) FROM jobq.jobs",
+                    &[],
+                )
+                .unwrap();
+            (r.get(0), r.get(1), r.get(2))
+        };
+        assert!(completed > 0, "node {k} ran jobs");
+        assert_eq!((other, attempts), (0, 0), "node {k}: every job completed at its first attempt");
+        common::harness::assert_job_tables_consistent(&mut n);
+    }
+}
+
+/// A worker process killed with SIGKILL while it holds jobs on every node: each node's reaper
+/// gives its jobs back (the worker's copy there runs out of heartbeat), and they run again.
+#[test]
+fn a_killed_workers_jobs_come_back_on_every_node() {
+    let f = Fleet::new();
+    let mut p = f.proxy_as("app");
+    for k in 0..3 {
+        f.place(&format!("k{k}"), k);
+        p.query_one("SELECT jobq_enqueue($1)", &[&format!("k{k}")]).unwrap();
+    }
+    // The worker: psql through the proxy, registering, taking every job, then hanging.
+    let mut child = Command::new(format!("{}/psql", common::harness::PG_BIN))
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
+        .arg(common::url(f.c.proxy.port, &f.proxy_db, "app"))
+        .args(["-c", "SELECT count(*) FROM jobq_checkout(jobq_register_worker('doomed'), NULL, 10)"])
+        .args(["-c", "SELECT pg_sleep(600)"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let executing = |f: &Fleet| -> i64 {
+        (0..3).map(|k| f.node(k).query_one("SELECT count(*) FROM jobq.jobs WHERE state = 'executing'", &[]).unwrap().get::<_, i64>(0)).sum()
+    };
+    wait_until("the worker holds a job on every node", Duration::from_secs(30), || executing(&f) == 3);
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    for k in 0..3 {
+        let mut n = f.node(k);
+        wait_until(&format!("node {k} gives the job back"), Duration::from_secs(30), || {
+            n.query_one("SELECT count(*) FROM jobq.jobs WHERE state = 'ready' AND interrupted_at IS NOT NULL AND attempt = 1", &[])
+                .unwrap()
+                .get::<_, i64>(0)
+                == 1
+        });
+    }
+    // And they run again, through the proxy, by another worker.
+    let w = register(&mut p);
+    let ids: Vec<i64> = p.query("SELECT id FROM jobq_checkout($1, NULL, 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(ids.len(), 3);
+    for id in ids {
+        assert!(p.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+    }
+}
