@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine of this kind (Debian 12, Rust 1.95, root):
 # Debian packages, cargo-pgrx 0.18.0, PostgreSQL 17 and 18 built from Debian's source packages
-# (scripts/build-postgres.sh, once per machine), and `cargo pgrx init` against 15 (Debian's),
+# (scripts/build-postgres.sh, once per machine) with PL/Proxy (scripts/build-plproxy.sh), and
+# `cargo pgrx init` against 15 (Debian's),
 # 17 and 18. Then the reference workers' dependencies. Every step checks first and skips what is
 # already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the versions it prepares.
 # Also Debian's chromium and the npm dependencies of the dashboard's browser suite (dash/browser).
@@ -41,7 +42,8 @@ init_args=() missing_init=false
 for v in 15 17 18; do
   if [ "$v" = 15 ]; then pgc=$PG_CONFIG; else pgc=/opt/jobq-pg/$v/bin/pg_config; fi
   if [[ " ${JOBQ_PG_VERSIONS:-15 17 18} " == *" $v "* ]]; then
-    [ "$v" = 15 ] || ./scripts/build-postgres.sh "$v"
+    # 17 and 18: the server, then PL/Proxy for it (15 has Debian's postgresql-15-plproxy).
+    [ "$v" = 15 ] || { ./scripts/build-postgres.sh "$v"; ./scripts/build-plproxy.sh "$v"; }
     grep -qs "pg$v = \"$pgc\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" || missing_init=true
   fi
   if [ -x "$pgc" ]; then init_args+=("--pg$v" "$pgc"); fi

@@ -5,9 +5,10 @@
 # as root except PostgreSQL itself, which runs as `postgres`.
 #   scripts/test.sh                        PostgreSQL 15, 17 and 18
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
-# Then the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
-# Chromium), and the scale-out tests (proxy/: jobq_proxy over three node clusters and a proxy
-# cluster), against PostgreSQL 15 with jobq installed.
+# After each version's suite, the scale-out tests (proxy/: jobq_proxy over three node clusters
+# and a proxy cluster of that version, with the jobq the suite installed). Then the dashboard's
+# tests (dash/: handlers over HTTP, and the browser suite in headless Chromium), against
+# PostgreSQL 15 with jobq installed.
 # Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,10 +24,11 @@ for v in $JOBQ_PG_VERSIONS; do
   rm -rf "$PGDATA_PARENT"
   install -d -o postgres -g postgres "$PGDATA_PARENT"
   cargo pgrx test "pg$v" --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
+  echo "test: jobq-proxy (PostgreSQL $v, PL/Proxy)"
+  if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "pg$v"); fi
+  ./scripts/install-proxy.sh "$pgc"
+  cargo test -p jobq-proxy "${feature[@]}"
 done
 echo "test: jobq-dash (PostgreSQL 15)"
 cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 cargo test -p jobq-dash
-echo "test: jobq-proxy (PostgreSQL 15, PL/Proxy)"
-./scripts/install-proxy.sh /usr/lib/postgresql/15/bin/pg_config
-cargo test -p jobq-proxy
