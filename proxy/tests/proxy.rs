@@ -348,3 +348,77 @@ fn a_killed_workers_jobs_come_back_on_every_node() {
         assert!(p.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
     }
 }
+
+/// A checkout of every queue takes from every node that has work, from a random one first: over
+/// many one-job checkouts each node gives about a third, none is starved.
+#[test]
+fn a_checkout_of_every_queue_starves_no_node() {
+    let f = Fleet::new();
+    let mut p = f.proxy_as("app");
+    for k in 0..3 {
+        f.place(&format!("f{k}"), k);
+        p.query("SELECT * FROM jobq_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[300]))", &[&format!("f{k}")]).unwrap();
+    }
+    let w = register(&mut p);
+    let mut per_node = [0usize; 3];
+    for _ in 0..300 {
+        let id: i64 = p.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().get(0);
+        per_node[(id % 1024) as usize] += 1;
+        assert!(p.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+    }
+    // Each node is first for a third of the calls (binomial: 100 expected, below 50 has a
+    // probability under 1e-9).
+    assert!(per_node.iter().all(|&n| n >= 50), "jobs taken per node: {per_node:?}");
+    // max_jobs is a total over the nodes, and a call that needs more than one node gets it.
+    let ids: Vec<i64> = p.query("SELECT id FROM jobq_checkout($1, NULL, 700)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(ids.len(), 600, "every job left, from all three nodes");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 600);
+    let none: Vec<i64> = p.query("SELECT id FROM jobq_checkout($1, NULL, 5)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert!(none.is_empty());
+}
+
+/// A waiting checkout through the proxy: of one queue it is the node's own wait; of queues on
+/// several nodes it sees a job enqueued on any of them while it waits, and it returns empty
+/// when `wait` runs out.
+#[test]
+fn a_waiting_checkout_sees_a_job_made_on_any_node() {
+    let f = Fleet::new();
+    for k in 0..3 {
+        f.place(&format!("w{k}"), k);
+    }
+    let mut p = f.proxy_as("app");
+    let w = register(&mut p);
+    let start = std::time::Instant::now();
+    let none = p.query("SELECT id FROM jobq_checkout($1, ARRAY['w0', 'w1', 'w2'], 1, '300 ms')", &[&w]).unwrap();
+    assert!(none.is_empty());
+    assert!(start.elapsed() >= Duration::from_millis(300), "waited the whole time: {:?}", start.elapsed());
+    for queues in [vec!["w2"], vec!["w0", "w1", "w2"]] {
+        for target in ["w0", "w1", "w2"] {
+            if !queues.contains(&target) {
+                continue;
+            }
+            let (port, db, t) = (f.c.proxy.port, f.proxy_db.clone(), target.to_string());
+            let waiter = {
+                let queues: Vec<String> = queues.iter().map(|s| s.to_string()).collect();
+                std::thread::spawn(move || {
+                    let mut c = common::connect(port, &db, "app");
+                    let rows = c.query("SELECT id FROM jobq_checkout($1, $2, 1, '20 s')", &[&w, &queues]).unwrap();
+                    rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>()
+                })
+            };
+            // Enqueue once the call is waiting (it shows in pg_stat_activity on the proxy).
+            let mut admin = f.c.proxy.connect(&f.proxy_db);
+            wait_until("the checkout is waiting", Duration::from_secs(10), || {
+                admin
+                    .query_one("SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE '%jobq_checkout($1, $2, 1, ''20 s'')%' AND state = 'active'", &[])
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    == 1
+            });
+            let id: i64 = p.query_one("SELECT jobq_enqueue($1)", &[&t]).unwrap().get(0);
+            let got = waiter.join().unwrap();
+            assert_eq!(got, vec![id], "waiting on {queues:?}, job made in {t}");
+            assert!(p.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+        }
+    }
+}
