@@ -71,6 +71,9 @@ CREATE TABLE jobq.placements (
     queue  text PRIMARY KEY,
     node   integer NOT NULL CHECK (node >= 0 AND node < 1024)
 );
+-- Configuration: pg_dump of the proxy database keeps its rows (an extension's tables are
+-- otherwise dumped empty), so a restored proxy routes every queue where it did.
+SELECT pg_catalog.pg_extension_config_dump('jobq.placements', '');
 
 ---------------------------------------------------------------------------------------------
 -- Routing

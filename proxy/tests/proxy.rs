@@ -99,6 +99,12 @@ fn calls_reach_the_node_of_their_queue_job_or_key() {
     assert_eq!(sqlstate(&p.query_one("SELECT jobq_enqueue(NULL)", &[]).unwrap_err()), "22004");
     assert_eq!(sqlstate(&p.query("SELECT * FROM jobq_checkout($1, NULL, 0)", &[&w]).unwrap_err()), "22023");
     assert_eq!(sqlstate(&p.query("SELECT * FROM jobq_checkout($1)", &[&w]).unwrap_err()), "JQ001");
+    // pg_dump of the proxy database keeps the placements (configuration, not an empty table).
+    let dump = f.c.proxy.scratch_file("proxy.sql");
+    f.c.proxy.run_tool("pg_dump", &["-d", &f.proxy_db, "-f", dump.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&dump).unwrap();
+    let copy = text.split("COPY jobq.placements").nth(1).expect("the placements are dumped");
+    assert!(copy.contains("q0\t0") && copy.contains("q2\t2"), "{copy}");
     // jobq_reap runs on every node and sums.
     let mut admin = f.proxy_as("admin");
     let pruned: i32 = admin.query_one("SELECT workers_reaped FROM jobq_reap()", &[]).unwrap().get(0);
