@@ -428,3 +428,97 @@ fn a_waiting_checkout_sees_a_job_made_on_any_node() {
         }
     }
 }
+
+/// What a call over several nodes must not do: claim a job on one node and lose it because
+/// another node failed; leave half a batch done when a node would refuse the whole; drop a
+/// schedule for a refused replacement; leave a worker registered where it is still known.
+#[test]
+fn calls_over_several_nodes_lose_nothing_when_one_node_refuses() {
+    let f = Fleet::new();
+    for k in 0..3 {
+        f.place(&format!("s{k}"), k);
+    }
+    let mut p = f.proxy_as("app");
+    let w = register(&mut p);
+    // The worker is unknown on node 1 (as if reaped there while it was out of reach).
+    f.node(1).execute("DELETE FROM jobq.workers WHERE id = $1", &[&w]).unwrap();
+    let mut returned = 0i64;
+    for _ in 0..20 {
+        for k in [0, 2] {
+            p.query_one("SELECT jobq_enqueue($1)", &[&format!("s{k}")]).unwrap();
+        }
+        // Node 1 raises JQ001: either before anything was claimed (the error comes through), or
+        // after other nodes gave jobs (they are returned, with a WARNING).
+        match p.query("SELECT id FROM jobq_checkout($1, NULL, 10)", &[&w]) {
+            Ok(rows) => {
+                assert!(!rows.is_empty());
+                returned += rows.len() as i64;
+            }
+            Err(e) => assert_eq!(sqlstate(&e), "JQ001"),
+        }
+        let held: i64 = [0, 2]
+            .iter()
+            .map(|&k| {
+                f.node(k)
+                    .query_one("SELECT count(*) FROM jobq.jobs WHERE state = 'executing' AND worker_id = $1", &[&w])
+                    .unwrap()
+                    .get::<_, i64>(0)
+            })
+            .sum();
+        assert_eq!(held, returned, "every job claimed was returned");
+    }
+    assert!(returned > 0, "some calls reached node 1 last");
+
+    // Unregistering gives back what the worker holds on nodes 0 and 2, although node 1 does not
+    // know it.
+    let back: i32 = p.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap().get(0);
+    assert_eq!(back as i64, returned);
+    for k in 0..3 {
+        let n: i64 = f.node(k).query_one("SELECT count(*) FROM jobq.workers WHERE id = $1", &[&w]).unwrap().get(0);
+        assert_eq!(n, 0, "node {k}");
+    }
+    // Unknown everywhere: JQ001.
+    assert_eq!(sqlstate(&p.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap_err()), "JQ001");
+
+    // A batch a node would refuse (an id repeated) is refused whole: nothing completed anywhere.
+    let w = register(&mut p);
+    let held: Vec<i64> = p.query("SELECT id FROM jobq_checkout($1, NULL, 100)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    let on0 = *held.iter().find(|i| *i % 1024 == 0).unwrap();
+    let on2 = *held.iter().find(|i| *i % 1024 == 2).unwrap();
+    let e = p.query_one("SELECT jobq_complete_many($1, $2)", &[&w, &vec![on2, on0, on0]]).unwrap_err();
+    assert_eq!(sqlstate(&e), "22023");
+    let e = p.query("SELECT * FROM jobq_complete_and_checkout($1, $2, NULL, NULL, 0)", &[&w, &vec![on0, on2]]).unwrap_err();
+    assert_eq!(sqlstate(&e), "22023");
+    let executing = |f: &Fleet| -> i64 {
+        (0..3).map(|k| f.node(k).query_one("SELECT count(*) FROM jobq.jobs WHERE state = 'executing'", &[]).unwrap().get::<_, i64>(0)).sum()
+    };
+    assert_eq!(executing(&f), held.len() as i64, "nothing was completed");
+    // A job no longer held: JQ002, and nothing checked out.
+    assert!(p.query_one("SELECT jobq_complete($1, $2)", &[&on0, &w]).unwrap().get::<_, bool>(0));
+    p.query_one("SELECT jobq_enqueue('s1')", &[]).unwrap();
+    let e = p.query("SELECT * FROM jobq_complete_and_checkout($1, $2, NULL, NULL, 5)", &[&w, &vec![on0, on2]]).unwrap_err();
+    assert_eq!(sqlstate(&e), "JQ002");
+    let waiting: i64 = f.node(1).query_one("SELECT count(*) FROM jobq.jobs WHERE state = 'ready'", &[]).unwrap().get(0);
+    assert_eq!(waiting, 1, "nothing was checked out");
+
+    // A replacement of a schedule that its new node refuses leaves the old one in place.
+    let mut admin = f.proxy_as("admin");
+    admin.query_one("SELECT jobq_schedule('nightly', '0 3 * * *', 's0')", &[]).unwrap();
+    let e = admin.query_one("SELECT jobq_schedule('nightly', 'not a cron', 's2')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "22023");
+    let kept: i64 = f.node(0).query_one("SELECT count(*) FROM jobq.schedules WHERE name = 'nightly'", &[]).unwrap().get(0);
+    assert_eq!(kept, 1);
+    admin.query_one("SELECT jobq_schedule('nightly', '0 4 * * *', 's2')", &[]).unwrap();
+    let places: Vec<i64> = (0..3)
+        .map(|k| f.node(k).query_one("SELECT count(*) FROM jobq.schedules WHERE name = 'nightly'", &[]).unwrap().get::<_, i64>(0))
+        .collect();
+    assert_eq!(places, vec![0, 0, 1], "moved to its new queue's node");
+
+    // A queue re-pinned to another node while it drains is still one row of jobq.queue_stats.
+    p.query_one("SELECT jobq_enqueue('moving')", &[]).unwrap();
+    admin.execute("INSERT INTO jobq.placements VALUES ('moving', (jobq.queue_node('moving') + 1) % 3)", &[]).unwrap();
+    p.query_one("SELECT jobq_enqueue('moving')", &[]).unwrap();
+    let rows = p.query("SELECT ready FROM jobq.queue_stats WHERE queue = 'moving'", &[]).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, i64>(0), 2);
+}
