@@ -10,13 +10,14 @@
 #   bench/pressure.sh [--clean S] [--pressure S] [--after S] [--scenarios "xid readers"] [--systems "jobq baseline"]
 #                     [--only "jobq:xid ..."]   run only these system:scenario pairs again; the
 #                                               report still covers every pair (earlier runs' data)
+#                     [--out FILE]              the report's file (default bench/results/pressure.md)
 #
 # Output: bench/results/pressure.md: per system and scenario, jobs/s and the checkout calls'
 # p99 every 5 s, the hot tables' size and dead tuples, and the summary ratios the issue asks
 # for (pressure / clean jobs/s, worst p99 / clean p99, the first 10 s after / clean).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CLEAN=60; PRESSURE=300; AFTER=30; SCENARIOS="xid readers"; SYSTEMS="jobq baseline"; ONLY=""
+CLEAN=60; PRESSURE=300; AFTER=30; SCENARIOS="xid readers"; SYSTEMS="jobq baseline"; ONLY=""; OUT=bench/results/pressure.md
 while [ $# -gt 0 ]; do
   case "$1" in
     --clean) CLEAN=$2; shift 2 ;;
@@ -25,13 +26,13 @@ while [ $# -gt 0 ]; do
     --scenarios) SCENARIOS=$2; shift 2 ;;
     --systems) SYSTEMS=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 . bench/lib.sh
 for s in $SYSTEMS; do . "bench/systems/$s.sh"; done
 start_cluster on
-OUT=bench/results/pressure.md
 RAW=target/bench-pressure; mkdir -p "$RAW"
 DSN="host=127.0.0.1 port=$PORT user=postgres dbname=bench"
 for sc in $SCENARIOS; do
