@@ -626,51 +626,47 @@ $$;
 -- goes whole to one node first, so that it changes nothing.
 CREATE FUNCTION jobq_complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL,
                                            queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
-RETURNS SETOF jobq.job LANGUAGE plpgsql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
-DECLARE
-    v_node integer := jobq._only_node(job_ids, queues);
-BEGIN
-    IF v_node IS NULL AND NOT coalesce(jobq._batch_ok(worker, job_ids, results), false) THEN
-        v_node := jobq.job_node((SELECT min(i) FROM unnest(job_ids) i));  -- it refuses the batch
-    ELSIF v_node IS NULL AND (max_jobs IS NULL OR max_jobs < 1 OR max_jobs > 10000) THEN
-        -- Node 0 refuses the checkout, with nothing to finish first.
-        RETURN QUERY SELECT * FROM jobq._complete_and_checkout(0, worker, '{}', NULL, queues, max_jobs);
-        RETURN;
-    END IF;
-    IF v_node IS NOT NULL THEN
-        RETURN QUERY SELECT * FROM jobq._complete_and_checkout(v_node, worker, job_ids, results, queues, max_jobs);
-        RETURN;
-    END IF;
-    IF cardinality(job_ids) > 0 THEN
-        PERFORM jobq._refuse_fenced(worker, job_ids, @extschema@.jobq_complete_many(worker, job_ids, results));
-    END IF;
-    RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
-END $$;
+RETURNS SETOF jobq.job LANGUAGE sql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
+    SELECT * FROM jobq._finish_and_checkout(false, worker, job_ids, results, queues, max_jobs);
+$$;
 
 CREATE FUNCTION jobq_fail_and_checkout(worker uuid, job_ids bigint[], errors jsonb[] DEFAULT NULL,
                                        queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
+RETURNS SETOF jobq.job LANGUAGE sql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
+    SELECT * FROM jobq._finish_and_checkout(true, worker, job_ids, errors, queues, max_jobs);
+$$;
+
+-- Both one-commit calls: `failing` chooses fail over complete, `per_job` is their results or
+-- errors.
+CREATE FUNCTION jobq._finish_and_checkout(failing boolean, worker uuid, job_ids bigint[], per_job jsonb[],
+                                          queues text[], max_jobs integer)
 RETURNS SETOF jobq.job LANGUAGE plpgsql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
 DECLARE
-    v_node   integer := jobq._only_node(job_ids, queues);
-    v_states text[];
+    v_node integer := jobq._only_node(job_ids, queues);
+    v_kept bigint[];
 BEGIN
-    IF v_node IS NULL AND NOT coalesce(jobq._batch_ok(worker, job_ids, errors), false) THEN
+    IF v_node IS NULL AND NOT coalesce(jobq._batch_ok(worker, job_ids, per_job), false) THEN
         v_node := jobq.job_node((SELECT min(i) FROM unnest(job_ids) i));  -- it refuses the batch
     ELSIF v_node IS NULL AND (max_jobs IS NULL OR max_jobs < 1 OR max_jobs > 10000) THEN
         -- Node 0 refuses the checkout, with nothing to finish first.
-        RETURN QUERY SELECT * FROM jobq._fail_and_checkout(0, worker, '{}', NULL, queues, max_jobs);
-        RETURN;
+        v_node := 0; job_ids := '{}'; per_job := NULL;
     END IF;
-    IF v_node IS NOT NULL THEN
-        RETURN QUERY SELECT * FROM jobq._fail_and_checkout(v_node, worker, job_ids, errors, queues, max_jobs);
-        RETURN;
+    IF v_node IS NOT NULL AND failing THEN
+        RETURN QUERY SELECT * FROM jobq._fail_and_checkout(v_node, worker, job_ids, per_job, queues, max_jobs);
+    ELSIF v_node IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM jobq._complete_and_checkout(v_node, worker, job_ids, per_job, queues, max_jobs);
+    ELSE
+        IF cardinality(job_ids) > 0 AND failing THEN
+            v_kept := ARRAY(SELECT u.i FROM unnest(job_ids, @extschema@.jobq_fail_many(worker, job_ids, per_job)) u(i, st)
+                             WHERE u.st IS NOT NULL);
+        ELSIF cardinality(job_ids) > 0 THEN
+            v_kept := @extschema@.jobq_complete_many(worker, job_ids, per_job);
+        END IF;
+        IF cardinality(job_ids) > 0 THEN
+            PERFORM jobq._refuse_fenced(worker, job_ids, v_kept);
+        END IF;
+        RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
     END IF;
-    IF cardinality(job_ids) > 0 THEN
-        v_states := @extschema@.jobq_fail_many(worker, job_ids, errors);
-        PERFORM jobq._refuse_fenced(worker, job_ids,
-            ARRAY(SELECT u.i FROM unnest(job_ids, v_states) u(i, st) WHERE u.st IS NOT NULL));
-    END IF;
-    RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
 END $$;
 
 -- JQ002 for the jobs of `job_ids` not in `kept` (no longer executing under the worker), as the
@@ -800,6 +796,7 @@ GRANT EXECUTE ON FUNCTION
     jobq_fail_and_checkout(uuid, bigint[], jsonb[], text[], integer),
     jobq._fail_and_checkout(integer, uuid, bigint[], jsonb[], text[], integer),
     jobq._only_node(bigint[], text[]),
+    jobq._finish_and_checkout(boolean, uuid, bigint[], jsonb[], text[], integer),
     jobq._batch_ok(uuid, bigint[], jsonb[]),
     jobq._queues_on(text[], integer),
     jobq._refuse_fenced(uuid, bigint[], bigint[]),
