@@ -13,10 +13,11 @@ use uuid::Uuid;
 
 const PER_QUEUE: usize = 600;
 
+/// common::register, tried again while it fails: a registration goes to every node, and fails
+/// while one is down.
 fn register(c: &mut Client) -> Uuid {
-    // A registration goes to every node: while one is down it fails, and is tried again.
     loop {
-        match c.query_one("SELECT jobq_register_worker('t')", &[]) {
+        match c.query_one("SELECT jobq_register_worker()", &[]) {
             Ok(r) => return r.get(0),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
@@ -44,10 +45,10 @@ fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
     let workers: Vec<_> = (0..9)
         .map(|t| {
             let (done, stop) = (done.clone(), stop.clone());
-            let (port, db) = (f.c.proxy.port, f.proxy_db.clone());
+            let (c, db) = (f.c, f.proxy_db.clone());
             std::thread::spawn(move || {
                 let queue = format!("q{}", t % 3);
-                let mut c = common::connect(port, &db, "app");
+                let mut c = c.proxy.connect_as(&db, "app");
                 let mut w = register(&mut c);
                 let mut beat = Instant::now();
                 while !stop.load(Ordering::SeqCst) {

@@ -3,17 +3,13 @@
 //! on every node. A node stopped mid-run is in tests/node_down.rs (it stops a cluster).
 mod common;
 
+use common::harness::register;
 use common::{sqlstate, wait_until, Fleet};
-use postgres::Client;
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uuid::Uuid;
-
-fn register(c: &mut Client) -> Uuid {
-    c.query_one("SELECT jobq_register_worker('t')", &[]).unwrap().get(0)
-}
 
 #[test]
 fn calls_reach_the_node_of_their_queue_job_or_key() {
@@ -230,10 +226,9 @@ fn sixteen_workers_through_the_proxy_run_every_job_exactly_once() {
         .map(|t| {
             let done = done.clone();
             let queues = queues.clone();
-            let port = f.c.proxy.port;
-            let db = f.proxy_db.clone();
+            let (c, db) = (f.c, f.proxy_db.clone());
             std::thread::spawn(move || {
-                let mut c = common::connect(port, &db, "app");
+                let mut c = c.proxy.connect_as(&db, "app");
                 let w = register(&mut c);
                 let mut mine = Vec::new();
                 let mut in_hand: Vec<i64> = Vec::new();
@@ -325,7 +320,7 @@ fn a_killed_workers_jobs_come_back_on_every_node() {
     // The worker: psql through the proxy, registering, taking every job, then hanging.
     let mut child = Command::new(format!("{}/psql", common::harness::PG_BIN))
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
-        .arg(common::url(f.c.proxy.port, &f.proxy_db, "app"))
+        .arg(f.c.proxy.url_as(&f.proxy_db, "app"))
         .args(["-c", "SELECT count(*) FROM jobq_checkout(jobq_register_worker('doomed'), NULL, 10)"])
         .args(["-c", "SELECT pg_sleep(600)"])
         .stdout(std::process::Stdio::null())
@@ -403,11 +398,11 @@ fn a_waiting_checkout_sees_a_job_made_on_any_node() {
             if !queues.contains(&target) {
                 continue;
             }
-            let (port, db, t) = (f.c.proxy.port, f.proxy_db.clone(), target.to_string());
+            let (c, db, t) = (f.c, f.proxy_db.clone(), target.to_string());
             let waiter = {
                 let queues: Vec<String> = queues.iter().map(|s| s.to_string()).collect();
                 std::thread::spawn(move || {
-                    let mut c = common::connect(port, &db, "app");
+                    let mut c = c.proxy.connect_as(&db, "app");
                     let rows = c.query("SELECT id FROM jobq_checkout($1, $2, 1, '20 s')", &[&w, &queues]).unwrap();
                     rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>()
                 })
@@ -500,6 +495,20 @@ fn calls_over_several_nodes_lose_nothing_when_one_node_refuses() {
     assert_eq!(sqlstate(&e), "JQ002");
     let waiting: i64 = f.node(1).query_one("SELECT count(*) FROM jobq.jobs WHERE state = 'ready'", &[]).unwrap().get(0);
     assert_eq!(waiting, 1, "nothing was checked out");
+    // (on2 was completed on the way: what other nodes finished stays finished.) The same call
+    // failing another held job, over several nodes: the job goes back to wait for its retry on
+    // its node, and the checkout takes the one job due.
+    let on2 = *held.iter().filter(|i| *i % 1024 == 2).nth(1).unwrap();
+    let s1: i64 = f.node(1).query_one("SELECT id FROM jobq.jobs WHERE state = 'ready'", &[]).unwrap().get(0);
+    let got: Vec<i64> = p
+        .query("SELECT id FROM jobq_fail_and_checkout($1, $2, NULL, NULL, 5)", &[&w, &vec![on2]])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(got, vec![s1]);
+    let state: String = f.node(2).query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&on2]).unwrap().get(0);
+    assert_eq!(state, "ready");
 
     // A replacement of a schedule that its new node refuses leaves the old one in place.
     let mut admin = f.proxy_as("admin");

@@ -148,10 +148,14 @@ impl Cluster {
         Client::connect(&self.url(db), NoTls).unwrap_or_else(|e| panic!("connect to {db}: {e}"))
     }
 
-    /// A connection as login role `user` (the test clusters trust every local login).
+    /// The connection string of login role `user` (the test clusters trust every local login).
+    pub fn url_as(&self, db: &str, user: &str) -> String {
+        self.url(db).replace("user=postgres", &format!("user={user}"))
+    }
+
+    /// A connection as login role `user`.
     pub fn connect_as(&self, db: &str, user: &str) -> Client {
-        let url = self.url(db).replace("user=postgres", &format!("user={user}"));
-        Client::connect(&url, NoTls).unwrap_or_else(|e| panic!("connect to {db} as {user}: {e}"))
+        Client::connect(&self.url_as(db, user), NoTls).unwrap_or_else(|e| panic!("connect to {db} as {user}: {e}"))
     }
 
     /// Runs a PostgreSQL client program (pg_dump, pg_restore, …) against this cluster as the

@@ -11,7 +11,7 @@
 pub mod harness;
 
 pub use harness::{sqlstate, wait_until, Cluster};
-use postgres::{Client, NoTls};
+use postgres::Client;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -104,13 +104,4 @@ impl Fleet {
             .execute("INSERT INTO jobq.placements (queue, node) VALUES ($1, $2)", &[&queue, &(k as i32)])
             .unwrap();
     }
-}
-
-/// A connection string for `Client::connect`, with a short connect timeout.
-pub fn url(port: u16, db: &str, user: &str) -> String {
-    format!("host=127.0.0.1 port={port} user={user} dbname={db} connect_timeout=10")
-}
-
-pub fn connect(port: u16, db: &str, user: &str) -> Client {
-    Client::connect(&url(port, db, user), NoTls).unwrap()
 }
