@@ -7,24 +7,30 @@ PSQL=(psql -h 127.0.0.1 -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qtA)
 
 as_pg() { if [ "$(id -u)" = 0 ]; then sudo -u postgres "$@"; else "$@"; fi; }
 
+# init_cluster DIR PORT SYNC MAX_CONNECTIONS: a fresh cluster in DIR (one running there is
+# stopped first), jobq preloaded and serving database `bench`, synchronous_commit=SYNC, started.
+init_cluster() {
+  as_pg "$PGBIN/pg_ctl" -D "$1" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$1"; install -d -o postgres -g postgres "$1"
+  as_pg "$PGBIN/initdb" -D "$1" -U postgres --auth=trust -E UTF8 >/dev/null
+  cat >> "$1/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $2
+unix_socket_directories = '$1'
+max_connections = $4
+shared_buffers = '1GB'
+synchronous_commit = $3
+shared_preload_libraries = 'jobq'
+jobq.database = 'bench'
+CONF
+  as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1/server.log" -w start >/dev/null
+}
+
 # start_cluster SYNC: initdb and start, synchronous_commit=SYNC, database `bench`.
 start_cluster() {
   ./scripts/setup.sh >/dev/null
   cargo pgrx install --release --pg-config "$PGBIN/pg_config" >/dev/null
-  as_pg "$PGBIN/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true
-  rm -rf "$DATA"; install -d -o postgres -g postgres "$DATA"
-  as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
-  cat >> "$DATA/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $PORT
-unix_socket_directories = '$DATA'
-max_connections = 200
-shared_buffers = '1GB'
-synchronous_commit = $1
-shared_preload_libraries = 'jobq'
-jobq.database = 'bench'
-CONF
-  as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+  init_cluster "$DATA" "$PORT" "$1" 200
   trap 'as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || true' EXIT
   "${PSQL[@]}" -d postgres -c "CREATE DATABASE bench"
 }

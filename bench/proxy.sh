@@ -42,24 +42,6 @@ ROOT=$PWD/target/bench-proxy
 NODE_PORTS=(5491 5492 5493); PROXY_PORT=5494
 q() { local port=$1 db=$2; shift 2; psql -h 127.0.0.1 -p "$port" -U postgres -d "$db" -v ON_ERROR_STOP=1 -qtA "$@"; }
 
-# start_one NAME PORT: a fresh cluster with jobq preloaded, serving database bench.
-start_one() {
-  local data=$ROOT/$1
-  as_pg "$PGBIN/pg_ctl" -D "$data" -m immediate stop >/dev/null 2>&1 || true
-  rm -rf "$data"; install -d -o postgres -g postgres "$data"
-  as_pg "$PGBIN/initdb" -D "$data" -U postgres --auth=trust -E UTF8 >/dev/null
-  cat >> "$data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $2
-unix_socket_directories = '$data'
-max_connections = 300
-shared_buffers = '1GB'
-synchronous_commit = on
-shared_preload_libraries = 'jobq'
-jobq.database = 'bench'
-CONF
-  as_pg "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -w start >/dev/null
-}
 stop_all() {
   [ -z "${KEEP:-}" ] || return 0  # KEEP=1: leave the clusters running, for a look
   for n in node0 node1 node2 proxy; do as_pg "$PGBIN/pg_ctl" -D "$ROOT/$n" -m fast stop >/dev/null 2>&1 || true; done
@@ -67,10 +49,10 @@ stop_all() {
 mkdir -p "$ROOT"; chmod 755 "$ROOT"
 trap stop_all EXIT
 for k in 0 1 2; do
-  start_one "node$k" "${NODE_PORTS[$k]}"
+  init_cluster "$ROOT/node$k" "${NODE_PORTS[$k]}" on 300
   q "${NODE_PORTS[$k]}" postgres -c "CREATE DATABASE bench"
 done
-start_one proxy "$PROXY_PORT"
+init_cluster "$ROOT/proxy" "$PROXY_PORT" on 300
 for px in px1 px3; do
   q "$PROXY_PORT" postgres -c "CREATE DATABASE $px"
   nodes=1; [ "$px" = px3 ] && nodes=3
