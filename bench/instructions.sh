@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# CPU per job, counted instead of timed: the instructions the server executes for one job's
+# checkout + complete, counted by valgrind's callgrind in a single-user backend (`postgres
+# --single`) that runs the job's two statements as prepared statements, each in its own
+# transaction, as a worker does. The count for 400 jobs minus the count for 200, over 200:
+# per job, without start-up, planning or the first call's compilation. Repeatable to a fraction
+# of a percent whatever else the machine does, where jobs/s here moves by 10-20 % between runs.
+# No network, no pgbench, no flush waits: what the server's CPU does per job, which is what
+# bounds jobs/s once both cores are busy (16 and 64 clients; README, Performance).
+#
+#   bench/instructions.sh [--rows "baseline jobq statements layout no_liveness no_pauses no_floor no_keys no_tally"]
+#   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
+#                                   10 % above bench/results/instructions-reference, a CPU regression of
+#                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
+#                                   only target/instructions-check.md. A full run re-records the reference.
+#
+# Rows:
+#   baseline       the hand-written queue's UPDATE ... SKIP LOCKED and DELETE
+#   jobq           jobq_checkout(worker, ARRAY['bench']) and jobq_complete(id, worker)
+#   statements     the statements those two calls run for such a job (checkout's fast path; complete's
+#                  DELETE and INSERT, its counter and its worker check), issued directly: jobq minus
+#                  this row is the function layer (PL/pgSQL, SECURITY DEFINER, RETURN QUERY)
+#   layout         the layout's own writes and nothing else: the ready row deleted and the job row
+#                  claimed in one statement, the job row moved to the history in another
+#   no_X           jobq with one part of its checkout statement taken out, to price that part:
+#                  liveness (the worker's row and its liveness test), pauses, floor (the claim
+#                  floor's lookup), keys (the keyed-claim steps), tally (the dashboard's counter).
+#                  Experiments, not jobq: made by editing the installed function's text, and the
+#                  script stops if an edit no longer applies.
+# INSTR_KEEP=DIR keeps callgrind's profiles there (ROW.N.out, for callgrind_annotate; DIR writable by postgres).
+# Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROWS="baseline jobq statements layout no_liveness no_pauses no_floor no_keys no_tally"; CHECK=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rows) ROWS=$2; shift 2 ;;
+    --check) CHECK=1; ROWS="baseline jobq"; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+command -v valgrind >/dev/null || apt-get install -y -qq valgrind >/dev/null
+export BENCH_DATA=$PWD/target/instr-data BENCH_PORT=5489
+. bench/lib.sh
+. bench/systems/jobq.sh
+. bench/systems/baseline.sh
+SNAP=$PWD/target/instr-snap WORK=$PWD/target/instr-work
+OUT=bench/results/instructions.md; [ $CHECK = 1 ] && OUT=target/instructions-check.md
+W=00000000-0000-0000-0000-0000000000b0   # the one worker of the measured jobs
+
+# The cluster: jobq and the baseline side by side with 2,000 ready jobs each; one worker with
+# the id $W, alive for a day. Then stopped and kept as the snapshot every run starts from.
+start_cluster on
+jobq_reset 2000
+baseline_reset 2000
+"${PSQL[@]}" -d bench -c "UPDATE jobq.workers SET id = '$W' WHERE name = 'bench-0'"
+"${PSQL[@]}" -d bench -c "SELECT pg_get_functiondef('jobq_checkout(uuid,text[],integer,interval)'::regprocedure)" > "$WORK.checkout.sql"
+as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
+rm -rf "$SNAP"; cp -a "$DATA" "$SNAP"
+
+# The variants of jobq_checkout (rows no_X): one edit each of the installed text.
+python3 - "$WORK.checkout.sql" "$WORK" <<'PY'
+import re, sys
+src = open(sys.argv[1]).read().rstrip() + ';\n'
+edits = {
+    'liveness': lambda s: s.replace("WHERE EXISTS (SELECT 1 FROM live)\n                   AND r.queue = v_queue", "WHERE r.queue = v_queue", 1),
+    'pauses': lambda s: re.sub(r"AND \(NOT EXISTS \(SELECT 1 FROM jobq\.pauses\) OR NOT EXISTS \(.*?r\.kind\)\)\)", "", s, count=1, flags=re.S),
+    'floor': lambda s: s.replace("SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;",
+                                 "v_fp := -2147483648; v_fr := '-infinity'; v_fi := -9223372036854775808;"),
+    'keys': lambda s: s.replace("CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, v_now) END AS slot", "NULL::integer AS slot", 1)
+                       .replace("concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)", "concurrency_slot = NULL", 1)
+                       .replace(" UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0", "", 1),
+    'tally': lambda s: s.replace(", jobq._tally(j.queue, 'started', j.run_at, v_now) AS counted", "", 1),
+}
+for name, edit in edits.items():
+    out = edit(src)
+    if out == src:
+        sys.exit(f"instructions.sh: the edit 'no_{name}' no longer applies to jobq_checkout; update it")
+    open(f'{sys.argv[2]}.no_{name}.sql', 'w').write(out)
+PY
+
+# The prepared statements of a row, then N jobs' EXECUTEs (ids 1..N are claimed in order).
+script() {
+  local row=$1 n=$2
+  case $row in
+    baseline)
+      echo "PREPARE ck AS UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id = (SELECT id FROM baseline_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id;"
+      echo "PREPARE cm(bigint) AS DELETE FROM baseline_jobs WHERE id = \$1;" ;;
+    jobq|no_*)
+      echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', ARRAY['bench']) j;"
+      echo "PREPARE cm(bigint) AS SELECT jobq_complete(\$1, '$W');" ;;
+    statements)
+      # jobq_checkout's fast path and jobq_complete's statements for a job without keys, as
+      # src/sql/checkout.sql and src/sql/finish.sql have them (the floor read in the statement).
+      echo "PREPARE ck AS WITH live AS (SELECT 1 FROM jobq.workers w WHERE w.id = '$W' AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) AND jobq._may_act_for(w.owner)), fl AS (SELECT * FROM jobq._floor('jobq.ready'::regclass, 'bench')), cand AS (SELECT r.ctid AS rid, r.id, r.keyed FROM jobq.ready r, fl WHERE EXISTS (SELECT 1 FROM live) AND r.queue = 'bench' AND r.run_at <= clock_timestamp() AND (r.priority, r.run_at, r.id) >= (fl.priority, fl.run_at, fl.id) AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (SELECT 1 FROM jobq.pauses p WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind)) OR (p.queue IS NULL AND p.kind = r.kind))) ORDER BY r.priority, r.run_at, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED), keys AS (SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, clock_timestamp()) END AS slot FROM cand), taken AS (DELETE FROM jobq.ready r WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL)) RETURNING r.id), claimed AS (UPDATE jobq.live_jobs j SET state = 'executing', worker_id = '$W', attempt = j.attempt + 1, started_at = clock_timestamp(), concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id) WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0)) AND j.state = 'ready' RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, clock_timestamp()) AS counted) SELECT j.id FROM claimed j ORDER BY j.priority, j.run_at, j.id;"
+      echo "PREPARE cm(bigint) AS WITH d AS (DELETE FROM jobq.live_jobs x WHERE x.id = \$1 AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = '$W' AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = '$W' AND jobq._may_act_for(w.owner)) RETURNING x.*, jobq._tally(x.queue, 'completed', x.started_at, clock_timestamp()) AS counted) INSERT INTO jobq.finished_jobs SELECT id, queue, kind, payload, priority, run_at, enqueued_at, 'completed', attempt, max_attempts, unique_key, unique_strategy, concurrency_key, concurrency_limit, worker_id, started_at, clock_timestamp(), interrupted_at, cancel_requested_at, concurrency_slot, last_error, NULL, rate_key, errors FROM d WHERE jobq.retention_ms() > 0;" ;;
+    layout)
+      echo "PREPARE ck AS WITH cand AS (SELECT r.ctid AS rid FROM jobq.ready r WHERE r.queue = 'bench' AND r.run_at <= clock_timestamp() ORDER BY r.priority, r.run_at, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED), taken AS (DELETE FROM jobq.ready r WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand)) RETURNING r.id) UPDATE jobq.live_jobs j SET state = 'executing', worker_id = '$W', attempt = j.attempt + 1, started_at = clock_timestamp() WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready' RETURNING j.id;"
+      echo "PREPARE cm(bigint) AS WITH d AS (DELETE FROM jobq.live_jobs x WHERE x.id = \$1 AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = '$W' RETURNING x.*) INSERT INTO jobq.finished_jobs SELECT id, queue, kind, payload, priority, run_at, enqueued_at, 'completed', attempt, max_attempts, unique_key, unique_strategy, concurrency_key, concurrency_limit, worker_id, started_at, clock_timestamp(), interrupted_at, cancel_requested_at, concurrency_slot, last_error, NULL, rate_key, errors FROM d;" ;;
+    *) echo "instructions.sh: unknown row $row" >&2; exit 2 ;;
+  esac
+  for k in $(seq 1 "$n"); do echo "EXECUTE ck;"; echo "EXECUTE cm($k);"; done
+}
+
+# count ROW N: instructions of a single-user backend that runs N jobs of ROW from the snapshot.
+# Fails unless every job was claimed and completed.
+count() {
+  local row=$1 n=$2
+  rm -rf "$WORK"; cp -a "$SNAP" "$WORK"
+  case $row in no_*)
+    as_pg "$PGBIN/pg_ctl" -D "$WORK" -l "$WORK/server.log" -w start >/dev/null
+    "${PSQL[@]}" -d bench -f "$WORK.$row.sql" >/dev/null
+    as_pg "$PGBIN/pg_ctl" -D "$WORK" -m fast -w stop >/dev/null ;;
+  esac
+  script "$row" "$n" > "$WORK.in"; chmod 644 "$WORK.in"
+  as_pg valgrind --tool=callgrind --callgrind-out-file="${INSTR_KEEP:-/dev/null}${INSTR_KEEP:+/$row.$n.out}" "$PGBIN/postgres" --single -D "$WORK" bench \
+    < "$WORK.in" > "$WORK.out" 2> "$WORK.err"
+  if grep -q 'ERROR' "$WORK.out"; then grep -m3 ERROR "$WORK.out" >&2; exit 1; fi
+  # The backend's own check: every job's rows moved as they should.
+  as_pg "$PGBIN/postgres" --single -D "$WORK" bench > "$WORK.check" 2>&1 <<SQL
+SELECT CASE WHEN '$row' = 'baseline' THEN (SELECT count(*) FROM baseline_jobs WHERE id <= $n) = 0 ELSE (SELECT count(*) FROM jobq.finished_jobs WHERE id <= $n AND state = 'completed') = $n END AS all_done
+SQL
+  grep -q 'all_done = "t"' "$WORK.check" || { echo "instructions.sh: row $row did not complete its $n jobs" >&2; cat "$WORK.check" >&2; exit 1; }
+  grep -o 'Collected : [0-9]*' "$WORK.err" | awk '{print $3}'
+}
+
+{
+  echo "# Instructions per job, checkout + complete"
+  echo
+  echo "\`bench/instructions.sh\`, $(date -u +%Y-%m-%d), $(machine), $(jobq_version). callgrind's instruction count of a single-user backend running 400 jobs minus the count for 200, over 200; two transactions per job; statements prepared once."
+  echo
+  echo "| row | instructions / job | / baseline |"
+  echo "| --- | ---: | ---: |"
+} > "$OUT"
+base=""
+for row in $ROWS; do
+  a=$(count "$row" 200); b=$(count "$row" 400)
+  per=$(( (b - a) / 200 ))
+  [ "$row" = baseline ] && base=$per
+  [ "$row" = jobq ] && mine=$per
+  echo "instructions: $row $per per job" >&2
+  echo "| $row | $per | $( [ -n "$base" ] && ratio "$per" "$base" || echo -) |" >> "$OUT"
+done
+rm -rf "$WORK" "$SNAP" "$WORK".*
+cat "$OUT"
+if [ -n "$base" ] && [ -n "${mine:-}" ]; then
+  R=$(ratio "$mine" "$base")
+  if [ $CHECK = 1 ]; then
+    REF=$(cat bench/results/instructions-reference)
+    echo "instructions --check: jobq/baseline = $R instructions per job (reference $REF, failing above 1.1x it)"
+    awk -v r="$R" -v ref="$REF" 'BEGIN { exit !(r <= ref * 1.1) }' || { echo "instructions --check: the hot path costs more than 10 % more CPU per job" >&2; exit 1; }
+  else
+    echo "$R" > bench/results/instructions-reference
+  fi
+fi
