@@ -396,6 +396,26 @@ fn look() -> Found {
     }
 }
 
+/// Inside a reaper's transaction that reads or writes jobq's objects (the reap pass, the floors'
+/// raise, a sweep of deferred wake-ups): holds the extension against DROP EXTENSION until the
+/// transaction ends, and says whether it is still installed. DROP EXTENSION (like any drop of
+/// the extension) takes an AccessExclusiveLock on the extension object first, so it waits for
+/// this AccessShareLock, and a transaction that got the lock sees either the whole extension or
+/// none of it. Without it, a DROP EXTENSION committing between a tick's look and its pass made
+/// the pass fail on a missing schema and the reaper exit with an ERROR (restarted, and leaving
+/// without saying why) instead of finding the extension gone at its next look and leaving.
+pub(crate) fn hold_extension() -> bool {
+    unsafe {
+        let ext = pg_sys::get_extension_oid(c"jobq".as_ptr(), true);
+        if ext == pg_sys::InvalidOid {
+            return false;
+        }
+        pg_sys::LockDatabaseObject(pg_sys::ExtensionRelationId, ext, 0, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        // The lock waited for any drop in progress and made the catalog caches current.
+        pg_sys::get_extension_oid(c"jobq".as_ptr(), true) == ext
+    }
+}
+
 /// At the reaper's exit: its database is no longer served (an absent mark stays).
 #[pg_guard]
 unsafe extern "C-unwind" fn unmark(_code: i32, arg: pg_sys::Datum) {
@@ -493,7 +513,7 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
         last_pass = Some(Instant::now());
         unsafe { pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, c"jobq reap pass".as_ptr()) };
         // Errors of the pass are caught and logged inside _reap_pass.
-        BackgroundWorker::transaction(|| Spi::run("SELECT jobq._reap_pass()").ok());
+        BackgroundWorker::transaction(|| hold_extension() && Spi::run("SELECT jobq._reap_pass()").is_ok());
         unsafe {
             pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, c"jobq reap pass".as_ptr());
             // As a backend does between transactions: the rows the pass changed reach the

@@ -216,7 +216,12 @@ pub fn raise() {
     }
     // Step 2.
     let found: Vec<Option<Key>> = BackgroundWorker::transaction(|| {
-        let rel: Option<pg_sys::Oid> = Spi::get_one("SELECT to_regclass('jobq.ready')::oid").ok().flatten();
+        // None: the extension was dropped (held against a drop until this transaction ends).
+        let rel: Option<pg_sys::Oid> = if crate::bgworker::hold_extension() {
+            Spi::get_one("SELECT to_regclass('jobq.ready')::oid").ok().flatten()
+        } else {
+            None
+        };
         seen.iter()
             .map(|(_, id, key)| {
                 if rel.map(|r| r.to_u32()) != Some(id.rel) {

@@ -207,8 +207,7 @@ pub fn send(sweep: bool) {
         }
         // A sweep reads the waiting set whole (DISTINCT over every waiting job): only at start,
         // after an overflow, after a skipped send, and only once the extension exists here.
-        let sweep = (sweep || overflow)
-            && Spi::get_one::<bool>("SELECT to_regclass('jobq.ready') IS NOT NULL").ok().flatten() == Some(true);
+        let sweep = (sweep || overflow) && crate::bgworker::hold_extension();
         let sql = if sweep {
             "SELECT pg_catalog.pg_notify('jobq', n.q)
                FROM (SELECT unnest($1::text[])
