@@ -27,7 +27,10 @@
 #                  floor's lookup), keys (the keyed-claim steps), tally (the dashboard's counter).
 #                  Experiments, not jobq: made by editing the installed function's text, and the
 #                  script stops if an edit no longer applies.
-# INSTR_KEEP=DIR keeps callgrind's profiles there (ROW.N.out, for callgrind_annotate; DIR writable by postgres).
+# A second table splits each row's count by what PostgreSQL spends it on (inclusive counts of a few
+# of its functions, from callgrind's profiles): the rows' own work (heap and index access, commit,
+# WAL) against the machinery that runs statements (plan cache, executor start-up and end, locks).
+# The profiles stay in target/instr-profiles (ROW.N.out, for callgrind_annotate).
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +47,8 @@ export BENCH_DATA=$PWD/target/instr-data BENCH_PORT=5489
 . bench/lib.sh
 . bench/systems/jobq.sh
 . bench/systems/baseline.sh
-SNAP=$PWD/target/instr-snap WORK=$PWD/target/instr-work
+SNAP=$PWD/target/instr-snap WORK=$PWD/target/instr-work PROF=$PWD/target/instr-profiles
+rm -rf "$PROF"; install -d -o postgres -g postgres "$PROF"
 OUT=bench/results/instructions.md; [ $CHECK = 1 ] && OUT=target/instructions-check.md
 W=00000000-0000-0000-0000-0000000000b0   # the one worker of the measured jobs
 
@@ -113,7 +117,7 @@ count() {
     as_pg "$PGBIN/pg_ctl" -D "$WORK" -m fast -w stop >/dev/null ;;
   esac
   script "$row" "$n" > "$WORK.in"; chmod 644 "$WORK.in"
-  as_pg valgrind --tool=callgrind --callgrind-out-file="${INSTR_KEEP:-/dev/null}${INSTR_KEEP:+/$row.$n.out}" "$PGBIN/postgres" --single -D "$WORK" bench \
+  as_pg valgrind --tool=callgrind --callgrind-out-file="$PROF/$row.$n.out" "$PGBIN/postgres" --single -D "$WORK" bench \
     < "$WORK.in" > "$WORK.out" 2> "$WORK.err"
   if grep -q 'ERROR' "$WORK.out"; then grep -m3 ERROR "$WORK.out" >&2; exit 1; fi
   # The backend's own check: every job's rows moved as they should.
@@ -142,6 +146,39 @@ for row in $ROWS; do
   echo "| $row | $per | $( [ -n "$base" ] && ratio "$per" "$base" || echo -) |" >> "$OUT"
 done
 rm -rf "$WORK" "$SNAP" "$WORK".*
+[ $CHECK = 1 ] || python3 - "$PROF" $ROWS >> "$OUT" <<'PY'
+# Per job (400-job profile minus 200-job profile, over 200), inclusive instructions of:
+import re, subprocess, sys
+parts = [
+    ("heap: delete, update, insert, lock", ["heap_delete", "heap_update", "heap_insert", "heap_lock_tuple"]),
+    ("index scans", ["index_getnext_slot"]),
+    ("index entries inserted", ["ExecInsertIndexTuples"]),
+    ("commit", ["CommitTransactionCommand"]),
+    ("plan cache (revalidation, locks)", ["GetCachedPlan"]),
+    ("executor start-up", ["ExecutorStart"]),
+    ("executor end", ["ExecutorEnd"]),
+]
+def load(path):
+    out = subprocess.run(["callgrind_annotate", "--threshold=100", "--inclusive=yes", path], capture_output=True, text=True).stdout
+    d = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+\S*?:([A-Za-z_]\w*)(?:'\d+)?\s", line)
+        if m and m.group(2) not in d:  # the outermost (first, largest) entry of a recursive function
+            d[m.group(2)] = int(m.group(1).replace(",", ""))
+    return d
+prof, rows = sys.argv[1], sys.argv[2:]
+per = {}
+for r in rows:
+    a, b = load(f"{prof}/{r}.200.out"), load(f"{prof}/{r}.400.out")
+    per[r] = {k: (b.get(k, 0) - a.get(k, 0)) / 200 for k in set(a) | set(b)}
+print()
+print("Where the instructions go, per job (inclusive counts of PostgreSQL's functions; the rows overlap where one calls another):")
+print()
+print("| part | " + " | ".join(rows) + " |")
+print("| --- |" + " ---: |" * len(rows))
+for name, fns in parts:
+    print(f"| {name} | " + " | ".join(f"{sum(per[r].get(f, 0) for f in fns):,.0f}" for r in rows) + " |")
+PY
 cat "$OUT"
 if [ -n "$base" ] && [ -n "${mine:-}" ]; then
   R=$(ratio "$mine" "$base")
