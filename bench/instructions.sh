@@ -8,7 +8,7 @@
 # No network, no pgbench, no flush waits: what the server's CPU does per job, which is what
 # bounds jobs/s once both cores are busy (16 and 64 clients; README, Performance).
 #
-#   bench/instructions.sh [--rows "baseline jobq statements layout no_liveness no_pauses no_floor no_keys no_tally"]
+#   bench/instructions.sh [--rows "baseline jobq jobq_ckey statements layout no_liveness no_pauses no_floor no_keys no_tally"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
 #                                   10 % above bench/results/instructions-reference, a CPU regression of
 #                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
@@ -17,6 +17,8 @@
 # Rows:
 #   baseline       the hand-written queue's UPDATE ... SKIP LOCKED and DELETE
 #   jobq           jobq_checkout(worker, ARRAY['bench']) and jobq_complete(id, worker)
+#   jobq_ckey      the same for jobs with a concurrency key (100 keys of limit 5, queue 'keyed'):
+#                  the keyed claim and the slot's release (the performance issue's keyed goal)
 #   statements     the statements those two calls run for such a job (checkout's fast path; complete's
 #                  DELETE and INSERT, its counter and its worker check), issued directly: jobq minus
 #                  this row is the function layer (PL/pgSQL, SECURITY DEFINER, RETURN QUERY)
@@ -34,7 +36,7 @@
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS="baseline jobq statements layout no_liveness no_pauses no_floor no_keys no_tally"; CHECK=0
+ROWS="baseline jobq jobq_ckey statements layout no_liveness no_pauses no_floor no_keys no_tally"; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -52,11 +54,13 @@ rm -rf "$PROF"; install -d -o postgres -g postgres "$PROF"
 OUT=bench/results/instructions.md; [ $CHECK = 1 ] && OUT=target/instructions-check.md
 W=00000000-0000-0000-0000-0000000000b0   # the one worker of the measured jobs
 
-# The cluster: jobq and the baseline side by side with 2,000 ready jobs each; one worker with
-# the id $W, alive for a day. Then stopped and kept as the snapshot every run starts from.
+# The cluster: jobq and the baseline side by side with 2,000 ready jobs each (jobq's ids 1 to
+# 2,000), and 2,000 jobs with a concurrency key in jobq's queue 'keyed' (ids 2,001 to 4,000); one
+# worker with the id $W, alive for a day. Then stopped and kept as the snapshot every run starts from.
 start_cluster on
 jobq_reset 2000
 baseline_reset 2000
+"${PSQL[@]}" -d bench -c "SELECT count(jobq_enqueue('keyed', concurrency_key => 'k' || (g % 100), concurrency_limit => 5)) FROM generate_series(1, 2000) g" >/dev/null
 "${PSQL[@]}" -d bench -c "UPDATE jobq.workers SET id = '$W' WHERE name = 'bench-0'"
 "${PSQL[@]}" -d bench -c "SELECT pg_get_functiondef('jobq_checkout(uuid,text[],integer,interval)'::regprocedure)" > "$WORK.checkout.sql"
 as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
@@ -83,15 +87,15 @@ for name, edit in edits.items():
     open(f'{sys.argv[2]}.no_{name}.sql', 'w').write(out)
 PY
 
-# The prepared statements of a row, then N jobs' EXECUTEs (ids 1..N are claimed in order).
+# The prepared statements of a row, then N jobs' EXECUTEs (the row's ids are claimed in order).
 script() {
   local row=$1 n=$2
   case $row in
     baseline)
       echo "PREPARE ck AS UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id = (SELECT id FROM baseline_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id;"
       echo "PREPARE cm(bigint) AS DELETE FROM baseline_jobs WHERE id = \$1;" ;;
-    jobq|no_*)
-      echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', ARRAY['bench']) j;"
+    jobq|jobq_ckey|no_*)
+      echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', ARRAY['$(queue "$row")']) j;"
       echo "PREPARE cm(bigint) AS SELECT jobq_complete(\$1, '$W');" ;;
     statements)
       # jobq_checkout's fast path and jobq_complete's statements for a job without keys, as
@@ -103,8 +107,10 @@ script() {
       echo "PREPARE cm(bigint) AS WITH d AS (DELETE FROM jobq.live_jobs x WHERE x.id = \$1 AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = '$W' RETURNING x.*) INSERT INTO jobq.finished_jobs SELECT id, queue, kind, payload, priority, run_at, enqueued_at, 'completed', attempt, max_attempts, unique_key, unique_strategy, concurrency_key, concurrency_limit, worker_id, started_at, clock_timestamp(), interrupted_at, cancel_requested_at, concurrency_slot, last_error, NULL, rate_key, errors FROM d;" ;;
     *) echo "instructions.sh: unknown row $row" >&2; exit 2 ;;
   esac
-  for k in $(seq 1 "$n"); do echo "EXECUTE ck;"; echo "EXECUTE cm($k);"; done
+  for k in $(seq $(($(first "$row") + 1)) $(($(first "$row") + n))); do echo "EXECUTE ck;"; echo "EXECUTE cm($k);"; done
 }
+queue() { if [ "$1" = jobq_ckey ]; then echo keyed; else echo bench; fi; }
+first() { if [ "$1" = jobq_ckey ]; then echo 2000; else echo 0; fi; }  # the id before the row's first job
 
 # count ROW N: instructions of a single-user backend that runs N jobs of ROW from the snapshot.
 # Fails unless every job was claimed and completed.
@@ -122,7 +128,7 @@ count() {
   if grep -q 'ERROR' "$WORK.out"; then grep -m3 ERROR "$WORK.out" >&2; exit 1; fi
   # The backend's own check: every job's rows moved as they should.
   as_pg "$PGBIN/postgres" --single -D "$WORK" bench > "$WORK.check" 2>&1 <<SQL
-SELECT CASE WHEN '$row' = 'baseline' THEN (SELECT count(*) FROM baseline_jobs WHERE id <= $n) = 0 ELSE (SELECT count(*) FROM jobq.finished_jobs WHERE id <= $n AND state = 'completed') = $n END AS all_done
+SELECT CASE WHEN '$row' = 'baseline' THEN (SELECT count(*) FROM baseline_jobs WHERE id <= $n) = 0 ELSE (SELECT count(*) FROM jobq.finished_jobs WHERE id > $(first "$row") AND id <= $(first "$row") + $n AND state = 'completed') = $n END AS all_done
 SQL
   grep -q 'all_done = "t"' "$WORK.check" || { echo "instructions.sh: row $row did not complete its $n jobs" >&2; cat "$WORK.check" >&2; exit 1; }
   grep -o 'Collected : [0-9]*' "$WORK.err" | awk '{print $3}'
