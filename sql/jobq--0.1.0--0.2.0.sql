@@ -207,7 +207,7 @@ CREATE INDEX locks_by_worker ON jobq.locks (worker_id) WHERE worker_id IS NOT NU
 -- checkout inserts it, the end of the attempt deletes it, so keys no job uses leave nothing
 -- behind, and an enqueue writes no slot (two enqueuers can never wait for each other here).
 CREATE TABLE jobq.slots (
-    ns      "char" NOT NULL CHECK (ns IN ('c', 'u')),
+    ns      "char" NOT NULL,
     key     text NOT NULL,
     slot    integer NOT NULL,
     job_id  bigint NOT NULL,
@@ -332,7 +332,150 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -342,7 +485,7 @@ CREATE  FUNCTION jobq."_tally"(
 	"event" TEXT, /* & str */
 	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
 	"at" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS void
+) RETURNS bool /* bool */
 VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'tally_wrapper';
@@ -367,14 +510,6 @@ AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::counters::jobq::histogram_bounds
-CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- jobq::counters::jobq::_histogram_add
 CREATE  FUNCTION jobq."_histogram_add"(
 	"a" bigint[], /* Vec < Option < i64 > > */
@@ -386,76 +521,43 @@ AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::counters::jobq::histogram_quantile
-CREATE  FUNCTION jobq."histogram_quantile"(
-	"hist" bigint[], /* Vec < Option < i64 > > */
-	"q" double precision /* f64 */
-) RETURNS double precision /* Option < f64 > */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
 ) RETURNS void
-VOLATILE 
+STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS void
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -474,29 +576,19 @@ AS 'MODULE_PATHNAME', 'floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -519,84 +611,6 @@ CREATE  FUNCTION jobq."_may_act_for"(
 STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_last_pass
-CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
-	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"took_ms" double precision,  /* f64 */
-	"workers_reaped" INT,  /* i32 */
-	"jobs_requeued" INT,  /* i32 */
-	"jobs_dead" INT,  /* i32 */
-	"locks_released" INT,  /* i32 */
-	"jobs_pruned" INT,  /* i32 */
-	"error" TEXT  /* Option < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'last_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -727,27 +741,29 @@ END $$;
 -- Leaving 'executing' or 'ready' for `new_state`: frees the job's execution slots and
 -- releases or keeps its unique key as its strategy says. A job that waits again with an
 -- until_executing key takes the key back if it is free; if another job took the key in the
--- meantime, it waits without it (it is not dropped: no job is lost).
+-- meantime, it waits without it (it is not dropped: no job is lost). Returns the number of
+-- execution slots it freed.
 CREATE FUNCTION jobq._release_keys(job bigint, queue text, new_state text, unique_key text,
                                    unique_strategy text, concurrency_key text, concurrency_slot integer)
-RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     -- Slots this frees: a concurrency slot, a while_executing key's.
     v_freed integer := (concurrency_slot IS NOT NULL)::integer
                      + (unique_key IS NOT NULL AND unique_strategy = 'while_executing')::integer;
+    v_noted boolean;
 BEGIN
     -- A freed slot may let a waiting job start: wake as many waiting checkouts of this job's
     -- queue (jobs of the key in other queues are found by their waiters' next look). The
     -- ring comes at commit, so noting it before the deletes is the same.
     IF v_freed > 0 THEN
-        PERFORM jobq._wake(queue, '-infinity', v_freed);
+        v_noted := jobq._wake(queue, '-infinity', v_freed);  -- an assignment: see jobq_complete
     END IF;
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
     END IF;
     IF unique_key IS NULL THEN
-        RETURN;
+        RETURN v_freed;
     ELSIF unique_strategy = 'while_executing' THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
@@ -756,6 +772,7 @@ BEGIN
     ELSIF new_state = 'ready' AND unique_strategy = 'until_executing' THEN
         PERFORM jobq._take_key(unique_key, job);
     END IF;
+    RETURN v_freed;
 END $$;
 
 -- Returns jobs `ids` of `worker` to the queue, those of them still executing under it. Each
@@ -1193,7 +1210,7 @@ END $$;
 -- Takes one start of rate key `key` at time `started` for a job being claimed: true when the
 -- key has no limit or a slot was free (see above), false when its window is full.
 CREATE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 BEGIN
     -- The window and the slots are read by one statement, so a limit changed meanwhile is
     -- seen whole or not at all (jobq_set_rate_limit rewrites the slots with the limit).
@@ -1228,6 +1245,13 @@ END $$;
 -- the rest of the call, and the next batch looks past it.
 -- PL/pgSQL prepares each statement once per backend and, with the function's
 -- plan_cache_mode, keeps its generic plan: no statement is planned again per call.
+--
+-- The helpers a keyed claim and its release call for each job (jobq._take_keys, _take_slot,
+-- _claim_keyed, _take_rate, _release_keys) do not pin their search_path as every other function
+-- does: a pinned setting is parsed, applied and undone at every call, which cost a keyed job
+-- about 50,000 instructions (bench/instructions.sh, row jobq_ckey). They run only inside
+-- jobq's own functions, which pin it, and no role but the extension's owner may call them
+-- (src/sql/privileges.sql); tests/lifecycle.rs checks both.
 
 -- Takes a slot of (ns, key) numbered 1..slot_limit for `job` and returns its number, the
 -- highest one free (jobs with a lower limit for the same key find the low slots free as
@@ -1241,7 +1265,7 @@ END $$;
 -- one-bigint form applications usually use; a collision with an application's lock of the
 -- same class and hash only makes this checkout pass the slot over.
 CREATE FUNCTION jobq._take_slot(ns "char", key text, slot_limit integer, job bigint) RETURNS integer
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     v_slot integer;
 BEGIN
@@ -1275,7 +1299,7 @@ END $$;
 -- lock (FOR UPDATE re-checks the newest version) holds a version that statement cannot see,
 -- so a DELETE there would miss it, leaving keys taken for a job left waiting.
 CREATE FUNCTION jobq._take_keys(job bigint, ready tid, started timestamptz) RETURNS integer
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     j          record;
     v_slot     integer := 0;
@@ -1321,7 +1345,7 @@ END $$;
 -- key is full), 'u' (its while_executing key is busy) or 'r' (its rate key has no start
 -- left in the window), and nothing changed.
 CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     v_slot  integer := jobq._take_keys(job, ready, started);
 BEGIN
@@ -1771,7 +1795,9 @@ END $$;
 CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    j jobq.live_jobs;
+    j        jobq.live_jobs;
+    v_noted  boolean;
+    v_freed  integer;
 BEGIN
     IF job_id IS NULL OR worker IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id and worker must not be NULL' USING ERRCODE = '22004';
@@ -1788,15 +1814,17 @@ BEGIN
         RETURN false;
     END IF;
     j.finished_at := clock_timestamp();
-    PERFORM jobq._tally(j.queue, 'completed', j.started_at, j.finished_at);  -- src/counters.rs
+    -- Helpers are called in assignments, not with PERFORM: PL/pgSQL evaluates a lone call
+    -- without starting an executor for it (README, Performance, CPU per job).
+    v_noted := jobq._tally(j.queue, 'completed', j.started_at, j.finished_at);  -- src/counters.rs
     IF jobq.retention_ms() > 0 THEN
         j.state := 'completed';
         j.result := jobq_complete.result;
         INSERT INTO jobq.finished_jobs SELECT (j).*;
     END IF;
     IF j.unique_key IS NOT NULL OR j.concurrency_key IS NOT NULL THEN
-        PERFORM jobq._release_keys(job_id, j.queue, 'completed', j.unique_key, j.unique_strategy,
-                                   j.concurrency_key, j.concurrency_slot);
+        v_freed := jobq._release_keys(job_id, j.queue, 'completed', j.unique_key, j.unique_strategy,
+                                      j.concurrency_key, j.concurrency_slot);
     END IF;
     RETURN true;
 END $$;
@@ -2692,20 +2720,6 @@ SELECT current_database()::text AS database,
   FROM (SELECT) AS one
   LEFT JOIN jobq._last_pass() p ON true
   LEFT JOIN jobq._oldest_horizon() h ON true;
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -209,10 +209,12 @@ pub mod jobq {
     /// `queue` at `at`, in this transaction; for 'started' the wait `since` the job was due,
     /// for 'completed' and 'failed' the run `since` it started, when given. Called by the
     /// functions that move jobs (they run as the extension's owner; PUBLIC may not call it).
+    /// True when counted; false without the preload, or for a queue name too long to count.
+    /// (A value, so that PL/pgSQL can call it as an expression: README, Performance.)
     #[pg_extern(volatile, parallel_unsafe, name = "_tally")]
-    pub fn tally(queue: &str, event: &str, since: Option<TimestampWithTimeZone>, at: TimestampWithTimeZone) {
+    pub fn tally(queue: &str, event: &str, since: Option<TimestampWithTimeZone>, at: TimestampWithTimeZone) -> bool {
         if !ENABLED.load(Ordering::Relaxed) || queue.len() > QUEUE_MAX {
-            return;
+            return false;
         }
         let Some(e) = EVENTS.iter().position(|x| *x == event) else {
             ereport!(ERROR, PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, format!("jobq: unknown event {event:?}"));
@@ -229,6 +231,7 @@ pub mod jobq {
             }
         }
         note(queue, at_us - at_us.rem_euclid(USECS_PER_MINUTE), counts, false);
+        true
     }
 
     /// Takes this database's counts out of shared memory, for the reap pass to add to

@@ -158,13 +158,16 @@ pub mod jobq {
 
     /// Notes that `jobs` jobs of `queue` (NULL: of every queue) become available at `run_at`
     /// once this transaction commits; the waiting checkouts are rung then. Nothing happens
-    /// without the preload.
+    /// without the preload. True when noted. (A value, so that PL/pgSQL can call it as an
+    /// expression: README, Performance.)
     #[pg_extern(volatile, parallel_safe, name = "_wake")]
-    pub fn wake(queue: Option<&str>, run_at: TimestampWithTimeZone, jobs: i64) {
-        if ENABLED.load(Ordering::Relaxed) {
-            let note = (queue.map(str::to_owned), run_at.into_inner(), jobs);
-            PENDING.with(|p| p.update(|p| p.push(note)));
+    pub fn wake(queue: Option<&str>, run_at: TimestampWithTimeZone, jobs: i64) -> bool {
+        if !ENABLED.load(Ordering::Relaxed) {
+            return false;
         }
+        let note = (queue.map(str::to_owned), run_at.into_inner(), jobs);
+        PENDING.with(|p| p.update(|p| p.push(note)));
+        true
     }
 
     /// Registers this call as a waiter for `queues` (NULL: every queue) of `worker`, until

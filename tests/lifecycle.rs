@@ -747,14 +747,41 @@ fn every_function_pins_its_search_path() {
                JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'jobq'
               WHERE p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
                 AND p.prokind <> 'a'  -- an aggregate runs no code of its own (its step is in Rust)
-                AND NOT coalesce('search_path=pg_catalog, jobq, pg_temp' = ANY (p.proconfig), false)",
+                AND NOT coalesce('search_path=pg_catalog, jobq, pg_temp' = ANY (p.proconfig), false)
+              ORDER BY 1",
             &[],
         )
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert!(unpinned.is_empty(), "functions without a pinned search_path: {unpinned:?}");
+    // The keyed claim's per-job helpers leave the setting to their callers (src/sql/checkout.sql,
+    // the header): each runs with the definer's rights of no one, and only jobq's own functions,
+    // which pin it, may call it.
+    let hot = [
+        "jobq._claim_keyed(bigint,tid,uuid,timestamp with time zone)",
+        "jobq._release_keys(bigint,text,text,text,text,text,integer)",
+        "jobq._take_keys(bigint,tid,timestamp with time zone)",
+        "jobq._take_rate(text,timestamp with time zone)",
+        "jobq._take_slot(\"char\",text,integer,bigint)",
+    ];
+    assert_eq!(unpinned, hot, "functions without a pinned search_path");
+    for f in hot {
+        let (definer, callers): (bool, Vec<String>) = c
+            .query_one(
+                "SELECT p.prosecdef,
+                        ARRAY(SELECT r.rolname::text FROM pg_roles r
+                               WHERE NOT r.rolsuper AND has_function_privilege(r.oid, p.oid, 'EXECUTE')
+                                 AND r.oid <> p.proowner
+                               ORDER BY 1)
+                   FROM pg_proc p WHERE p.oid = $1::text::regprocedure",
+                &[&f],
+            )
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        assert!(!definer, "{f} must not be SECURITY DEFINER");
+        assert!(callers.is_empty(), "{f} may be called by {callers:?}");
+    }
     // The statements of checkout and of a reap pass are planned generically, for a table
     // of any size: without this, a large table's estimates turned JIT on for every call.
     for f in ["public.jobq_checkout(uuid, text[], integer, interval)", "jobq._reap()"] {

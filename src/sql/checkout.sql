@@ -12,6 +12,13 @@
 -- the rest of the call, and the next batch looks past it.
 -- PL/pgSQL prepares each statement once per backend and, with the function's
 -- plan_cache_mode, keeps its generic plan: no statement is planned again per call.
+--
+-- The helpers a keyed claim and its release call for each job (jobq._take_keys, _take_slot,
+-- _claim_keyed, _take_rate, _release_keys) do not pin their search_path as every other function
+-- does: a pinned setting is parsed, applied and undone at every call, which cost a keyed job
+-- about 50,000 instructions (bench/instructions.sh, row jobq_ckey). They run only inside
+-- jobq's own functions, which pin it, and no role but the extension's owner may call them
+-- (src/sql/privileges.sql); tests/lifecycle.rs checks both.
 
 -- Takes a slot of (ns, key) numbered 1..slot_limit for `job` and returns its number, the
 -- highest one free (jobs with a lower limit for the same key find the low slots free as
@@ -25,7 +32,7 @@
 -- one-bigint form applications usually use; a collision with an application's lock of the
 -- same class and hash only makes this checkout pass the slot over.
 CREATE FUNCTION jobq._take_slot(ns "char", key text, slot_limit integer, job bigint) RETURNS integer
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     v_slot integer;
 BEGIN
@@ -59,7 +66,7 @@ END $$;
 -- lock (FOR UPDATE re-checks the newest version) holds a version that statement cannot see,
 -- so a DELETE there would miss it, leaving keys taken for a job left waiting.
 CREATE FUNCTION jobq._take_keys(job bigint, ready tid, started timestamptz) RETURNS integer
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     j          record;
     v_slot     integer := 0;
@@ -105,7 +112,7 @@ END $$;
 -- key is full), 'u' (its while_executing key is busy) or 'r' (its rate key has no start
 -- left in the window), and nothing changed.
 CREATE FUNCTION jobq._claim_keyed(job bigint, ready tid, worker uuid, started timestamptz) RETURNS "char"
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     v_slot  integer := jobq._take_keys(job, ready, started);
 BEGIN

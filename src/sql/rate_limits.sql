@@ -77,7 +77,7 @@ END $$;
 -- Takes one start of rate key `key` at time `started` for a job being claimed: true when the
 -- key has no limit or a slot was free (see above), false when its window is full.
 CREATE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql AS $$
 BEGIN
     -- The window and the slots are read by one statement, so a limit changed meanwhile is
     -- seen whole or not at all (jobq_set_rate_limit rewrites the slots with the limit).

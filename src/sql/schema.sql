@@ -170,7 +170,7 @@ CREATE INDEX locks_by_worker ON jobq.locks (worker_id) WHERE worker_id IS NOT NU
 -- checkout inserts it, the end of the attempt deletes it, so keys no job uses leave nothing
 -- behind, and an enqueue writes no slot (two enqueuers can never wait for each other here).
 CREATE TABLE jobq.slots (
-    ns      "char" NOT NULL CHECK (ns IN ('c', 'u')),
+    ns      "char" NOT NULL,
     key     text NOT NULL,
     slot    integer NOT NULL,
     job_id  bigint NOT NULL,

@@ -120,27 +120,29 @@ END $$;
 -- Leaving 'executing' or 'ready' for `new_state`: frees the job's execution slots and
 -- releases or keeps its unique key as its strategy says. A job that waits again with an
 -- until_executing key takes the key back if it is free; if another job took the key in the
--- meantime, it waits without it (it is not dropped: no job is lost).
+-- meantime, it waits without it (it is not dropped: no job is lost). Returns the number of
+-- execution slots it freed.
 CREATE FUNCTION jobq._release_keys(job bigint, queue text, new_state text, unique_key text,
                                    unique_strategy text, concurrency_key text, concurrency_slot integer)
-RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     -- Slots this frees: a concurrency slot, a while_executing key's.
     v_freed integer := (concurrency_slot IS NOT NULL)::integer
                      + (unique_key IS NOT NULL AND unique_strategy = 'while_executing')::integer;
+    v_noted boolean;
 BEGIN
     -- A freed slot may let a waiting job start: wake as many waiting checkouts of this job's
     -- queue (jobs of the key in other queues are found by their waiters' next look). The
     -- ring comes at commit, so noting it before the deletes is the same.
     IF v_freed > 0 THEN
-        PERFORM jobq._wake(queue, '-infinity', v_freed);
+        v_noted := jobq._wake(queue, '-infinity', v_freed);  -- an assignment: see jobq_complete
     END IF;
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
     END IF;
     IF unique_key IS NULL THEN
-        RETURN;
+        RETURN v_freed;
     ELSIF unique_strategy = 'while_executing' THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
@@ -149,6 +151,7 @@ BEGIN
     ELSIF new_state = 'ready' AND unique_strategy = 'until_executing' THEN
         PERFORM jobq._take_key(unique_key, job);
     END IF;
+    RETURN v_freed;
 END $$;
 
 -- Returns jobs `ids` of `worker` to the queue, those of them still executing under it. Each

@@ -280,8 +280,8 @@ impl Cluster {
 }
 
 /// The invariants of the job tables (src/sql/schema.sql): a job is in state 'ready' exactly
-/// when it has one row in jobq.ready, and that row carries the job's queue, kind, priority and
-/// run_at; jobq.live_jobs holds only ready and executing jobs, jobq.finished_jobs only
+/// when it has one row in jobq.ready, and that row carries the job's queue, kind, priority,
+/// run_at and the keys checkout takes from it; jobq.live_jobs holds only ready and executing jobs, jobq.finished_jobs only
 /// finished ones, and no job is in both; every row of jobq.slots is held by an executing job
 /// that records it (its concurrency slot, or its while_executing key); every unique key a job
 /// holds in jobq.locks is that unfinished job's own, and an until_executing one's only while it waits.
@@ -290,7 +290,10 @@ pub fn assert_job_tables_consistent(c: &mut Client) {
         .query_one(
             "SELECT (SELECT count(*) FROM jobq.ready r LEFT JOIN jobq.live_jobs j ON j.id = r.id
                       WHERE j.id IS NULL OR j.state <> 'ready'
-                         OR (j.queue, j.kind, j.priority, j.run_at) IS DISTINCT FROM (r.queue, r.kind, r.priority, r.run_at)),
+                         OR (j.queue, j.kind, j.priority, j.run_at) IS DISTINCT FROM (r.queue, r.kind, r.priority, r.run_at)
+                         OR (j.concurrency_key, j.concurrency_limit, j.rate_key,
+                             CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END)
+                            IS DISTINCT FROM (r.concurrency_key, r.concurrency_limit, r.rate_key, r.while_key)),
                     (SELECT count(*) FROM jobq.live_jobs j
                       WHERE j.state = 'ready' AND (SELECT count(*) FROM jobq.ready r WHERE r.id = j.id) <> 1),
                     (SELECT count(*) FROM jobq.live_jobs WHERE state NOT IN ('ready', 'executing'))
