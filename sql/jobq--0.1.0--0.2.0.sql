@@ -332,6 +332,20 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
 /* </end connected objects> */
 
@@ -344,31 +358,19 @@ AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -403,192 +405,6 @@ CREATE  FUNCTION jobq."_note_pass"(
 VOLATILE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'note_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_quantile
-CREATE  FUNCTION jobq."histogram_quantile"(
-	"hist" bigint[], /* Vec < Option < i64 > > */
-	"q" double precision /* f64 */
-) RETURNS double precision /* Option < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_tally
-CREATE  FUNCTION jobq."_tally"(
-	"queue" TEXT, /* & str */
-	"event" TEXT, /* & str */
-	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"at" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'tally_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_take_tallies
-CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
-	"queue" TEXT,  /* String */
-	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
-	"enqueued" bigint,  /* i64 */
-	"started" bigint,  /* i64 */
-	"completed" bigint,  /* i64 */
-	"failed" bigint,  /* i64 */
-	"dead" bigint,  /* i64 */
-	"wait_ms" bigint[],  /* Vec < i64 > */
-	"run_ms" bigint[]  /* Vec < i64 > */
-)
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_histogram_add
-CREATE  FUNCTION jobq."_histogram_add"(
-	"a" bigint[], /* Vec < Option < i64 > > */
-	"b" bigint[] /* Vec < Option < i64 > > */
-) RETURNS bigint[] /* Vec < i64 > */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_bounds
-CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -756,7 +572,7 @@ BEGIN
     -- queue (jobs of the key in other queues are found by their waiters' next look). The
     -- ring comes at commit, so noting it before the deletes is the same.
     IF v_freed > 0 THEN
-        v_noted := jobq._wake(queue, '-infinity', v_freed);  -- an assignment: see jobq_complete
+        v_noted := jobq._wake(queue, '-infinity', v_freed);  -- an assignment: see jobq._complete
     END IF;
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
@@ -850,6 +666,23 @@ BEGIN
     DELETE FROM jobq.workers w WHERE w.id = worker;
     RETURN v_requeued;
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_tally
+CREATE  FUNCTION jobq."_tally"(
+	"queue" TEXT, /* & str */
+	"event" TEXT, /* & str */
+	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"at" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tally_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1223,6 +1056,173 @@ BEGIN
                         FOR UPDATE OF x SKIP LOCKED);
     RETURN FOUND OR NOT EXISTS (SELECT 1 FROM jobq.rate_limits l WHERE l.key = _take_rate.key);
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_take_tallies
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[]  /* Vec < i64 > */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1775,6 +1775,7 @@ END $$;
 /* <begin connected objects> */
 -- requires:
 --   checkout
+--   gucs::jobq::retention_ms
 
 -- The end of an attempt (jobq_complete, jobq_fail) and what operators do to jobs
 -- (jobq_cancel, jobq_retry).
@@ -1792,8 +1793,15 @@ END $$;
 -- snapshot held elsewhere. Measured under bench/pressure.sh: 44 million index entries read in
 -- 5 s, and completion slower with every job. This form leaves the primary key as the only path.
 
+-- jobq_complete: the common completion is done in Rust, without a plan (src/complete.rs);
+-- every other case, before anything changed, by jobq._complete below, the SQL that serves
+-- them all. Both give the same answers, rows and locks.
 CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS 'MODULE_PATHNAME', 'jobq_complete';
+
+CREATE FUNCTION jobq._complete(job_id bigint, worker uuid, result jsonb) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     j        jobq.live_jobs;
     v_noted  boolean;
@@ -1806,7 +1814,7 @@ BEGIN
     -- goes to jobq.finished_jobs. One DELETE and one INSERT, not jobq._archive's UPDATE first:
     -- the hot path writes each row version once (README, Performance).
     DELETE FROM jobq.live_jobs x
-     WHERE x.id = jobq_complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+     WHERE x.id = _complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
     RETURNING x.* INTO j;
     IF NOT FOUND THEN
@@ -1819,7 +1827,7 @@ BEGIN
     v_noted := jobq._tally(j.queue, 'completed', j.started_at, j.finished_at);  -- src/counters.rs
     IF jobq.retention_ms() > 0 THEN
         j.state := 'completed';
-        j.result := jobq_complete.result;
+        j.result := _complete.result;
         INSERT INTO jobq.finished_jobs SELECT (j).*;
     END IF;
     IF j.unique_key IS NOT NULL OR j.concurrency_key IS NOT NULL THEN

@@ -299,14 +299,14 @@ fn every_reference_worker_heartbeats_with_what_it_holds() {
 fn every_reference_worker_completes_with_one_commit_per_batch() {
     // The worker protocol: a batch's successes are completed by the call that checks out the
     // next batch (jobq_complete_and_checkout); no checkout is made on its own. Counted with
-    // track_functions in a database of this test's own (function statistics are per
+    // track_functions ('all': jobq_complete is a C function, src/complete.rs) in a database of this test's own (function statistics are per
     // database), so other tests' calls do not mix in.
     let db = "xfused";
     cluster().connect("postgres").batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
     let mut c = cluster().connect(db);
     c.batch_execute(&format!(
         "SET client_min_messages = error; CREATE EXTENSION jobq; GRANT jobq_worker TO {APP};
-         ALTER DATABASE {db} SET track_functions = 'pl';"
+         ALTER DATABASE {db} SET track_functions = 'all';"
     ))
     .unwrap();
     let calls = |c: &mut postgres::Client| -> [i64; 5] {

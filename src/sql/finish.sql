@@ -14,8 +14,15 @@
 -- snapshot held elsewhere. Measured under bench/pressure.sh: 44 million index entries read in
 -- 5 s, and completion slower with every job. This form leaves the primary key as the only path.
 
+-- jobq_complete: the common completion is done in Rust, without a plan (src/complete.rs);
+-- every other case, before anything changed, by jobq._complete below, the SQL that serves
+-- them all. Both give the same answers, rows and locks.
 CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS 'MODULE_PATHNAME', 'jobq_complete';
+
+CREATE FUNCTION jobq._complete(job_id bigint, worker uuid, result jsonb) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     j        jobq.live_jobs;
     v_noted  boolean;
@@ -28,7 +35,7 @@ BEGIN
     -- goes to jobq.finished_jobs. One DELETE and one INSERT, not jobq._archive's UPDATE first:
     -- the hot path writes each row version once (README, Performance).
     DELETE FROM jobq.live_jobs x
-     WHERE x.id = jobq_complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+     WHERE x.id = _complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
     RETURNING x.* INTO j;
     IF NOT FOUND THEN
@@ -41,7 +48,7 @@ BEGIN
     v_noted := jobq._tally(j.queue, 'completed', j.started_at, j.finished_at);  -- src/counters.rs
     IF jobq.retention_ms() > 0 THEN
         j.state := 'completed';
-        j.result := jobq_complete.result;
+        j.result := _complete.result;
         INSERT INTO jobq.finished_jobs SELECT (j).*;
     END IF;
     IF j.unique_key IS NOT NULL OR j.concurrency_key IS NOT NULL THEN

@@ -135,7 +135,7 @@ BEGIN
     -- queue (jobs of the key in other queues are found by their waiters' next look). The
     -- ring comes at commit, so noting it before the deletes is the same.
     IF v_freed > 0 THEN
-        v_noted := jobq._wake(queue, '-infinity', v_freed);  -- an assignment: see jobq_complete
+        v_noted := jobq._wake(queue, '-infinity', v_freed);  -- an assignment: see jobq._complete
     END IF;
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s

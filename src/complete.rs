@@ -1,0 +1,345 @@
+//! `jobq_complete`, the end of a job's hot path, without a plan.
+//!
+//! Counted with bench/instructions.sh, the PL/pgSQL completion (`jobq._complete`,
+//! src/sql/finish.sql) spends most of its instructions on starting and ending its statements'
+//! plans and on the function layer, not on the rows it moves (README, Performance, CPU per
+//! job). So the common completion is done here against the table and index access methods:
+//! the job row found by primary key, its fence checked (executing under `worker`, a worker
+//! the caller may act for), the row deleted from `jobq.live_jobs` with `heap_delete` and its
+//! copy, `completed`, inserted into `jobq.finished_jobs` with its index entries; the
+//! dashboard's counter noted; a job with a unique or concurrency key has them released by
+//! `jobq._release_keys`, as the SQL does. The same rows, the same WAL, the same locks as the SQL.
+//!
+//! Everything else goes to `jobq._complete`, the SQL that serves every case, before anything
+//! was changed here: a NULL argument, a REPEATABLE READ or SERIALIZABLE transaction (whose
+//! serialization rules the executor applies), a job not found or not executing under this
+//! worker (false, or 42501 for a worker of another role), a job row that changed since this
+//! call's snapshot (the SQL looks at its newest version, as READ COMMITTED does), and tables
+//! that carry triggers or whose columns no longer match. Both SQL calls are prepared once per
+//! backend (`kept`). The fast path and the SQL are two copies of one
+//! operation; the copy is the price of speed and its saving is measured (README).
+use crate::counters::jobq::tally;
+use crate::privileges::jobq::may_act_for;
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::OwnedPreparedStatement;
+use pgrx::PgOid;
+use std::cell::{Cell, RefCell};
+use std::ffi::CStr;
+
+/// Where the columns the fast path reads or writes are, in `jobq.live_jobs` (and the same in
+/// `jobq.finished_jobs`), 0-based; found once per backend and table (`rel`).
+#[derive(Copy, Clone)]
+struct Columns {
+    rel: pg_sys::Oid,
+    id: usize,
+    queue: usize,
+    state: usize,
+    unique_key: usize,
+    unique_strategy: usize,
+    concurrency_key: usize,
+    concurrency_slot: usize,
+    worker_id: usize,
+    started_at: usize,
+    finished_at: usize,
+    result: usize,
+    worker_key: usize, // jobq.workers.id
+    owner: usize,      // jobq.workers.owner
+}
+
+thread_local! {
+    static COLUMNS: Cell<Option<Columns>> = const { Cell::new(None) };
+    static PLANS: RefCell<Vec<(&'static str, OwnedPreparedStatement)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `query`, prepared with `types` at its first use in this backend and kept (the plan
+/// cache re-plans it when what it names changes), with `args`; the first column of its row.
+fn kept(query: &'static str, types: &[pg_sys::Oid], args: &[DatumWithOid]) -> Option<bool> {
+    PLANS.with(|plans| {
+        let mut plans = plans.borrow_mut();
+        Spi::connect_mut(|client| {
+            let i = match plans.iter().position(|(q, _)| *q == query) {
+                Some(i) => i,
+                None => {
+                    let types: Vec<PgOid> = types.iter().map(|&t| PgOid::from(t)).collect();
+                    let plan = client.prepare_mut(query, &types)?.keep();
+                    plans.push((query, plan));
+                    plans.len() - 1
+                }
+            };
+            client.update(&plans[i].1, Some(1), args)?.first().get_one::<bool>()
+        })
+        .unwrap_or_else(|e| error!("jobq: {e}"))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_jobq_complete() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// `jobq_complete(job_id bigint, worker uuid, result jsonb)` (declared in src/sql/finish.sql:
+/// `SECURITY DEFINER`, its search_path pinned, like every jobq_* function).
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn jobq_complete(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let done = if pgrx::fcinfo::pg_arg_is_null(fcinfo, 0) || pgrx::fcinfo::pg_arg_is_null(fcinfo, 1) {
+        None
+    } else {
+        let result = if pgrx::fcinfo::pg_arg_is_null(fcinfo, 2) {
+            None
+        } else {
+            Some(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 2))
+        };
+        let worker = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1);
+        fast(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).value() as i64, worker, result)
+    };
+    match done {
+        Some(()) => true.into_datum().unwrap(),
+        None => match sql(fcinfo) {
+            Some(b) => b.into_datum().unwrap(),
+            None => pgrx::fcinfo::pg_return_null(fcinfo),
+        },
+    }
+}
+
+/// The SQL that serves every case.
+unsafe fn sql(fcinfo: pg_sys::FunctionCallInfo) -> Option<bool> {
+    let arg = |n: usize, oid: pg_sys::Oid| {
+        if pgrx::fcinfo::pg_arg_is_null(fcinfo, n) {
+            DatumWithOid::null_oid(oid)
+        } else {
+            DatumWithOid::new(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n), oid)
+        }
+    };
+    kept(
+        "SELECT jobq._complete($1, $2, $3)",
+        &[pg_sys::INT8OID, pg_sys::UUIDOID, pg_sys::JSONBOID],
+        &[arg(0, pg_sys::INT8OID), arg(1, pg_sys::UUIDOID), arg(2, pg_sys::JSONBOID)],
+    )
+}
+
+/// The common completion; None, having changed nothing, when it is not one (module comment).
+unsafe fn fast(job: i64, worker: pg_sys::Datum, result: Option<pg_sys::Datum>) -> Option<()> {
+    if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        return None;
+    }
+    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
+    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let (live_id, finished_id, workers_id) = (relid(c"live_jobs"), relid(c"finished_jobs"), relid(c"workers"));
+    if live_id == pg_sys::InvalidOid || finished_id == pg_sys::InvalidOid || workers_id == pg_sys::InvalidOid {
+        return None;
+    }
+    // As a statement of a volatile function would: see what this transaction did so far, in
+    // a new snapshot (READ COMMITTED).
+    pg_sys::CommandCounterIncrement();
+    pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    let live = pg_sys::table_open(live_id, pg_sys::RowExclusiveLock as i32);
+    let finished = pg_sys::table_open(finished_id, pg_sys::RowExclusiveLock as i32);
+    let workers = pg_sys::table_open(workers_id, pg_sys::AccessShareLock as i32);
+    let done = claim_end(live, finished, workers, job, worker, result);
+    // The locks stay until the end of the transaction, as the executor's do.
+    pg_sys::table_close(workers, pg_sys::NoLock as i32);
+    pg_sys::table_close(finished, pg_sys::NoLock as i32);
+    pg_sys::table_close(live, pg_sys::NoLock as i32);
+    pg_sys::PopActiveSnapshot();
+    if done.is_some() {
+        pg_sys::CommandCounterIncrement();
+    }
+    done
+}
+
+unsafe fn claim_end(
+    live: pg_sys::Relation,
+    finished: pg_sys::Relation,
+    workers: pg_sys::Relation,
+    job: i64,
+    worker: pg_sys::Datum,
+    result: Option<pg_sys::Datum>,
+) -> Option<()> {
+    if !(*live).trigdesc.is_null() || !(*finished).trigdesc.is_null() {
+        return None;
+    }
+    let cols = columns(live, finished, workers)?;
+    let snapshot = pg_sys::GetActiveSnapshot();
+
+    // The job row, by primary key, in this snapshot.
+    let row = fetch(live, (cols.id + 1) as i16, pg_sys::F_INT8EQ, pg_sys::Datum::from(job), snapshot)?;
+    let desc = (*live).rd_att;
+    let natts = (*desc).natts as usize;
+    let mut values = vec![pg_sys::Datum::from(0usize); natts];
+    let mut nulls = vec![false; natts];
+    pg_sys::heap_deform_tuple(row, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+    // The fence: executing under this worker.
+    if nulls[cols.state] || text(values[cols.state]) != b"executing" || nulls[cols.worker_id] {
+        return None;
+    }
+    if !uuid_eq(values[cols.worker_id], worker) {
+        return None;
+    }
+    // The worker exists and the caller may act for it (else the SQL says why: false or 42501).
+    let w = fetch(workers, (cols.worker_key + 1) as i16, pg_sys::F_UUID_EQ, worker, snapshot)?;
+    let mut is_null = false;
+    let owner = pg_sys::heap_getattr(w, (cols.owner + 1) as i32, (*workers).rd_att, &mut is_null);
+    let owner = if is_null { pg_sys::InvalidOid } else { pg_sys::Oid::from(owner.value() as u32) };
+    if !may_act_for(owner) {
+        return None;
+    }
+
+    // The delete, waiting for a transaction that holds the row as an UPDATE would. A row
+    // changed since our snapshot: nothing was done, the SQL looks at its newest version.
+    let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+    let cid = pg_sys::GetCurrentCommandId(true);
+    let tid = &mut (*row).t_self as *mut pg_sys::ItemPointerData;
+    let rc = pg_sys::heap_delete(live, tid, cid, std::ptr::null_mut(), true, &mut tmfd, false);
+    if rc != pg_sys::TM_Result::TM_Ok {
+        return None;
+    }
+
+    let finished_at = pg_sys::GetCurrentTimestamp();
+    let queue = text(values[cols.queue]).to_vec();
+    let started_at = (!nulls[cols.started_at]).then(|| values[cols.started_at].value() as i64);
+    if crate::gucs::jobq::retention_ms() > 0 {
+        values[cols.state] = pg_sys::Datum::from(pg_sys::cstring_to_text(c"completed".as_ptr()));
+        values[cols.finished_at] = pg_sys::Datum::from(finished_at);
+        nulls[cols.finished_at] = false;
+        values[cols.result] = result.unwrap_or(pg_sys::Datum::from(0usize));
+        nulls[cols.result] = result.is_none();
+        insert(finished, values.as_mut_ptr(), nulls.as_mut_ptr(), cid);
+    }
+    let ts = |t: i64| TimestampWithTimeZone::try_from(t).ok();
+    if let (Ok(queue), Some(at)) = (std::str::from_utf8(&queue), ts(finished_at)) {
+        tally(queue, "completed", started_at.and_then(ts), at);
+    }
+    if !nulls[cols.unique_key] || !nulls[cols.concurrency_key] {
+        let arg = |i: usize, oid: pg_sys::Oid| {
+            if nulls[i] {
+                DatumWithOid::null_oid(oid)
+            } else {
+                DatumWithOid::new(values[i], oid)
+            }
+        };
+        let (txt, int) = (pg_sys::TEXTOID, pg_sys::INT4OID);
+        kept(
+            "SELECT jobq._release_keys($1, $2, 'completed', $3, $4, $5, $6) IS NOT NULL",
+            &[pg_sys::INT8OID, txt, txt, txt, txt, int],
+            &[
+                arg(cols.id, pg_sys::INT8OID),
+                arg(cols.queue, txt),
+                arg(cols.unique_key, txt),
+                arg(cols.unique_strategy, txt),
+                arg(cols.concurrency_key, txt),
+                arg(cols.concurrency_slot, int),
+            ],
+        );
+    }
+    Some(())
+}
+
+/// The first row of `rel` whose column `attno` equals `key` (`eq`: the equality function of
+/// its type), through its primary key, in `snapshot`; a copy. None when there is none.
+unsafe fn fetch(
+    rel: pg_sys::Relation,
+    attno: i16,
+    eq: u32,
+    key: pg_sys::Datum,
+    snapshot: pg_sys::Snapshot,
+) -> Option<pg_sys::HeapTuple> {
+    pg_sys::RelationGetIndexList(rel); // fills rd_pkindex
+    let pk = (*rel).rd_pkindex;
+    if pk == pg_sys::InvalidOid {
+        return None;
+    }
+    let mut skey: pg_sys::ScanKeyData = std::mem::zeroed();
+    pg_sys::ScanKeyInit(&mut skey, attno, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(eq), key);
+    let scan = pg_sys::systable_beginscan(rel, pk, true, snapshot, 1, &mut skey);
+    let t = pg_sys::systable_getnext(scan);
+    let copy = (!t.is_null()).then(|| pg_sys::heap_copytuple(t));
+    pg_sys::systable_endscan(scan);
+    copy
+}
+
+/// Inserts the row into `rel` with its index entries (unique checks and partial indexes
+/// as the executor does them).
+unsafe fn insert(rel: pg_sys::Relation, values: *mut pg_sys::Datum, nulls: *mut bool, cid: pg_sys::CommandId) {
+    let tuple = pg_sys::heap_form_tuple((*rel).rd_att, values, nulls);
+    pg_sys::heap_insert(rel, tuple, cid, 0, std::ptr::null_mut());
+    let estate = pg_sys::CreateExecutorState();
+    let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
+    (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
+    pg_sys::InitResultRelInfo(rri, rel, 1, std::ptr::null_mut(), 0);
+    pg_sys::ExecOpenIndices(rri, false);
+    let slot = pg_sys::MakeSingleTupleTableSlot((*rel).rd_att, &pg_sys::TTSOpsHeapTuple);
+    pg_sys::ExecStoreHeapTuple(tuple, slot, false);
+    #[cfg(feature = "pg15")]
+    pg_sys::ExecInsertIndexTuples(rri, slot, estate, false, false, std::ptr::null_mut(), std::ptr::null_mut());
+    #[cfg(not(feature = "pg15"))]
+    pg_sys::ExecInsertIndexTuples(rri, slot, estate, false, false, std::ptr::null_mut(), std::ptr::null_mut(), false);
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::ExecCloseIndices(rri);
+    pg_sys::FreeExecutorState(estate);
+}
+
+/// The columns, once per backend and table; None when the two job tables' columns differ
+/// (then the SQL, which names them, serves).
+unsafe fn columns(live: pg_sys::Relation, finished: pg_sys::Relation, workers: pg_sys::Relation) -> Option<Columns> {
+    if let Some(c) = COLUMNS.get().filter(|c| c.rel == (*live).rd_id) {
+        return Some(c);
+    }
+    let (a, b) = ((*live).rd_att, (*finished).rd_att);
+    if (*a).natts != (*b).natts {
+        return None;
+    }
+    for i in 0..(*a).natts as usize {
+        let (x, y) = (tupdesc_attr(a, i), tupdesc_attr(b, i));
+        if (*x).atttypid != (*y).atttypid || (*x).attisdropped || (*y).attisdropped {
+            return None;
+        }
+    }
+    let find = |desc: pg_sys::TupleDesc, name: &str| -> Option<usize> {
+        (0..(*desc).natts as usize).find(|&i| CStr::from_ptr((*tupdesc_attr(desc, i)).attname.data.as_ptr()).to_bytes() == name.as_bytes())
+    };
+    let c = Columns {
+        rel: (*live).rd_id,
+        id: find(a, "id")?,
+        queue: find(a, "queue")?,
+        state: find(a, "state")?,
+        unique_key: find(a, "unique_key")?,
+        unique_strategy: find(a, "unique_strategy")?,
+        concurrency_key: find(a, "concurrency_key")?,
+        concurrency_slot: find(a, "concurrency_slot")?,
+        worker_id: find(a, "worker_id")?,
+        started_at: find(a, "started_at")?,
+        finished_at: find(a, "finished_at")?,
+        result: find(a, "result")?,
+        worker_key: find((*workers).rd_att, "id")?,
+        owner: find((*workers).rd_att, "owner")?,
+    };
+    COLUMNS.set(Some(c));
+    Some(c)
+}
+
+unsafe fn tupdesc_attr(desc: pg_sys::TupleDesc, i: usize) -> *mut pg_sys::FormData_pg_attribute {
+    #[cfg(not(feature = "pg18"))]
+    {
+        (*desc).attrs.as_mut_ptr().add(i)
+    }
+    #[cfg(feature = "pg18")]
+    {
+        pg_sys::TupleDescAttr(desc, i as i32)
+    }
+}
+
+/// The bytes of a text datum (detoasted in the current memory context when it must be).
+unsafe fn text<'a>(d: pg_sys::Datum) -> &'a [u8] {
+    let t = pg_sys::pg_detoast_datum_packed(d.cast_mut_ptr());
+    let len = pgrx::varlena::varsize_any_exhdr(t);
+    std::slice::from_raw_parts(pgrx::varlena::vardata_any(t) as *const u8, len)
+}
+
+unsafe fn uuid_eq(a: pg_sys::Datum, b: pg_sys::Datum) -> bool {
+    let (a, b) = (a.cast_mut_ptr::<u8>(), b.cast_mut_ptr::<u8>());
+    std::slice::from_raw_parts(a, 16) == std::slice::from_raw_parts(b, 16)
+}

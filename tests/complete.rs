@@ -1,0 +1,171 @@
+//! jobq_complete's two paths (src/complete.rs): the common completion done without a plan,
+//! and the SQL (`jobq._complete`) that serves every other case. Each test counts which path
+//! ran with `track_functions` (a call of jobq._complete is the SQL path), so that the fast
+//! path is proven to be taken where it should, and to leave exactly what the SQL leaves.
+mod common;
+
+use common::*;
+use postgres::{Client, GenericClient};
+use serde_json::Value;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Calls of jobq._complete (the SQL path) not yet flushed to the statistics: in this
+/// transaction, and maybe in the previous ones.
+fn sql_calls(c: &mut impl GenericClient) -> i64 {
+    c.query_one(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
+          WHERE schemaname = 'jobq' AND funcname = '_complete'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Completes `id` in its own transaction at `isolation`; its answer, and whether the SQL path ran.
+fn complete_in(c: &mut Client, isolation: &str, id: i64, w: Uuid, result: Option<&Value>) -> (bool, bool) {
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
+    // A difference: the counts of earlier transactions stay pending until they are flushed.
+    let before = sql_calls(&mut t);
+    let done: bool = t.query_one("SELECT jobq_complete($1, $2, $3)", &[&id, &w, &result]).unwrap().get(0);
+    let calls = sql_calls(&mut t) - before;
+    t.commit().unwrap();
+    (done, calls > 0)
+}
+
+/// The finished row of `id` as JSON, without what differs between two jobs and two moments.
+fn finished(c: &mut Client, id: i64) -> Value {
+    c.query_one(
+        "SELECT to_jsonb(f) - 'id' - 'enqueued_at' - 'run_at' - 'started_at' - 'finished_at' - 'concurrency_slot'
+           FROM jobq.finished_jobs f WHERE f.id = $1",
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
+#[test]
+fn both_paths_leave_the_same_rows_and_release_the_same_keys() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // Pairs of jobs alike: plain; a payload stored out of line (TOAST) with a large result; a
+    // unique key kept until executed; a concurrency key; a while_executing key. One of each
+    // pair is completed by each path.
+    let kinds = [
+        "'q', '{\"n\": 1}', kind => 'Plain'",
+        "'q', jsonb_build_object('big', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 3000) g))",
+        "'q', unique_key => 'u@', unique_strategy => 'until_executed'",
+        "'q', concurrency_key => 'c', concurrency_limit => 2",
+        "'q', unique_key => 'w@', unique_strategy => 'while_executing'",
+    ];
+    let mut pairs = Vec::new();
+    for k in kinds {
+        let ids: Vec<i64> = ["fast", "sql"]
+            .iter()
+            .map(|p| c.query_one(&format!("SELECT jobq_enqueue({})", k.replace('@', p)), &[]).unwrap().get(0))
+            .collect();
+        pairs.push((ids[0], ids[1]));
+    }
+    let toast: String = c
+        .query_one("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'jobq.live_jobs'::regclass", &[])
+        .unwrap()
+        .get(0);
+    let chunks: i64 = c.query_one(&format!("SELECT count(*) FROM {toast}"), &[]).unwrap().get(0);
+    assert!(chunks > 0, "the large payloads are stored out of line");
+    let held: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, NULL, 100)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(held.len(), 10);
+    let big_result: Value = c
+        .query_one("SELECT jsonb_build_object('r', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 2000) g))", &[])
+        .unwrap()
+        .get(0);
+    for (i, &(fast, sql)) in pairs.iter().enumerate() {
+        let result = (i == 1).then_some(&big_result);
+        assert_eq!(complete_in(&mut c, "READ COMMITTED", fast, w, result), (true, false), "job {fast}: completed, fast path");
+        assert_eq!(complete_in(&mut c, "REPEATABLE READ", sql, w, result), (true, true), "job {sql}: completed, SQL path");
+        let (a, b) = (finished(&mut c, fast), finished(&mut c, sql).to_string().replace("sql", "fast").parse::<Value>().unwrap());
+        assert!(a == b, "jobs {fast} and {sql} were left differently: {:.300} against {:.300}", a.to_string(), b.to_string());
+        // A second completion changes nothing on either path.
+        assert_eq!(complete_in(&mut c, "READ COMMITTED", fast, w, None), (false, true));
+    }
+    // Every key was released: no unique key, no slot left; the job tables agree.
+    let (locks, slots): (i64, i64) = c
+        .query_one("SELECT (SELECT count(*) FROM jobq.locks), (SELECT count(*) FROM jobq.slots)", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((locks, slots), (0, 0));
+    assert_job_tables_consistent(&mut c);
+    let states: Vec<String> = c.query("SELECT DISTINCT state FROM jobq.jobs", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(states, ["completed"]);
+    // The unique keys can be taken again (until_executed: released at completion).
+    for p in ["fast", "sql"] {
+        let again: Option<i64> = c
+            .query_one(&format!("SELECT jobq_enqueue('q', unique_key => 'u{p}', unique_strategy => 'until_executed')"), &[])
+            .unwrap()
+            .get(0);
+        assert!(again.is_some());
+    }
+}
+
+/// Starts `sql` on a new connection in a thread; returns when that session waits for a lock.
+fn blocked(cluster: &'static Cluster, db: &str, watcher: &mut Client, sql: String) -> std::thread::JoinHandle<Result<bool, String>> {
+    let mut b = cluster.connect(db);
+    let pid: i32 = b.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let h = std::thread::spawn(move || {
+        b.query_one(&sql, &[]).map(|r| r.get::<_, bool>(0)).map_err(|e| e.to_string())
+    });
+    wait_until("the completion to wait for the row lock", Duration::from_secs(30), || {
+        watcher
+            .query_one("SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = $1", &[&pid])
+            .map(|r| r.get::<_, bool>(0))
+            .unwrap_or(false)
+    });
+    h
+}
+
+#[test]
+fn a_completion_that_waited_for_a_cancel_request_keeps_it() {
+    let (cluster, db_name, mut c) = db();
+    let w = register(&mut c);
+    let id: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+    // A cancel request is being written when the worker completes: the completion waits for
+    // it, then completes the job as it now is (its newest version, with the request).
+    let mut a = cluster.connect(&db_name);
+    a.batch_execute("BEGIN").unwrap();
+    let s: String = a.query_one("SELECT jobq_cancel($1)", &[&id]).unwrap().get(0);
+    assert_eq!(s, "executing");
+    let mut watcher = cluster.connect(&db_name);
+    let h = blocked(cluster, &db_name, &mut watcher, format!("SELECT jobq_complete({id}, '{w}')"));
+    a.batch_execute("COMMIT").unwrap();
+    assert_eq!(h.join().unwrap(), Ok(true));
+    let (state, requested): (String, bool) = c
+        .query_one("SELECT state, cancel_requested_at IS NOT NULL FROM jobq.finished_jobs WHERE id = $1", &[&id])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((state.as_str(), requested), ("completed", true));
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn a_completion_that_waited_for_its_job_to_be_taken_back_changes_nothing() {
+    let (cluster, db_name, mut c) = db();
+    let w = register(&mut c);
+    let id: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+    // The worker's heartbeat says it holds nothing (the job goes back to the queue) while its
+    // completion of that job is on the way: the completion waits, then finds the job no longer
+    // executing under it and changes nothing.
+    let mut a = cluster.connect(&db_name);
+    a.batch_execute("BEGIN").unwrap();
+    a.query_one("SELECT jobq_heartbeat($1, '{}')", &[&w]).unwrap();
+    let mut watcher = cluster.connect(&db_name);
+    let h = blocked(cluster, &db_name, &mut watcher, format!("SELECT jobq_complete({id}, '{w}')"));
+    a.batch_execute("COMMIT").unwrap();
+    assert_eq!(h.join().unwrap(), Ok(false));
+    let state: String = c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(state, "ready");
+    assert_job_tables_consistent(&mut c);
+    let again: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(again, vec![id]);
+}
