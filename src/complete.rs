@@ -12,7 +12,7 @@
 //!
 //! Everything else goes to `jobq._complete`, the SQL that serves every case, before anything
 //! was changed here: a NULL argument, a REPEATABLE READ or SERIALIZABLE transaction (whose
-//! serialization rules the executor applies), a job not found or not executing under this
+//! serialization rules the executor applies), a read-only transaction (refused there), a job not found or not executing under this
 //! worker (false, or 42501 for a worker of another role), a job row that changed since this
 //! call's snapshot (the SQL looks at its newest version, as READ COMMITTED does), and tables
 //! that carry triggers or whose columns no longer match. Both SQL calls are prepared once per
@@ -123,7 +123,9 @@ unsafe fn sql(fcinfo: pg_sys::FunctionCallInfo) -> Option<bool> {
 
 /// The common completion; None, having changed nothing, when it is not one (module comment).
 unsafe fn fast(job: i64, worker: pg_sys::Datum, result: Option<pg_sys::Datum>) -> Option<()> {
-    if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 {
+    // The executor's rules the fast path does not re-implement: serialization (REPEATABLE READ,
+    // SERIALIZABLE) and a read-only transaction (25006 from the SQL; a standby is read-only).
+    if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || pg_sys::XactReadOnly {
         return None;
     }
     let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);

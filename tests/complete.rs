@@ -169,3 +169,19 @@ fn a_completion_that_waited_for_its_job_to_be_taken_back_changes_nothing() {
     let again: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(again, vec![id]);
 }
+
+#[test]
+fn a_read_only_transaction_is_refused_and_changes_nothing() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let id: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+    let mut t = c.transaction().unwrap();
+    t.batch_execute("SET TRANSACTION READ ONLY").unwrap();
+    let e = t.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap_err();
+    assert_eq!(sqlstate(&e), "25006");
+    drop(t);
+    let state: String = c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(state, "executing");
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+}
