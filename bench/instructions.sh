@@ -19,9 +19,11 @@
 #   jobq           jobq_checkout(worker, ARRAY['bench']) and jobq_complete(id, worker)
 #   jobq_ckey      the same for jobs with a concurrency key (100 keys of limit 5, queue 'keyed'):
 #                  the keyed claim and the slot's release (the performance issue's keyed goal)
-#   statements     the statements those two calls run for such a job (checkout's fast path; complete's
-#                  DELETE and INSERT, its counter and its worker check), issued directly: jobq minus
-#                  this row is the function layer (PL/pgSQL, SECURITY DEFINER, RETURN QUERY)
+#   statements     the job's two steps as plain statements, issued directly: checkout's fast path
+#                  (with its worker test and floor read inside), and completion as the SQL
+#                  jobq._complete does it (DELETE and INSERT, its counter and its worker check; the
+#                  common completion runs in Rust since 60afde2, src/complete.rs): the same work
+#                  without the function layer (PL/pgSQL, SECURITY DEFINER, RETURN QUERY)
 #   layout         the layout's own writes and nothing else: the ready row deleted and the job row
 #                  claimed in one statement, the job row moved to the history in another
 #   no_X           jobq with one part of its checkout statement taken out, to price that part:
@@ -71,7 +73,7 @@ python3 - "$WORK.checkout.sql" "$WORK" <<'PY'
 import re, sys
 src = open(sys.argv[1]).read().rstrip() + ';\n'
 edits = {
-    'liveness': lambda s: s.replace("WHERE EXISTS (SELECT 1 FROM live)\n                   AND r.queue = v_queue", "WHERE r.queue = v_queue", 1),
+    'liveness': lambda s: s.replace("v_live := jobq._usable_worker(worker);", "v_live := true;", 1),
     'pauses': lambda s: re.sub(r"AND \(NOT EXISTS \(SELECT 1 FROM jobq\.pauses\) OR NOT EXISTS \(.*?r\.kind\)\)\)", "", s, count=1, flags=re.S),
     'floor': lambda s: s.replace("SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;",
                                  "v_fp := -2147483648; v_fr := '-infinity'; v_fi := -9223372036854775808;"),
@@ -104,7 +106,7 @@ script() {
     statements)
       # jobq_checkout's fast path and jobq_complete's statements for a job without keys, as
       # src/sql/checkout.sql and src/sql/finish.sql have them (the floor read in the statement).
-      echo "PREPARE ck AS WITH live AS (SELECT 1 FROM jobq.workers w WHERE w.id = '$W' AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) AND jobq._may_act_for(w.owner)), fl AS (SELECT * FROM jobq._floor('jobq.ready'::regclass, 'bench')), cand AS (SELECT r.ctid AS rid, r.id, r.keyed FROM jobq.ready r, fl WHERE EXISTS (SELECT 1 FROM live) AND r.queue = 'bench' AND r.run_at <= clock_timestamp() AND (r.priority, r.run_at, r.id) >= (fl.priority, fl.run_at, fl.id) AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (SELECT 1 FROM jobq.pauses p WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind)) OR (p.queue IS NULL AND p.kind = r.kind))) ORDER BY r.priority, r.run_at, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED), keys AS (SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, clock_timestamp()) END AS slot FROM cand), taken AS (DELETE FROM jobq.ready r WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL)) RETURNING r.id), claimed AS (UPDATE jobq.live_jobs j SET state = 'executing', worker_id = '$W', attempt = j.attempt + 1, started_at = clock_timestamp(), concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id) WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0)) AND j.state = 'ready' RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, clock_timestamp()) AS counted) SELECT j.id FROM claimed j ORDER BY j.priority, j.run_at, j.id;"
+      echo "PREPARE ck AS WITH fl AS (SELECT * FROM jobq._floor('jobq.ready'::regclass, 'bench')), cand AS (SELECT r.ctid AS rid, r.id, r.keyed FROM jobq.ready r, fl WHERE (SELECT jobq._usable_worker('$W')) AND r.queue = 'bench' AND r.run_at <= clock_timestamp() AND (r.priority, r.run_at, r.id) >= (fl.priority, fl.run_at, fl.id) AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (SELECT 1 FROM jobq.pauses p WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind)) OR (p.queue IS NULL AND p.kind = r.kind))) ORDER BY r.priority, r.run_at, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED), keys AS (SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, clock_timestamp()) END AS slot FROM cand), taken AS (DELETE FROM jobq.ready r WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL)) RETURNING r.id), claimed AS (UPDATE jobq.live_jobs j SET state = 'executing', worker_id = '$W', attempt = j.attempt + 1, started_at = clock_timestamp(), concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id) WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0)) AND j.state = 'ready' RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, clock_timestamp()) AS counted) SELECT j.id FROM claimed j ORDER BY j.priority, j.run_at, j.id;"
       echo "PREPARE cm(bigint) AS WITH d AS (DELETE FROM jobq.live_jobs x WHERE $FENCE AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = '$W' AND jobq._may_act_for(w.owner)) RETURNING x.*, jobq._tally(x.queue, 'completed', x.started_at, clock_timestamp()) AS counted) $HISTORY WHERE jobq.retention_ms() > 0;" ;;
     layout)
       echo "PREPARE ck AS WITH cand AS (SELECT r.ctid AS rid FROM jobq.ready r WHERE r.queue = 'bench' AND r.run_at <= clock_timestamp() ORDER BY r.priority, r.run_at, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED), taken AS (DELETE FROM jobq.ready r WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand)) RETURNING r.id) UPDATE jobq.live_jobs j SET state = 'executing', worker_id = '$W', attempt = j.attempt + 1, started_at = clock_timestamp() WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready' RETURNING j.id;"

@@ -20,6 +20,7 @@
 //! operation; the copy is the price of speed and its saving is measured (README).
 use crate::counters::jobq::tally;
 use crate::privileges::jobq::may_act_for;
+use crate::rows::{fetch, tupdesc_attr};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -240,29 +241,6 @@ unsafe fn claim_end(
     Some(())
 }
 
-/// The first row of `rel` whose column `attno` equals `key` (`eq`: the equality function of
-/// its type), through its primary key, in `snapshot`; a copy. None when there is none.
-unsafe fn fetch(
-    rel: pg_sys::Relation,
-    attno: i16,
-    eq: u32,
-    key: pg_sys::Datum,
-    snapshot: pg_sys::Snapshot,
-) -> Option<pg_sys::HeapTuple> {
-    pg_sys::RelationGetIndexList(rel); // fills rd_pkindex
-    let pk = (*rel).rd_pkindex;
-    if pk == pg_sys::InvalidOid {
-        return None;
-    }
-    let mut skey: pg_sys::ScanKeyData = std::mem::zeroed();
-    pg_sys::ScanKeyInit(&mut skey, attno, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(eq), key);
-    let scan = pg_sys::systable_beginscan(rel, pk, true, snapshot, 1, &mut skey);
-    let t = pg_sys::systable_getnext(scan);
-    let copy = (!t.is_null()).then(|| pg_sys::heap_copytuple(t));
-    pg_sys::systable_endscan(scan);
-    copy
-}
-
 /// Inserts the row into `rel` with its index entries (unique checks and partial indexes
 /// as the executor does them).
 unsafe fn insert(rel: pg_sys::Relation, values: *mut pg_sys::Datum, nulls: *mut bool, cid: pg_sys::CommandId) {
@@ -300,9 +278,7 @@ unsafe fn columns(live: pg_sys::Relation, finished: pg_sys::Relation, workers: p
             return None;
         }
     }
-    let find = |desc: pg_sys::TupleDesc, name: &str| -> Option<usize> {
-        (0..(*desc).natts as usize).find(|&i| CStr::from_ptr((*tupdesc_attr(desc, i)).attname.data.as_ptr()).to_bytes() == name.as_bytes())
-    };
+    let find = |desc: pg_sys::TupleDesc, name: &str| crate::rows::column(desc, name);
     let c = Columns {
         rel: (*live).rd_id,
         id: find(a, "id")?,
@@ -321,17 +297,6 @@ unsafe fn columns(live: pg_sys::Relation, finished: pg_sys::Relation, workers: p
     };
     COLUMNS.set(Some(c));
     Some(c)
-}
-
-unsafe fn tupdesc_attr(desc: pg_sys::TupleDesc, i: usize) -> *mut pg_sys::FormData_pg_attribute {
-    #[cfg(not(feature = "pg18"))]
-    {
-        (*desc).attrs.as_mut_ptr().add(i)
-    }
-    #[cfg(feature = "pg18")]
-    {
-        pg_sys::TupleDescAttr(desc, i as i32)
-    }
 }
 
 /// The bytes of a text datum (detoasted in the current memory context when it must be).
