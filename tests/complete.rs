@@ -185,3 +185,26 @@ fn a_read_only_transaction_is_refused_and_changes_nothing() {
     assert_eq!(state, "executing");
     assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
 }
+
+#[test]
+fn a_session_completes_across_a_drop_and_create_of_the_extension() {
+    // The fast path keeps, per session, where the columns are and two prepared calls; after
+    // DROP EXTENSION and CREATE EXTENSION (new tables, new functions) in the same session it
+    // must find the new ones, for a plain and for a keyed job.
+    let (_, _, mut c) = db();
+    for round in 0..2 {
+        if round == 1 {
+            c.batch_execute("SET client_min_messages = error; DROP EXTENSION jobq CASCADE; CREATE EXTENSION jobq;").unwrap();
+        }
+        let w = register(&mut c);
+        let plain: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+        let keyed: i64 = c.query_one("SELECT jobq_enqueue('q', concurrency_key => 'k')", &[]).unwrap().get(0);
+        assert_eq!(c.query("SELECT id FROM jobq_checkout($1, NULL, 2)", &[&w]).unwrap().len(), 2);
+        for id in [plain, keyed] {
+            assert_eq!(complete_in(&mut c, "READ COMMITTED", id, w, None), (true, false), "round {round}, job {id}");
+        }
+        let slots: i64 = c.query_one("SELECT count(*) FROM jobq.slots", &[]).unwrap().get(0);
+        assert_eq!(slots, 0, "round {round}: the keyed job's slot was released");
+        assert_job_tables_consistent(&mut c);
+    }
+}
