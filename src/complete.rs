@@ -19,7 +19,7 @@
 //! backend (`kept`). The fast path and the SQL are two copies of one
 //! operation; the copy is the price of speed and its saving is measured (README).
 use crate::counters::jobq::tally;
-use crate::privileges::jobq::may_act_for;
+use crate::liveness::usable;
 use crate::rows::{fetch, tupdesc_attr};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
@@ -45,8 +45,6 @@ struct Columns {
     started_at: usize,
     finished_at: usize,
     result: usize,
-    worker_key: usize, // jobq.workers.id
-    owner: usize,      // jobq.workers.owner
 }
 
 thread_local! {
@@ -165,7 +163,7 @@ unsafe fn claim_end(
     if !(*live).trigdesc.is_null() || !(*finished).trigdesc.is_null() {
         return None;
     }
-    let cols = columns(live, finished, workers)?;
+    let cols = columns(live, finished)?;
     let snapshot = pg_sys::GetActiveSnapshot();
 
     // The job row, by primary key, in this snapshot.
@@ -183,11 +181,7 @@ unsafe fn claim_end(
         return None;
     }
     // The worker exists and the caller may act for it (else the SQL says why: false or 42501).
-    let w = fetch(workers, (cols.worker_key + 1) as i16, pg_sys::F_UUID_EQ, worker, snapshot)?;
-    let mut is_null = false;
-    let owner = pg_sys::heap_getattr(w, (cols.owner + 1) as i32, (*workers).rd_att, &mut is_null);
-    let owner = if is_null { pg_sys::InvalidOid } else { pg_sys::Oid::from(owner.value() as u32) };
-    if !may_act_for(owner) {
+    if usable(workers, worker, snapshot, false) != Some(true) {
         return None;
     }
 
@@ -264,7 +258,7 @@ unsafe fn insert(rel: pg_sys::Relation, values: *mut pg_sys::Datum, nulls: *mut 
 
 /// The columns, once per backend and table; None when the two job tables' columns differ
 /// (then the SQL, which names them, serves).
-unsafe fn columns(live: pg_sys::Relation, finished: pg_sys::Relation, workers: pg_sys::Relation) -> Option<Columns> {
+unsafe fn columns(live: pg_sys::Relation, finished: pg_sys::Relation) -> Option<Columns> {
     if let Some(c) = COLUMNS.get().filter(|c| c.rel == (*live).rd_id) {
         return Some(c);
     }
@@ -292,8 +286,6 @@ unsafe fn columns(live: pg_sys::Relation, finished: pg_sys::Relation, workers: p
         started_at: find(a, "started_at")?,
         finished_at: find(a, "finished_at")?,
         result: find(a, "result")?,
-        worker_key: find((*workers).rd_att, "id")?,
-        owner: find((*workers).rd_att, "owner")?,
     };
     COLUMNS.set(Some(c));
     Some(c)

@@ -53,40 +53,30 @@ fn start_in_snapshot(pid: i32) -> Option<pg_sys::TimestampTz> {
     None
 }
 
-/// Whether `worker` is registered, alive and the caller's to act for, in the active snapshot:
-/// its row read by primary key (src/rows.rs). None when there is no jobq.workers here.
-unsafe fn usable(worker: pg_sys::Datum) -> Option<bool> {
-    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
-    let relid = pg_sys::get_relname_relid(c"workers".as_ptr(), nsp);
-    if relid == pg_sys::InvalidOid {
-        return None;
-    }
-    let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
-    let desc = (*rel).rd_att;
+/// The worker test checkout and completion share: `worker`'s row of `workers` (jobq.workers),
+/// read by primary key in `snapshot` (src/rows.rs); true when it exists, is alive (asked only
+/// with `alive`: a completion is fenced by its job row, not by liveness) and the caller may act
+/// for it. None when jobq.workers lacks a column it reads.
+pub(crate) unsafe fn usable(workers: pg_sys::Relation, worker: pg_sys::Datum, snapshot: pg_sys::Snapshot, alive: bool) -> Option<bool> {
+    let desc = (*workers).rd_att;
     let col = |name| crate::rows::column(desc, name).map(|i| (i + 1) as i32);
-    let found = match (col("id"), col("owner"), col("heartbeat_at"), col("backend_pid"), col("backend_start")) {
-        (Some(id), Some(owner), Some(hb), Some(pid), Some(start)) => {
-            match crate::rows::fetch(rel, id as i16, pg_sys::F_UUID_EQ, worker, pg_sys::GetActiveSnapshot()) {
-                None => Some(false),
-                Some(t) => {
-                    let get = |attno: i32| {
-                        let mut null = false;
-                        let d = pg_sys::heap_getattr(t, attno, desc, &mut null);
-                        (!null).then_some(d)
-                    };
-                    let ts = |d: Option<pg_sys::Datum>| d.and_then(|d| TimestampWithTimeZone::try_from(d.value() as i64).ok());
-                    let owner = get(owner).map_or(pg_sys::InvalidOid, |d| pg_sys::Oid::from(d.value() as u32));
-                    Some(
-                        jobq::worker_alive(ts(get(hb)), get(pid).map(|d| d.value() as i32), ts(get(start)))
-                            && crate::privileges::jobq::may_act_for(owner),
-                    )
-                }
-            }
-        }
-        _ => None,
+    let Some(t) = crate::rows::fetch(workers, col("id")? as i16, pg_sys::F_UUID_EQ, worker, snapshot) else {
+        return Some(false);
     };
-    pg_sys::table_close(rel, pg_sys::NoLock as i32);
-    found
+    let get = |attno: i32| {
+        let mut null = false;
+        let d = pg_sys::heap_getattr(t, attno, desc, &mut null);
+        (!null).then_some(d)
+    };
+    if alive {
+        let ts = |d: Option<pg_sys::Datum>| d.and_then(|d| TimestampWithTimeZone::try_from(d.value() as i64).ok());
+        let (hb, pid, start) = (col("heartbeat_at")?, col("backend_pid")?, col("backend_start")?);
+        if !jobq::worker_alive(ts(get(hb)), get(pid).map(|d| d.value() as i32), ts(get(start))) {
+            return Some(false);
+        }
+    }
+    let owner = get(col("owner")?).map_or(pg_sys::InvalidOid, |d| pg_sys::Oid::from(d.value() as u32));
+    Some(crate::privileges::jobq::may_act_for(owner))
 }
 
 #[pg_schema]
@@ -98,7 +88,17 @@ pub mod jobq {
     #[pg_extern(volatile, parallel_unsafe, name = "_usable_worker")]
     pub fn usable_worker(worker: pgrx::Uuid) -> bool {
         let key = worker.into_datum().unwrap();
-        unsafe { super::usable(key) }.unwrap_or(false)
+        unsafe {
+            let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
+            let relid = pg_sys::get_relname_relid(c"workers".as_ptr(), nsp);
+            if relid == pg_sys::InvalidOid {
+                return false;
+            }
+            let rel = pg_sys::table_open(relid, pg_sys::AccessShareLock as i32);
+            let usable = super::usable(rel, key, pg_sys::GetActiveSnapshot(), true);
+            pg_sys::table_close(rel, pg_sys::NoLock as i32);
+            usable.unwrap_or(false)
+        }
     }
 
     #[pg_extern(volatile, parallel_safe)]

@@ -37,7 +37,6 @@ pub unsafe fn tupdesc_attr(desc: pg_sys::TupleDesc, i: usize) -> *mut pg_sys::Fo
     }
 }
 
-
 /// The 0-based position of column `name` of `desc`.
 pub unsafe fn column(desc: pg_sys::TupleDesc, name: &str) -> Option<usize> {
     (0..(*desc).natts as usize).find(|&i| CStr::from_ptr((*tupdesc_attr(desc, i)).attname.data.as_ptr()).to_bytes() == name.as_bytes())

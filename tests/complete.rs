@@ -107,38 +107,46 @@ fn both_paths_leave_the_same_rows_and_release_the_same_keys() {
     }
 }
 
-/// Starts `sql` on a new connection in a thread; returns when that session waits for a lock.
-fn blocked(cluster: &'static Cluster, db: &str, watcher: &mut Client, sql: String) -> std::thread::JoinHandle<Result<bool, String>> {
+/// A job executing under a new worker of `c`: the worker and the job.
+fn executing(c: &mut Client) -> (Uuid, i64) {
+    let w = register(c);
+    let id: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+    (w, id)
+}
+
+/// Another session makes `change` to the job (given the session, the job and its worker) in an
+/// open transaction; the worker's completion of the job waits for it (awaited in
+/// pg_stat_activity), then the change commits. The completion's answer, the worker and the job.
+fn completion_behind(cluster: &'static Cluster, db: &str, c: &mut Client, change: impl FnOnce(&mut Client, i64, Uuid)) -> (Result<bool, String>, Uuid, i64) {
+    let (w, id) = executing(c);
+    let mut a = cluster.connect(db);
+    a.batch_execute("BEGIN").unwrap();
+    change(&mut a, id, w);
     let mut b = cluster.connect(db);
     let pid: i32 = b.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     let h = std::thread::spawn(move || {
-        b.query_one(&sql, &[]).map(|r| r.get::<_, bool>(0)).map_err(|e| e.to_string())
+        b.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).map(|r| r.get::<_, bool>(0)).map_err(|e| e.to_string())
     });
     wait_until("the completion to wait for the row lock", Duration::from_secs(30), || {
-        watcher
-            .query_one("SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = $1", &[&pid])
+        c.query_one("SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = $1", &[&pid])
             .map(|r| r.get::<_, bool>(0))
             .unwrap_or(false)
     });
-    h
+    a.batch_execute("COMMIT").unwrap();
+    (h.join().unwrap(), w, id)
 }
 
 #[test]
 fn a_completion_that_waited_for_a_cancel_request_keeps_it() {
     let (cluster, db_name, mut c) = db();
-    let w = register(&mut c);
-    let id: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
-    c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
     // A cancel request is being written when the worker completes: the completion waits for
     // it, then completes the job as it now is (its newest version, with the request).
-    let mut a = cluster.connect(&db_name);
-    a.batch_execute("BEGIN").unwrap();
-    let s: String = a.query_one("SELECT jobq_cancel($1)", &[&id]).unwrap().get(0);
-    assert_eq!(s, "executing");
-    let mut watcher = cluster.connect(&db_name);
-    let h = blocked(cluster, &db_name, &mut watcher, format!("SELECT jobq_complete({id}, '{w}')"));
-    a.batch_execute("COMMIT").unwrap();
-    assert_eq!(h.join().unwrap(), Ok(true));
+    let (done, _, id) = completion_behind(cluster, &db_name, &mut c, |a, id, _| {
+        let s: String = a.query_one("SELECT jobq_cancel($1)", &[&id]).unwrap().get(0);
+        assert_eq!(s, "executing");
+    });
+    assert_eq!(done, Ok(true));
     let (state, requested): (String, bool) = c
         .query_one("SELECT state, cancel_requested_at IS NOT NULL FROM jobq.finished_jobs WHERE id = $1", &[&id])
         .map(|r| (r.get(0), r.get(1)))
@@ -150,19 +158,13 @@ fn a_completion_that_waited_for_a_cancel_request_keeps_it() {
 #[test]
 fn a_completion_that_waited_for_its_job_to_be_taken_back_changes_nothing() {
     let (cluster, db_name, mut c) = db();
-    let w = register(&mut c);
-    let id: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
-    c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
     // The worker's heartbeat says it holds nothing (the job goes back to the queue) while its
     // completion of that job is on the way: the completion waits, then finds the job no longer
     // executing under it and changes nothing.
-    let mut a = cluster.connect(&db_name);
-    a.batch_execute("BEGIN").unwrap();
-    a.query_one("SELECT jobq_heartbeat($1, '{}')", &[&w]).unwrap();
-    let mut watcher = cluster.connect(&db_name);
-    let h = blocked(cluster, &db_name, &mut watcher, format!("SELECT jobq_complete({id}, '{w}')"));
-    a.batch_execute("COMMIT").unwrap();
-    assert_eq!(h.join().unwrap(), Ok(false));
+    let (done, w, id) = completion_behind(cluster, &db_name, &mut c, |a, _, w| {
+        a.query_one("SELECT jobq_heartbeat($1, '{}')", &[&w]).unwrap();
+    });
+    assert_eq!(done, Ok(false));
     let state: String = c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
     assert_eq!(state, "ready");
     assert_job_tables_consistent(&mut c);
@@ -173,9 +175,7 @@ fn a_completion_that_waited_for_its_job_to_be_taken_back_changes_nothing() {
 #[test]
 fn a_read_only_transaction_is_refused_and_changes_nothing() {
     let (_, _, mut c) = db();
-    let w = register(&mut c);
-    let id: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
-    c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
+    let (w, id) = executing(&mut c);
     let mut t = c.transaction().unwrap();
     t.batch_execute("SET TRANSACTION READ ONLY").unwrap();
     let e = t.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap_err();
