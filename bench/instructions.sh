@@ -8,7 +8,7 @@
 # No network, no pgbench, no flush waits: what the server's CPU does per job, which is what
 # bounds jobs/s once both cores are busy (16 and 64 clients; README, Performance).
 #
-#   bench/instructions.sh [--rows "baseline jobq jobq_ckey statements layout no_liveness no_pauses no_floor no_keys no_tally"]
+#   bench/instructions.sh [--rows "baseline jobq jobq_ckey statements layout"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
 #                                   10 % above bench/results/instructions-reference, a CPU regression of
 #                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
@@ -19,18 +19,12 @@
 #   jobq           jobq_checkout(worker, ARRAY['bench']) and jobq_complete(id, worker)
 #   jobq_ckey      the same for jobs with a concurrency key (100 keys of limit 5, queue 'keyed'):
 #                  the keyed claim and the slot's release (the performance issue's keyed goal)
-#   statements     the job's two steps as plain statements, issued directly: checkout's fast path
-#                  (with its worker test and floor read inside), and completion as the SQL
-#                  jobq._complete does it (DELETE and INSERT, its counter and its worker check; the
-#                  common completion runs in Rust since 60afde2, src/complete.rs): the same work
-#                  without the function layer (PL/pgSQL, SECURITY DEFINER, RETURN QUERY)
+#   statements     the job's two steps as plain statements, issued directly, as the SQL does them
+#                  (jobq._checkout's first statement, jobq._complete's DELETE and INSERT, with the
+#                  worker test, floor read and counters): what the common checkout and completion
+#                  cost before they moved to Rust (src/checkout.rs, src/complete.rs)
 #   layout         the layout's own writes and nothing else: the ready row deleted and the job row
 #                  claimed in one statement, the job row moved to the history in another
-#   no_X           jobq with one part of its checkout statement taken out, to price that part:
-#                  liveness (the worker's row and its liveness test), pauses, floor (the claim
-#                  floor's lookup), keys (the keyed-claim steps), tally (the dashboard's counter).
-#                  Experiments, not jobq: made by editing the installed function's text, and the
-#                  script stops if an edit no longer applies.
 # A second table splits each row's count by what PostgreSQL spends it on (inclusive counts of a few
 # of its functions, from callgrind's profiles): the rows' own work (heap and index access, commit,
 # WAL) against the machinery that runs statements (plan cache, executor start-up and end, locks).
@@ -38,7 +32,7 @@
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS="baseline jobq jobq_ckey statements layout no_liveness no_pauses no_floor no_keys no_tally"; CHECK=0
+ROWS="baseline jobq jobq_ckey statements layout"; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -64,30 +58,8 @@ jobq_reset 2000
 baseline_reset 2000
 "${PSQL[@]}" -d bench -c "SELECT count(jobq_enqueue('keyed', concurrency_key => 'k' || (g % 100), concurrency_limit => 5)) FROM generate_series(1, 2000) g" >/dev/null
 "${PSQL[@]}" -d bench -c "UPDATE jobq.workers SET id = '$W' WHERE name = 'bench-0'"
-"${PSQL[@]}" -d bench -c "SELECT pg_get_functiondef('jobq_checkout(uuid,text[],integer,interval)'::regprocedure)" > "$WORK.checkout.sql"
 as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
 rm -rf "$SNAP"; cp -a "$DATA" "$SNAP"
-
-# The variants of jobq_checkout (rows no_X): one edit each of the installed text.
-python3 - "$WORK.checkout.sql" "$WORK" <<'PY'
-import re, sys
-src = open(sys.argv[1]).read().rstrip() + ';\n'
-edits = {
-    'liveness': lambda s: s.replace("v_live := jobq._usable_worker(worker);", "v_live := true;", 1),
-    'pauses': lambda s: re.sub(r"AND \(NOT EXISTS \(SELECT 1 FROM jobq\.pauses\) OR NOT EXISTS \(.*?r\.kind\)\)\)", "", s, count=1, flags=re.S),
-    'floor': lambda s: s.replace("SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;",
-                                 "v_fp := -2147483648; v_fr := '-infinity'; v_fi := -9223372036854775808;"),
-    'keys': lambda s: s.replace("CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, v_now) END AS slot", "NULL::integer AS slot", 1)
-                       .replace("concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)", "concurrency_slot = NULL", 1)
-                       .replace(" UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0", "", 1),
-    'tally': lambda s: s.replace(", jobq._tally(j.queue, 'started', j.run_at, v_now) AS counted", "", 1),
-}
-for name, edit in edits.items():
-    out = edit(src)
-    if out == src:
-        sys.exit(f"instructions.sh: the edit 'no_{name}' no longer applies to jobq_checkout; update it")
-    open(f'{sys.argv[2]}.no_{name}.sql', 'w').write(out)
-PY
 
 # The prepared statements of a row, then N jobs' EXECUTEs (the row's ids are claimed in order).
 # complete's fence (the job executing under this worker), and its move to the history (rows
@@ -100,7 +72,7 @@ script() {
     baseline)
       echo "PREPARE ck AS UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id = (SELECT id FROM baseline_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id;"
       echo "PREPARE cm(bigint) AS DELETE FROM baseline_jobs WHERE id = \$1;" ;;
-    jobq|jobq_ckey|no_*)
+    jobq|jobq_ckey)
       echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', ARRAY['$(queue "$row")']) j;"
       echo "PREPARE cm(bigint) AS SELECT jobq_complete(\$1, '$W');" ;;
     statements)
@@ -123,11 +95,6 @@ first() { if [ "$1" = jobq_ckey ]; then echo 2000; else echo 0; fi; }  # the id 
 count() {
   local row=$1 n=$2
   rm -rf "$WORK"; cp -a "$SNAP" "$WORK"
-  case $row in no_*)
-    as_pg "$PGBIN/pg_ctl" -D "$WORK" -l "$WORK/server.log" -w start >/dev/null
-    "${PSQL[@]}" -d bench -f "$WORK.$row.sql" >/dev/null
-    as_pg "$PGBIN/pg_ctl" -D "$WORK" -m fast -w stop >/dev/null ;;
-  esac
   script "$row" "$n" > "$WORK.in"; chmod 644 "$WORK.in"
   as_pg valgrind --tool=callgrind --callgrind-out-file="$PROF/$row.$n.out" "$PGBIN/postgres" --single -D "$WORK" bench \
     < "$WORK.in" > "$WORK.out" 2> "$WORK.err"

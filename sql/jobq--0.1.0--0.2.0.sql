@@ -332,71 +332,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_take_tallies
-CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
-	"queue" TEXT,  /* String */
-	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
-	"enqueued" bigint,  /* i64 */
-	"started" bigint,  /* i64 */
-	"completed" bigint,  /* i64 */
-	"failed" bigint,  /* i64 */
-	"dead" bigint,  /* i64 */
-	"wait_ms" bigint[],  /* Vec < i64 > */
-	"run_ms" bigint[]  /* Vec < i64 > */
-)
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_tally
-CREATE  FUNCTION jobq."_tally"(
-	"queue" TEXT, /* & str */
-	"event" TEXT, /* & str */
-	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"at" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'tally_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_histogram_add
-CREATE  FUNCTION jobq."_histogram_add"(
-	"a" bigint[], /* Vec < Option < i64 > > */
-	"b" bigint[] /* Vec < Option < i64 > > */
-) RETURNS bigint[] /* Vec < i64 > */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_bounds
-CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_quantile
-CREATE  FUNCTION jobq."histogram_quantile"(
-	"hist" bigint[], /* Vec < Option < i64 > > */
-	"q" double precision /* f64 */
-) RETURNS double precision /* Option < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
 /* </end connected objects> */
 
@@ -431,26 +366,102 @@ AS 'MODULE_PATHNAME', 'note_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'caller_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_may_act_for
+CREATE  FUNCTION jobq."_may_act_for"(
+	"owner" oid /* pg_sys :: Oid */
+) RETURNS bool /* bool */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
 STRICT VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -477,6 +488,102 @@ AS 'MODULE_PATHNAME', 'wake_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::checkout::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::checkout::jobq::_checkout_rest
+CREATE  FUNCTION jobq."_checkout_rest"() RETURNS INT /* Option < i32 > */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'checkout_rest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_tally
+CREATE  FUNCTION jobq."_tally"(
+	"queue" TEXT, /* & str */
+	"event" TEXT, /* & str */
+	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"at" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tally_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_take_tallies
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[]  /* Vec < i64 > */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
 /* </end connected objects> */
 
@@ -493,18 +600,6 @@ CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- jobq::liveness::jobq::_usable_worker
 CREATE  FUNCTION jobq."_usable_worker"(
 	"worker" uuid /* pgrx :: Uuid */
@@ -515,25 +610,15 @@ AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_may_act_for
-CREATE  FUNCTION jobq."_may_act_for"(
-	"owner" oid /* pg_sys :: Oid */
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
 ) RETURNS bool /* bool */
-STRICT STABLE PARALLEL SAFE 
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1151,6 +1236,7 @@ END $$;
 /* <begin connected objects> */
 -- requires:
 --   rate_limits
+--   checkout::jobq::checkout_rest
 --   waits::jobq::wait_begin
 --   waits::jobq::wait
 --   liveness::jobq::usable_worker
@@ -1350,6 +1436,32 @@ BEGIN
     RETURN v_claimed;
 END $$;
 
+-- jobq_checkout: the common checkout is done in Rust, without a plan (src/checkout.rs); every
+-- other case, and the rest of a call that met a keyed job, by jobq._checkout below, the SQL
+-- that serves them all. Both claim the same jobs with the same rows and locks. The SQL is
+-- called from here, not from the Rust: its errors (JQ001) reach the client unchanged.
+CREATE FUNCTION jobq._checkout_fast(worker uuid, queues text[], max_jobs integer, wait interval)
+RETURNS SETOF jobq.job
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'jobq_checkout_fast';
+
+CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
+                              wait interval DEFAULT NULL)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_rest  integer;
+BEGIN
+    RETURN QUERY SELECT * FROM jobq._checkout_fast(worker, queues, max_jobs, wait);
+    v_rest := jobq._checkout_rest();
+    IF v_rest IS NULL THEN
+        -- Not a common checkout: nothing was done.
+        RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, wait);
+    ELSIF v_rest > 0 THEN
+        -- The walk met a keyed job: the SQL claims it and looks for the others.
+        RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, v_rest, NULL);
+    END IF;
+END $$;
+
 -- plan_cache_mode: PL/pgSQL keeps each statement's plan, but PostgreSQL re-plans a
 -- parameterised statement on every call when it estimates the generic plan dearer than
 -- custom ones, which it does for the candidate query; that cost ~170 us per checkout
@@ -1359,10 +1471,9 @@ END $$;
 -- statements with LLVM: 1.7 s of JIT per call at 1.4M ready jobs (bench/soak.sh found it).
 -- A checkout reads a handful of rows; JIT never pays here.
 -- wait: see jobq._checkout_waiting below; a call without it pays one IS NOT NULL test.
-CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
-                              wait interval DEFAULT NULL)
+CREATE FUNCTION jobq._checkout(worker uuid, queues text[], max_jobs integer, wait interval)
 RETURNS SETOF jobq.job
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, jobq, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET jit = off AS $$
@@ -1449,7 +1560,7 @@ BEGIN
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
-                   SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                   SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now,
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
@@ -1487,7 +1598,7 @@ BEGIN
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
-                   SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                   SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now,
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
@@ -1545,7 +1656,7 @@ BEGIN
                     RETURNING r.id
                 ), claimed AS (
                     UPDATE jobq.live_jobs j
-                       SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                       SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
                            started_at = v_now
                      WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                     RETURNING j.id
@@ -1580,7 +1691,7 @@ BEGIN
                     RETURNING r.id
                 ), claimed AS (
                     UPDATE jobq.live_jobs j
-                       SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                       SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
                            started_at = v_now
                      WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                     RETURNING j.id
@@ -2038,48 +2149,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- requires:
 --   pause
 --   schedules::jobq::cron_next
@@ -2324,18 +2393,6 @@ BEGIN
      GROUP BY m.queue, b
      ORDER BY m.queue, b;
 END $$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2700,36 +2757,17 @@ SELECT current_database()::text AS database,
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
 ) RETURNS void
 STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
+AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

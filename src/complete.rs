@@ -20,7 +20,7 @@
 //! operation; the copy is the price of speed and its saving is measured (README).
 use crate::counters::jobq::tally;
 use crate::liveness::usable;
-use crate::rows::{fetch, tupdesc_attr};
+use crate::rows::{fetch, text, tupdesc_attr};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -289,13 +289,6 @@ unsafe fn columns(live: pg_sys::Relation, finished: pg_sys::Relation) -> Option<
     };
     COLUMNS.set(Some(c));
     Some(c)
-}
-
-/// The bytes of a text datum (detoasted in the current memory context when it must be).
-unsafe fn text<'a>(d: pg_sys::Datum) -> &'a [u8] {
-    let t = pg_sys::pg_detoast_datum_packed(d.cast_mut_ptr());
-    let len = pgrx::varlena::varsize_any_exhdr(t);
-    std::slice::from_raw_parts(pgrx::varlena::vardata_any(t) as *const u8, len)
 }
 
 unsafe fn uuid_eq(a: pg_sys::Datum, b: pg_sys::Datum) -> bool {

@@ -41,3 +41,10 @@ pub unsafe fn tupdesc_attr(desc: pg_sys::TupleDesc, i: usize) -> *mut pg_sys::Fo
 pub unsafe fn column(desc: pg_sys::TupleDesc, name: &str) -> Option<usize> {
     (0..(*desc).natts as usize).find(|&i| CStr::from_ptr((*tupdesc_attr(desc, i)).attname.data.as_ptr()).to_bytes() == name.as_bytes())
 }
+
+/// The bytes of a text datum (detoasted in the current memory context when it must be).
+pub unsafe fn text<'a>(d: pg_sys::Datum) -> &'a [u8] {
+    let t = pg_sys::pg_detoast_datum_packed(d.cast_mut_ptr());
+    let len = pgrx::varlena::varsize_any_exhdr(t);
+    std::slice::from_raw_parts(pgrx::varlena::vardata_any(t) as *const u8, len)
+}

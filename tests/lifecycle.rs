@@ -784,7 +784,7 @@ fn every_function_pins_its_search_path() {
     }
     // The statements of checkout and of a reap pass are planned generically, for a table
     // of any size: without this, a large table's estimates turned JIT on for every call.
-    for f in ["public.jobq_checkout(uuid, text[], integer, interval)", "jobq._reap()"] {
+    for f in ["jobq._checkout(uuid, text[], integer, interval)", "jobq._reap()"] {
         let jit_off: bool = c
             .query_one("SELECT 'jit=off' = ANY (proconfig) FROM pg_proc WHERE oid = $1::text::regprocedure", &[&f])
             .unwrap()

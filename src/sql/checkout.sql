@@ -193,6 +193,32 @@ BEGIN
     RETURN v_claimed;
 END $$;
 
+-- jobq_checkout: the common checkout is done in Rust, without a plan (src/checkout.rs); every
+-- other case, and the rest of a call that met a keyed job, by jobq._checkout below, the SQL
+-- that serves them all. Both claim the same jobs with the same rows and locks. The SQL is
+-- called from here, not from the Rust: its errors (JQ001) reach the client unchanged.
+CREATE FUNCTION jobq._checkout_fast(worker uuid, queues text[], max_jobs integer, wait interval)
+RETURNS SETOF jobq.job
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'jobq_checkout_fast';
+
+CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
+                              wait interval DEFAULT NULL)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_rest  integer;
+BEGIN
+    RETURN QUERY SELECT * FROM jobq._checkout_fast(worker, queues, max_jobs, wait);
+    v_rest := jobq._checkout_rest();
+    IF v_rest IS NULL THEN
+        -- Not a common checkout: nothing was done.
+        RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, wait);
+    ELSIF v_rest > 0 THEN
+        -- The walk met a keyed job: the SQL claims it and looks for the others.
+        RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, v_rest, NULL);
+    END IF;
+END $$;
+
 -- plan_cache_mode: PL/pgSQL keeps each statement's plan, but PostgreSQL re-plans a
 -- parameterised statement on every call when it estimates the generic plan dearer than
 -- custom ones, which it does for the candidate query; that cost ~170 us per checkout
@@ -202,10 +228,9 @@ END $$;
 -- statements with LLVM: 1.7 s of JIT per call at 1.4M ready jobs (bench/soak.sh found it).
 -- A checkout reads a handful of rows; JIT never pays here.
 -- wait: see jobq._checkout_waiting below; a call without it pays one IS NOT NULL test.
-CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
-                              wait interval DEFAULT NULL)
+CREATE FUNCTION jobq._checkout(worker uuid, queues text[], max_jobs integer, wait interval)
 RETURNS SETOF jobq.job
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, jobq, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET jit = off AS $$
@@ -292,7 +317,7 @@ BEGIN
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
-                   SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                   SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now,
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
@@ -330,7 +355,7 @@ BEGIN
                 RETURNING r.id
             ), claimed AS (
                 UPDATE jobq.live_jobs j
-                   SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                   SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
                        started_at = v_now,
                        concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
                  WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
@@ -388,7 +413,7 @@ BEGIN
                     RETURNING r.id
                 ), claimed AS (
                     UPDATE jobq.live_jobs j
-                       SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                       SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
                            started_at = v_now
                      WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                     RETURNING j.id
@@ -423,7 +448,7 @@ BEGIN
                     RETURNING r.id
                 ), claimed AS (
                     UPDATE jobq.live_jobs j
-                       SET state = 'executing', worker_id = jobq_checkout.worker, attempt = j.attempt + 1,
+                       SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
                            started_at = v_now
                      WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
                     RETURNING j.id

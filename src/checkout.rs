@@ -1,0 +1,471 @@
+//! `jobq_checkout`, the start of a job's hot path, without a plan.
+//!
+//! Counted with bench/instructions.sh, two thirds of a job's instructions were checkout's, most
+//! of them the start-up and end of its one statement's plan (about 40 nodes), not the rows it
+//! touches (README, Performance, CPU per job). So the common checkout is done here against the
+//! table and index access methods, as src/complete.rs does for completion:
+//!
+//! - the worker judged by one lookup (src/liveness.rs), and no queue or kind paused at all;
+//! - `ready_by_queue` walked from the claim floor (src/floors.rs) in claim order, with the
+//!   scan keys the SQL's index condition has: `queue = $1`, `(priority, run_at, id) >= floor`
+//!   (a row comparison) and `run_at <= now`;
+//! - each ready row deleted with `heap_delete` without waiting: a row another checkout holds
+//!   is passed over, as `FOR UPDATE SKIP LOCKED` passes it over, and deleting it at once
+//!   writes no lock record before the delete (the SQL locks, then deletes: one WAL record
+//!   more per job);
+//! - its job row marked executing with `heap_update` and the index entries the update needs
+//!   (none when it is a HOT update), the counter noted, the row returned.
+//!
+//! `jobq_checkout` (src/sql/checkout.sql) calls this first, then asks `jobq._checkout_rest()`
+//! what is left for `jobq._checkout`, the SQL that serves every case. Left whole, before
+//! anything was changed here: a NULL or out-of-range argument, `wait`, any number of queues
+//! but one, REPEATABLE READ or SERIALIZABLE, a read-only transaction, a worker that is not
+//! registered, alive and the caller's (the SQL says why: JQ001, 42501), a pause of any queue
+//! or kind, triggers on the tables, tables or an index whose columns are not the ones named
+//! here. Left in part, when the walk meets a job with keys (a concurrency key, a rate key, a
+//! `while_executing` or `until_executing` unique key: the keyed claim is SQL) or a ready row
+//! changed since this call's snapshot (the SQL looks at its newest version, as READ COMMITTED
+//! does): the jobs claimed here stay claimed, and the SQL looks for the others past them (they
+//! are this transaction's deletes). The fast path and the SQL are two copies of one operation;
+//! tests/checkout.rs checks that they agree, and the saving is measured (README).
+use crate::counters::jobq::tally;
+use crate::liveness::usable;
+use crate::rows::{column, fetch, text, tupdesc_attr};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::ptr::null_mut;
+
+/// Where what the fast path reads and writes is; found once per backend and set of tables.
+#[derive(Copy, Clone)]
+struct Layout {
+    ready: pg_sys::Oid,
+    index: pg_sys::Oid,
+    live: pg_sys::Oid,
+    result: pg_sys::Oid,
+    // jobq.ready, 1-based
+    r_id: i32,
+    r_keyed: i32,
+    // jobq.live_jobs, 0-based
+    id: usize,
+    queue: usize,
+    state: usize,
+    attempt: usize,
+    worker_id: usize,
+    run_at: usize,
+    started_at: usize,
+    concurrency_slot: usize,
+    // the result's columns (jobq.job), as positions in jobq.live_jobs
+    out: [u8; 32],
+    n_out: usize,
+}
+
+thread_local! {
+    static LAYOUT: Cell<Option<Layout>> = const { Cell::new(None) };
+    /// What the last call left to the SQL (`jobq._checkout_rest`).
+    static REST: Cell<Option<i32>> = const { Cell::new(None) };
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_jobq_checkout_fast() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// `jobq._checkout_fast(worker uuid, queues text[], max_jobs integer, wait interval)`, which
+/// `jobq_checkout` calls first (src/sql/checkout.sql). Its rows go to a tuplestore (a
+/// set-returning function in materialize mode); what is left for the SQL is then read with
+/// `jobq._checkout_rest()`.
+///
+/// The SQL is called by `jobq_checkout` and not from here: an error it raises (JQ001 for a
+/// dead worker) would pass through Rust, where pgrx keeps only the SQLSTATEs it knows.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn jobq_checkout_fast(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    pg_sys::InitMaterializedSRF(fcinfo, 0);
+    let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
+    let (store, desc) = ((*rsinfo).setResult, (*rsinfo).setDesc);
+    REST.set(None);
+    let arg = |n: usize| (!pgrx::fcinfo::pg_arg_is_null(fcinfo, n)).then(|| pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n));
+    let max_jobs = arg(2).map(|d| d.value() as i32);
+    if let (Some(worker), Some(queues), Some(max), None) = (arg(0), arg(1), max_jobs, arg(3)) {
+        if (1..=10_000).contains(&max) {
+            let got = one_queue(queues).and_then(|queue| fast(worker, queue, max, store, desc));
+            REST.set(got.map(|(n, rest)| if rest { max - n } else { 0 }));
+        }
+    }
+    pg_sys::Datum::from(0usize)
+}
+
+/// The one queue of `queues`; None for none, several, or a NULL one.
+unsafe fn one_queue(queues: pg_sys::Datum) -> Option<pg_sys::Datum> {
+    let a = pg_sys::pg_detoast_datum(queues.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+    if (*a).ndim != 1 {
+        return None;
+    }
+    let (mut elems, mut nulls, mut n) = (null_mut(), null_mut(), 0);
+    pg_sys::deconstruct_array(a, pg_sys::TEXTOID, -1, false, pg_sys::TYPALIGN_INT as _, &mut elems, &mut nulls, &mut n);
+    (n == 1 && !*nulls).then(|| *elems)
+}
+
+#[pg_schema]
+mod jobq {
+    /// What the last `jobq._checkout_fast` of this session left to the SQL: NULL, the whole
+    /// call (it was not a common checkout, and nothing was done); otherwise the number of jobs
+    /// still to look for (0: none).
+    #[pgrx::pg_extern(volatile, parallel_unsafe, name = "_checkout_rest")]
+    fn checkout_rest() -> Option<i32> {
+        super::REST.get()
+    }
+}
+
+struct Rels {
+    ready: pg_sys::Relation,
+    index: pg_sys::Relation,
+    live: pg_sys::Relation,
+    workers: pg_sys::Relation,
+    pauses: pg_sys::Relation,
+}
+
+/// The common checkout: Some((jobs claimed, whether the SQL must look for the rest)); None,
+/// having changed nothing, when it is not one (module comment).
+unsafe fn fast(
+    worker: pg_sys::Datum,
+    queue: pg_sys::Datum,
+    max: i32,
+    store: *mut pg_sys::Tuplestorestate,
+    desc: pg_sys::TupleDesc,
+) -> Option<(i32, bool)> {
+    // The executor's rules the fast path does not re-implement: serialization (REPEATABLE READ,
+    // SERIALIZABLE) and a read-only transaction (refused by the SQL; a standby is read-only).
+    if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || pg_sys::XactReadOnly {
+        return None;
+    }
+    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
+    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let ids = [relid(c"ready"), relid(c"ready_by_queue"), relid(c"live_jobs"), relid(c"workers"), relid(c"pauses")];
+    if ids.contains(&pg_sys::InvalidOid) {
+        return None;
+    }
+    // As a statement of a volatile function would: see what this transaction did so far, in
+    // a new snapshot (READ COMMITTED).
+    pg_sys::CommandCounterIncrement();
+    pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    let (row_ex, share) = (pg_sys::RowExclusiveLock as i32, pg_sys::AccessShareLock as i32);
+    let r = Rels {
+        ready: pg_sys::table_open(ids[0], row_ex),
+        index: pg_sys::index_open(ids[1], share),
+        live: pg_sys::table_open(ids[2], row_ex),
+        workers: pg_sys::table_open(ids[3], share),
+        pauses: pg_sys::table_open(ids[4], share),
+    };
+    let got = claim(&r, worker, queue, max, store, desc);
+    // The locks stay until the end of the transaction, as the executor's do.
+    let no = pg_sys::NoLock as i32;
+    pg_sys::table_close(r.pauses, no);
+    pg_sys::table_close(r.workers, no);
+    pg_sys::table_close(r.live, no);
+    pg_sys::index_close(r.index, no);
+    pg_sys::table_close(r.ready, no);
+    pg_sys::PopActiveSnapshot();
+    if got.is_some_and(|(n, _)| n > 0) {
+        pg_sys::CommandCounterIncrement();
+    }
+    got
+}
+
+unsafe fn claim(
+    r: &Rels,
+    worker: pg_sys::Datum,
+    queue: pg_sys::Datum,
+    max: i32,
+    store: *mut pg_sys::Tuplestorestate,
+    desc: pg_sys::TupleDesc,
+) -> Option<(i32, bool)> {
+    if !(*r.ready).trigdesc.is_null() || !(*r.live).trigdesc.is_null() {
+        return None;
+    }
+    let l = layout(r, desc)?;
+    let snapshot = pg_sys::GetActiveSnapshot();
+    if usable(r.workers, worker, snapshot, true) != Some(true) {
+        return None;
+    }
+    let paused = {
+        let scan = pg_sys::systable_beginscan(r.pauses, pg_sys::InvalidOid, false, snapshot, 0, null_mut());
+        let any = !pg_sys::systable_getnext(scan).is_null();
+        pg_sys::systable_endscan(scan);
+        any
+    };
+    if paused {
+        return None;
+    }
+    let name = std::str::from_utf8(text(queue)).ok()?.to_owned();
+    let now = pg_sys::GetCurrentTimestamp();
+
+    // The walk: ready_by_queue (queue, priority, run_at, id), queue = $1 AND (priority, run_at,
+    // id) >= the floor AND run_at <= now, in index order.
+    let (fp, fr, fi) = crate::floors::floor((*r.ready).rd_id, Some(&name));
+    let ge = pg_sys::BTGreaterEqualStrategyNumber as u16;
+    let mut row: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+    let member = pg_sys::SK_ROW_MEMBER as i32;
+    let oid = pg_sys::Oid::from;
+    pg_sys::ScanKeyEntryInitialize(&mut row[0], member, 2, ge, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_BTINT4CMP), pg_sys::Datum::from(fp));
+    pg_sys::ScanKeyEntryInitialize(&mut row[1], member, 3, ge, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_CMP), pg_sys::Datum::from(fr));
+    pg_sys::ScanKeyEntryInitialize(
+        &mut row[2],
+        member | pg_sys::SK_ROW_END as i32,
+        4,
+        ge,
+        pg_sys::INT8OID,
+        pg_sys::InvalidOid,
+        oid(pg_sys::F_BTINT8CMP),
+        pg_sys::Datum::from(fi),
+    );
+    let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+    let collation = *(*r.index).rd_indcollation;
+    pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::TEXTOID, collation, oid(pg_sys::F_TEXTEQ), queue);
+    keys[1].sk_flags = pg_sys::SK_ROW_HEADER as i32;
+    keys[1].sk_attno = 2;
+    keys[1].sk_strategy = ge;
+    keys[1].sk_argument = pg_sys::Datum::from(row.as_mut_ptr());
+    pg_sys::ScanKeyEntryInitialize(
+        &mut keys[2],
+        0,
+        3,
+        pg_sys::BTLessEqualStrategyNumber as u16,
+        pg_sys::TIMESTAMPTZOID,
+        pg_sys::InvalidOid,
+        oid(pg_sys::F_TIMESTAMPTZ_LE),
+        pg_sys::Datum::from(now),
+    );
+    #[cfg(not(feature = "pg18"))]
+    let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, 3, 0);
+    #[cfg(feature = "pg18")]
+    let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, null_mut(), 3, 0);
+    pg_sys::index_rescan(scan, keys.as_mut_ptr(), 3, null_mut(), 0);
+    let slot = pg_sys::table_slot_create(r.ready, null_mut());
+    let cid = pg_sys::GetCurrentCommandId(true);
+    let mut writer: Option<Writer> = None;
+    let (mut n, mut rest) = (0, false);
+    while n < max && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+        let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+        let rdesc = (*r.ready).rd_att;
+        let mut null = false;
+        if pg_sys::heap_getattr(t, l.r_keyed, rdesc, &mut null).value() != 0 {
+            // A keyed job: the SQL claims it (its keys first) and looks for the rest.
+            rest = true;
+            break;
+        }
+        let id = pg_sys::heap_getattr(t, l.r_id, rdesc, &mut null).value() as i64;
+        let mut tid = (*slot).tts_tid;
+        let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+        match pg_sys::heap_delete(r.ready, &mut tid, cid, null_mut(), false, &mut tmfd, false) {
+            pg_sys::TM_Result::TM_Ok => {}
+            // Changed since our snapshot (a replace moved it): the SQL looks at its newest version.
+            pg_sys::TM_Result::TM_Updated => {
+                rest = true;
+                continue;
+            }
+            // Held by another transaction (a checkout, a cancel): passed over as SKIP LOCKED
+            // does; or claimed and committed since our snapshot.
+            _ => continue,
+        }
+        let w = writer.get_or_insert_with(|| Writer::new(r.live, &l));
+        start(r.live, w, &l, id, worker, now, cid, snapshot, store, desc);
+        n += 1;
+    }
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::index_endscan(scan);
+    if let Some(w) = writer {
+        w.close();
+    }
+    Some((n, rest))
+}
+
+/// Marks job `id`, whose ready row this transaction just deleted, executing under `worker`,
+/// notes it and adds its row to `store`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn start(
+    live: pg_sys::Relation,
+    w: &Writer,
+    l: &Layout,
+    id: i64,
+    worker: pg_sys::Datum,
+    now: pg_sys::TimestampTz,
+    cid: pg_sys::CommandId,
+    snapshot: pg_sys::Snapshot,
+    store: *mut pg_sys::Tuplestorestate,
+    desc: pg_sys::TupleDesc,
+) {
+    let internal = |what: &str| -> ! {
+        // XX000, as error! raises
+        error!("jobq: job {id} {what} at its claim")
+    };
+    // The job row, which nothing changes while its ready row is held (every writer of a
+    // waiting job takes its ready row first: README, Tables and indexes, lock order).
+    let Some(row) = fetch(live, (l.id + 1) as i16, pg_sys::F_INT8EQ, pg_sys::Datum::from(id), snapshot) else {
+        internal("has a ready row but no job row");
+    };
+    let jdesc = (*live).rd_att;
+    let natts = (*jdesc).natts as usize;
+    let mut values = vec![pg_sys::Datum::from(0usize); natts];
+    let mut nulls = vec![false; natts];
+    pg_sys::heap_deform_tuple(row, jdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+    if nulls[l.state] || text(values[l.state]) != b"ready" {
+        internal("has a ready row but is not ready");
+    }
+    values[l.state] = w.executing;
+    (values[l.worker_id], nulls[l.worker_id]) = (worker, false);
+    values[l.attempt] = pg_sys::Datum::from(values[l.attempt].value() as i32 + 1);
+    (values[l.started_at], nulls[l.started_at]) = (pg_sys::Datum::from(now), false);
+    nulls[l.concurrency_slot] = true;
+    let new = pg_sys::heap_form_tuple(jdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+    let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+    let mut lockmode: pg_sys::LockTupleMode::Type = 0;
+    let otid = &mut (*row).t_self as *mut pg_sys::ItemPointerData;
+    #[cfg(feature = "pg15")]
+    {
+        if pg_sys::heap_update(live, otid, new, cid, null_mut(), true, &mut tmfd, &mut lockmode) != pg_sys::TM_Result::TM_Ok {
+            internal("changed");
+        }
+        // Not a HOT update: every index gets the new version's entry.
+        if (*(*new).t_data).t_infomask2 & pg_sys::HEAP_ONLY_TUPLE as u16 == 0 {
+            w.index(new);
+        }
+    }
+    #[cfg(not(feature = "pg15"))]
+    {
+        let mut which = pg_sys::TU_UpdateIndexes::TU_None;
+        if pg_sys::heap_update(live, otid, new, cid, null_mut(), true, &mut tmfd, &mut lockmode, &mut which) != pg_sys::TM_Result::TM_Ok {
+            internal("changed");
+        }
+        match which {
+            pg_sys::TU_UpdateIndexes::TU_All => w.index(new, false),
+            pg_sys::TU_UpdateIndexes::TU_Summarizing => w.index(new, true),
+            _ => {}
+        }
+    }
+    let ts = |t: i64| TimestampWithTimeZone::try_from(t).ok();
+    if let (Ok(queue), Some(at)) = (std::str::from_utf8(text(values[l.queue])), ts(now)) {
+        tally(queue, "started", ts(values[l.run_at].value() as i64), at);
+    }
+    let mut out_v = [pg_sys::Datum::from(0usize); 32];
+    let mut out_n = [false; 32];
+    for i in 0..l.n_out {
+        let c = l.out[i] as usize;
+        (out_v[i], out_n[i]) = (values[c], nulls[c]);
+    }
+    pg_sys::tuplestore_putvalues(store, desc, out_v.as_mut_ptr(), out_n.as_mut_ptr());
+}
+
+/// What inserting a job row's index entries needs, set up at the first claim of a call.
+struct Writer {
+    estate: *mut pg_sys::EState,
+    rri: *mut pg_sys::ResultRelInfo,
+    slot: *mut pg_sys::TupleTableSlot,
+    executing: pg_sys::Datum,
+}
+
+impl Writer {
+    unsafe fn new(live: pg_sys::Relation, l: &Layout) -> Writer {
+        let estate = pg_sys::CreateExecutorState();
+        let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
+        (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
+        // Range-table index 0: this relation is in no range table. The executor would work out
+        // from the statement which indexes an UPDATE leaves logically unchanged (a hint to
+        // B-tree's bottom-up deletion); here it is said directly, from the columns a claim sets.
+        pg_sys::InitResultRelInfo(rri, live, 0, null_mut(), 0);
+        pg_sys::ExecOpenIndices(rri, false);
+        let set = [l.state, l.worker_id, l.attempt, l.started_at, l.concurrency_slot].map(|c| (c + 1) as i16);
+        for i in 0..(*rri).ri_NumIndices as usize {
+            let info = *(*rri).ri_IndexRelationInfo.add(i);
+            let cols = &(&(*info).ii_IndexAttrNumbers)[..(*info).ii_NumIndexAttrs as usize];
+            (*info).ii_CheckedUnchanged = true;
+            (*info).ii_IndexUnchanged = cols.iter().all(|&a| a > 0 && !set.contains(&a));
+        }
+        let slot = pg_sys::MakeSingleTupleTableSlot((*live).rd_att, &pg_sys::TTSOpsHeapTuple);
+        let executing = pg_sys::Datum::from(pg_sys::cstring_to_text(c"executing".as_ptr()));
+        Writer { estate, rri, slot, executing }
+    }
+
+    /// The index entries of the new version `t` (all, or the summarizing ones only).
+    #[cfg(feature = "pg15")]
+    unsafe fn index(&self, t: pg_sys::HeapTuple) {
+        pg_sys::ExecStoreHeapTuple(t, self.slot, false);
+        pg_sys::ExecInsertIndexTuples(self.rri, self.slot, self.estate, true, false, null_mut(), null_mut());
+        self.reset();
+    }
+
+    #[cfg(not(feature = "pg15"))]
+    unsafe fn index(&self, t: pg_sys::HeapTuple, summarizing: bool) {
+        pg_sys::ExecStoreHeapTuple(t, self.slot, false);
+        pg_sys::ExecInsertIndexTuples(self.rri, self.slot, self.estate, true, false, null_mut(), null_mut(), summarizing);
+        self.reset();
+    }
+
+    unsafe fn reset(&self) {
+        pg_sys::ExecClearTuple(self.slot);
+        let econtext = (*self.estate).es_per_tuple_exprcontext;
+        if !econtext.is_null() {
+            pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+        }
+    }
+
+    unsafe fn close(self) {
+        pg_sys::ExecDropSingleTupleTableSlot(self.slot);
+        pg_sys::ExecCloseIndices(self.rri);
+        pg_sys::FreeExecutorState(self.estate);
+    }
+}
+
+/// The layout, once per backend and set of tables; None when a table, the index or the
+/// result type is not what the fast path names (then the SQL serves).
+unsafe fn layout(r: &Rels, desc: pg_sys::TupleDesc) -> Option<Layout> {
+    let key = ((*r.ready).rd_id, (*r.index).rd_id, (*r.live).rd_id, (*desc).tdtypeid);
+    if let Some(l) = LAYOUT.get().filter(|l| (l.ready, l.index, l.live, l.result) == key) {
+        return Some(l);
+    }
+    let (rd, jd) = ((*r.ready).rd_att, (*r.live).rd_att);
+    let rcol = |name| column(rd, name).map(|i| (i + 1) as i16);
+    // ready_by_queue is (queue, priority, run_at, id) of jobq.ready.
+    let ix = (*r.index).rd_index;
+    let want = [rcol("queue")?, rcol("priority")?, rcol("run_at")?, rcol("id")?];
+    if (*ix).indrelid != (*r.ready).rd_id || (*ix).indnkeyatts != 4 || (*ix).indkey.values.as_slice(4) != want || !(*r.index).rd_indexprs.is_null() {
+        return None;
+    }
+    let jcol = |name| column(jd, name);
+    let n_out = (*desc).natts as usize;
+    let mut out = [0u8; 32];
+    if n_out > out.len() {
+        return None;
+    }
+    for (i, slot) in out.iter_mut().enumerate().take(n_out) {
+        let a = tupdesc_attr(desc, i);
+        let c = jcol(CStr::from_ptr((*a).attname.data.as_ptr()).to_str().ok()?)?;
+        if (*tupdesc_attr(jd, c)).atttypid != (*a).atttypid || (*a).attisdropped {
+            return None;
+        }
+        *slot = c as u8;
+    }
+    let l = Layout {
+        ready: key.0,
+        index: key.1,
+        live: key.2,
+        result: key.3,
+        r_id: rcol("id")? as i32,
+        r_keyed: rcol("keyed")? as i32,
+        id: jcol("id")?,
+        queue: jcol("queue")?,
+        state: jcol("state")?,
+        attempt: jcol("attempt")?,
+        worker_id: jcol("worker_id")?,
+        run_at: jcol("run_at")?,
+        started_at: jcol("started_at")?,
+        concurrency_slot: jcol("concurrency_slot")?,
+        out,
+        n_out,
+    };
+    LAYOUT.set(Some(l));
+    Some(l)
+}

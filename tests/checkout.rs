@@ -1,0 +1,354 @@
+//! jobq_checkout's two paths (src/checkout.rs): the common checkout done without a plan
+//! (`jobq._checkout_fast`), and the SQL (`jobq._checkout`) that serves every other case and
+//! the rest of a call that met a keyed job. Each test counts which path ran with
+//! `track_functions` (a call of jobq._checkout is the SQL path), so that the fast path is
+//! proven to be taken where it should, to claim what the SQL claims and to leave the same rows.
+mod common;
+
+use common::*;
+use postgres::{Client, GenericClient};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use uuid::Uuid;
+
+/// Calls of jobq._checkout (the SQL path) not yet flushed to the statistics: in this
+/// transaction, and maybe in the previous ones.
+fn sql_calls(c: &mut impl GenericClient) -> i64 {
+    c.query_one(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
+          WHERE schemaname = 'jobq' AND funcname = '_checkout'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Checks out in its own transaction at `isolation` (`call` names the arguments after the
+/// worker, $1): the rows as JSON, in the order returned, and whether the SQL path ran.
+fn checkout_in(c: &mut Client, isolation: &str, w: Uuid, call: &str) -> (Vec<Value>, bool) {
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
+    // A difference: the counts of earlier transactions stay pending until they are flushed.
+    let before = sql_calls(&mut t);
+    let rows: Vec<Value> = t
+        .query(&format!("SELECT to_jsonb(j) FROM jobq_checkout($1, {call}) j"), &[&w])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let calls = sql_calls(&mut t) - before;
+    t.commit().unwrap();
+    (rows, calls > 0)
+}
+
+fn ids(rows: &[Value]) -> Vec<i64> {
+    rows.iter().map(|r| r["id"].as_i64().unwrap()).collect()
+}
+
+/// What a claim leaves of a job, as JSON, without what differs between two jobs and two moments.
+fn claimed(c: &mut Client, id: i64) -> Value {
+    c.query_one(
+        "SELECT to_jsonb(j) - 'id' - 'queue' - 'enqueued_at' - 'run_at' - 'started_at' FROM jobq.live_jobs j WHERE j.id = $1",
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Every index of jobq.live_jobs and jobq.ready finds what a sequential scan finds: the
+/// executing jobs of `w` (jobs_executing_by_worker), each of `jobs` by primary key, the waiting
+/// rows in claim order (ready_by_queue).
+fn assert_indexes_agree(c: &mut Client, w: Uuid, jobs: &[i64]) {
+    let look = |c: &mut Client, scan: &str| -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+        let mut t = c.transaction().unwrap();
+        t.batch_execute(scan).unwrap();
+        let col = |t: &mut postgres::Transaction, q: &str, args: &[&(dyn postgres::types::ToSql + Sync)]| -> Vec<i64> {
+            t.query(q, args).unwrap().iter().map(|r| r.get(0)).collect()
+        };
+        let executing = col(&mut t, "SELECT id FROM jobq.live_jobs WHERE state = 'executing' AND worker_id = $1 ORDER BY id", &[&w]);
+        let mut by_id = Vec::new();
+        for id in jobs {
+            by_id.extend(col(&mut t, "SELECT id FROM jobq.live_jobs WHERE id = $1", &[id]));
+        }
+        let waiting = col(&mut t, "SELECT id FROM jobq.ready WHERE queue = 'q' ORDER BY queue, priority, run_at, id", &[]);
+        t.rollback().unwrap();
+        (executing, by_id, waiting)
+    };
+    let by_index = look(c, "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off");
+    let by_heap = look(c, "SET LOCAL enable_indexscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_indexonlyscan = off");
+    assert_eq!(by_index, by_heap, "indexes and heap disagree (executing of the worker, by id, waiting)");
+}
+
+#[test]
+fn the_fast_path_claims_what_the_sql_claims_and_leaves_the_same_rows() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // The same jobs in queues 'q' (claimed by the fast path) and 'r' (by the SQL): a plain
+    // job, a payload stored out of line (TOAST), a better priority enqueued last, a job not
+    // yet due.
+    let jobs = [
+        "'@', '{\"n\": 1}', kind => 'Plain'",
+        "'@', jsonb_build_object('big', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 3000) g))",
+        "'@', '{\"n\": 3}', run_at => now() + interval '1 hour'",
+        "'@', '{\"n\": 4}', priority => -1, max_attempts => 7",
+    ];
+    let mut enqueued = Vec::new();
+    for q in ["q", "r"] {
+        for j in jobs {
+            let id: i64 = c.query_one(&format!("SELECT jobq_enqueue({})", j.replace('@', q)), &[]).unwrap().get(0);
+            enqueued.push(id);
+        }
+    }
+    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 10");
+    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['r'], 10");
+    assert!(!fast_sql, "the fast path served a checkout of one queue");
+    assert!(sql_sql, "the SQL served a checkout under REPEATABLE READ");
+    // Claim order: the better priority first, then by id; the job not yet due stays.
+    assert_eq!(ids(&fast), [enqueued[3], enqueued[0], enqueued[1]]);
+    assert_eq!(ids(&sql), [enqueued[7], enqueued[4], enqueued[5]]);
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        for k in ["id", "queue", "enqueued_at", "run_at", "started_at"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        v
+    };
+    for (a, b) in fast.iter().zip(&sql) {
+        assert_eq!(strip(a), strip(b), "the two paths returned different rows");
+        assert_eq!(a["attempt"], 1);
+        assert!(a["started_at"].is_string());
+    }
+    for i in [0, 1, 3] {
+        let (a, b) = (claimed(&mut c, enqueued[i]), claimed(&mut c, enqueued[i + 4]));
+        assert!(a == b, "jobs {} and {} were left differently: {a:.300} against {b:.300}", enqueued[i], enqueued[i + 4]);
+        assert_eq!(a["state"], "executing");
+        assert_eq!(a["worker_id"], w.to_string());
+    }
+    assert_job_tables_consistent(&mut c);
+    assert_indexes_agree(&mut c, w, &enqueued);
+    // Completed, the fast path's jobs count as started and completed like the others.
+    for id in ids(&fast).into_iter().chain(ids(&sql)) {
+        assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+    }
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn a_checkout_that_meets_a_keyed_job_leaves_the_rest_to_the_sql() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let id = |c: &mut Client, args: &str| -> i64 { c.query_one(&format!("SELECT jobq_enqueue('q'{args})"), &[]).unwrap().get(0) };
+    let p1 = id(&mut c, "");
+    let k = id(&mut c, ", concurrency_key => 'k', concurrency_limit => 1");
+    let p2 = id(&mut c, "");
+    let k2 = id(&mut c, ", concurrency_key => 'k', concurrency_limit => 1");
+    let p3 = id(&mut c, "");
+    // One call for four: p1 by the fast path, then the SQL claims k (its slot taken), passes
+    // over k2 (its key is full), claims p2 and p3; in claim order.
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 4");
+    assert!(sql, "the SQL claimed the keyed job");
+    assert_eq!(ids(&rows), [p1, k, p2, p3]);
+    let slot: Option<i32> = c.query_one("SELECT concurrency_slot FROM jobq.live_jobs WHERE id = $1", &[&k]).unwrap().get(0);
+    assert_eq!(slot, Some(1));
+    // A keyed job first: the fast path claims nothing and the SQL serves the call.
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&k, &w]).unwrap().get::<_, bool>(0));
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q']");
+    assert!(sql);
+    assert_eq!(ids(&rows), [k2]);
+    // Nothing left: the fast path finds nothing and leaves nothing to the SQL.
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q']");
+    assert_eq!((rows.len(), sql), (0, false));
+    assert_job_tables_consistent(&mut c);
+    assert_indexes_agree(&mut c, w, &[p1, k, p2, k2, p3]);
+}
+
+#[test]
+fn a_waiting_row_held_by_another_transaction_is_passed_over_without_waiting() {
+    let (cluster, db_name, mut c) = db();
+    let w = register(&mut c);
+    let first: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let second: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    // Another transaction holds the first job's ready row (as a cancel or another checkout does).
+    let mut holder = cluster.connect(&db_name);
+    holder.batch_execute(&format!("BEGIN; SELECT 1 FROM jobq.ready WHERE id = {first} FOR UPDATE")).unwrap();
+    c.batch_execute("SET lock_timeout = '10s'").unwrap();
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 2");
+    assert_eq!((ids(&rows), sql), (vec![second], false));
+    holder.batch_execute("ROLLBACK").unwrap();
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 2");
+    assert_eq!((ids(&rows), sql), (vec![first], false));
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn what_the_fast_path_does_not_serve_goes_to_the_sql_with_its_answers() {
+    let (cluster, db_name, mut c) = db();
+    let w = register(&mut c);
+    let enqueue = |c: &mut Client, q: &str| -> i64 { c.query_one("SELECT jobq_enqueue($1)", &[&q]).unwrap().get(0) };
+    for call in ["NULL", "ARRAY['q', 'other']", "ARRAY['q'], 1, '5 seconds'"] {
+        let id = enqueue(&mut c, "q");
+        let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, call);
+        assert_eq!((ids(&rows), sql), (vec![id], true), "jobq_checkout($1, {call})");
+    }
+    // A pause of another queue: the SQL serves (and claims from the queue not paused).
+    c.query_one("SELECT jobq_pause('other')", &[]).unwrap();
+    let id = enqueue(&mut c, "q");
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q']");
+    assert_eq!((ids(&rows), sql), (vec![id], true));
+    c.query_one("SELECT jobq_resume('other')", &[]).unwrap();
+    // The SQL's errors reach the client with their own SQLSTATEs: a worker that does not
+    // exist (JQ001), another role's worker (42501), bad input (22004, 22023), a read-only
+    // transaction (25006); and nothing was claimed.
+    let id = enqueue(&mut c, "q");
+    let e = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'])", &[&Uuid::new_v4()]).unwrap_err();
+    assert_eq!(sqlstate(&e), "JQ001");
+    c.batch_execute("DROP ROLE IF EXISTS checkout_other; CREATE ROLE checkout_other LOGIN; GRANT jobq_worker TO checkout_other").unwrap();
+    let mut other = cluster.connect_as(&db_name, "checkout_other");
+    let e = other.query("SELECT id FROM jobq_checkout($1, ARRAY['q'])", &[&w]).unwrap_err();
+    assert_eq!(sqlstate(&e), "42501");
+    for (call, state) in [("ARRAY['q'], NULL", "22004"), ("ARRAY['q'], 0", "22023")] {
+        let e = c.query(&format!("SELECT id FROM jobq_checkout($1, {call})"), &[&w]).unwrap_err();
+        assert_eq!(sqlstate(&e), state, "jobq_checkout($1, {call})");
+    }
+    let mut t = c.transaction().unwrap();
+    t.batch_execute("SET TRANSACTION READ ONLY").unwrap();
+    let e = t.query("SELECT id FROM jobq_checkout($1, ARRAY['q'])", &[&w]).unwrap_err();
+    assert_eq!(sqlstate(&e), "25006");
+    drop(t);
+    let state: String = c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(state, "ready");
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q']");
+    assert_eq!((ids(&rows), sql), (vec![id], false));
+    drop(other);
+    c.batch_execute("DROP OWNED BY checkout_other; DROP ROLE checkout_other").unwrap();
+}
+
+#[test]
+fn a_session_checks_out_across_a_drop_and_create_of_the_extension() {
+    // The fast path keeps, per session, where the columns are; after DROP EXTENSION and
+    // CREATE EXTENSION (new tables, a new index, a new result type) it must find the new ones.
+    let (_, _, mut c) = db();
+    for round in 0..2 {
+        if round == 1 {
+            c.batch_execute("SET client_min_messages = error; DROP EXTENSION jobq CASCADE; CREATE EXTENSION jobq;").unwrap();
+        }
+        let w = register(&mut c);
+        let id: i64 = c.query_one("SELECT jobq_enqueue('q', '{\"round\": 1}')", &[]).unwrap().get(0);
+        let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q']");
+        assert_eq!((ids(&rows), sql), (vec![id], false), "round {round}");
+        assert_eq!(rows[0]["payload"]["round"], 1);
+        assert_job_tables_consistent(&mut c);
+    }
+}
+
+#[test]
+fn sixteen_workers_on_one_queue_claim_each_job_once_while_jobs_come_and_go() {
+    // The fast path under contention: 16 workers check out of one queue (batches of 1 to 4)
+    // while jobs are enqueued, some with a concurrency key (the SQL's part of a call), and
+    // others cancelled while they wait. Every job is handed out once, never beyond its key's
+    // limit, and ends completed or cancelled.
+    const WORKERS: usize = 16;
+    const FIRST: i64 = 1500;
+    const MORE: i64 = 1500;
+    let (cluster, name, mut c) = db();
+    let enqueue = "SELECT jobq_enqueue('q', jsonb_build_object('n', $1::int), priority => $1::int % 3,
+                          concurrency_key => CASE WHEN $1::int % 5 = 0 THEN 'k' || ($1::int % 7) END,
+                          concurrency_limit => 2)";
+    for n in 0..FIRST {
+        c.query_one(enqueue, &[&(n as i32)]).unwrap();
+    }
+    let start = Arc::new(Barrier::new(WORKERS + 2));
+    let produced = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for i in 0..WORKERS {
+        let (url, start, produced) = (cluster.url(&name), start.clone(), produced.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+            let w = register(&mut c);
+            let max_jobs = 1 + (i % 4) as i32;
+            let mut got = Vec::new();
+            start.wait();
+            loop {
+                // Read before the checkout: when every job was enqueued before a checkout that
+                // found nothing and nothing waits, the work is done.
+                let all_in = produced.load(Ordering::SeqCst);
+                let rows = c.query("SELECT id, attempt, concurrency_key FROM jobq_checkout($1, ARRAY['q'], $2)", &[&w, &max_jobs]).unwrap();
+                if rows.is_empty() {
+                    let left: i64 = c.query_one("SELECT count(*) FROM jobq.ready", &[]).unwrap().get(0);
+                    if all_in && left == 0 {
+                        break;
+                    }
+                    continue;
+                }
+                for r in rows {
+                    let (id, attempt, key): (i64, i32, Option<String>) = (r.get(0), r.get(1), r.get(2));
+                    assert_eq!(attempt, 1, "job {id} handed out twice");
+                    if let Some(k) = key {
+                        let running: i64 = c
+                            .query_one("SELECT count(*) FROM jobq.live_jobs WHERE concurrency_key = $1 AND state = 'executing'", &[&k])
+                            .unwrap()
+                            .get(0);
+                        assert!(running <= 2, "key {k}: {running} executing");
+                    }
+                    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0), "job {id}");
+                    got.push(id);
+                }
+            }
+            got
+        }));
+    }
+    let producer = {
+        let (url, start) = (cluster.url(&name), start.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+            start.wait();
+            for n in FIRST..FIRST + MORE {
+                c.query_one(enqueue, &[&(n as i32)]).unwrap();
+            }
+        })
+    };
+    let canceller = {
+        let (url, start) = (cluster.url(&name), start.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::connect(&url, postgres::NoTls).unwrap();
+            start.wait();
+            let mut cancelled = Vec::new();
+            for _ in 0..300 {
+                let r = c.query_opt("SELECT id FROM jobq.ready ORDER BY random() LIMIT 1", &[]).unwrap();
+                let Some(r) = r else { continue };
+                let id: i64 = r.get(0);
+                let s: String = c.query_one("SELECT jobq_cancel($1)", &[&id]).unwrap().get(0);
+                if s == "cancelled" {
+                    cancelled.push(id);
+                }
+            }
+            cancelled
+        })
+    };
+    producer.join().unwrap();
+    produced.store(true, Ordering::SeqCst);
+    let cancelled: Vec<i64> = canceller.join().unwrap();
+    let mut done = Vec::new();
+    for h in handles {
+        done.extend(h.join().unwrap());
+    }
+    let unique: HashSet<i64> = done.iter().copied().collect();
+    assert_eq!(unique.len(), done.len(), "a job was completed twice");
+    assert!(cancelled.iter().all(|id| !unique.contains(id)), "a cancelled job was handed out");
+    let (completed, cancelled_n, left): (i64, i64, i64) = c
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'cancelled'),
+                    count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled')) FROM jobq.jobs",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .unwrap();
+    assert_eq!((completed, cancelled_n, left), (done.len() as i64, cancelled.len() as i64, 0));
+    assert_eq!(completed + cancelled_n, FIRST + MORE);
+    assert_job_tables_consistent(&mut c);
+    // The jobs went through both paths.
+    let keyed: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE concurrency_key IS NOT NULL AND state = 'completed'", &[]).unwrap().get(0);
+    assert!(keyed > 0 && keyed < completed);
+}
