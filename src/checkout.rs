@@ -9,11 +9,16 @@
 //! - `ready_by_queue` walked from the claim floor (src/floors.rs) in claim order, with the
 //!   scan keys the SQL's index condition has: `queue = $1`, `(priority, run_at, id) >= floor`
 //!   (a row comparison) and `run_at <= now`;
-//! - each ready row deleted with `heap_delete` without waiting: a row another checkout holds
-//!   is passed over, as `FOR UPDATE SKIP LOCKED` passes it over, and deleting it at once
-//!   writes no lock record before the delete (the SQL locks, then deletes: one WAL record
-//!   more per job);
-//! - its job row marked executing with `heap_update` and the index entries the update needs
+//! - each plain job's ready row deleted with `heap_delete` without waiting: a row another
+//!   transaction holds is passed over, as `FOR UPDATE SKIP LOCKED` passes it over, and deleting
+//!   it at once writes no lock record before the delete (the SQL locks, then deletes: one WAL
+//!   record more per job);
+//! - a keyed job's ready row (a concurrency key, a rate key, a `while_executing` or
+//!   `until_executing` unique key) locked without waiting, then what the job needs to start
+//!   taken by `jobq._take_keys` (SQL, through a kept plan), which deletes the row; a job that
+//!   cannot start stays locked and later jobs of its key are passed over for the rest of the
+//!   call, exactly as the SQL's general path does;
+//! - the job row marked executing with `heap_update` and the index entries the update needs
 //!   (none when it is a HOT update), the counter noted, the row returned.
 //!
 //! `jobq_checkout` (src/sql/checkout.sql) calls this first, then asks `jobq._checkout_rest()`
@@ -22,15 +27,16 @@
 //! but one, REPEATABLE READ or SERIALIZABLE, a read-only transaction, a worker that is not
 //! registered, alive and the caller's (the SQL says why: JQ001, 42501), a pause of any queue
 //! or kind, triggers on the tables, tables or an index whose columns are not the ones named
-//! here. Left in part, when the walk meets a job with keys (a concurrency key, a rate key, a
-//! `while_executing` or `until_executing` unique key: the keyed claim is SQL) or a ready row
-//! changed since this call's snapshot (the SQL looks at its newest version, as READ COMMITTED
-//! does): the jobs claimed here stay claimed, and the SQL looks for the others past them (they
-//! are this transaction's deletes). The fast path and the SQL are two copies of one operation;
+//! here. Left in part, when the walk meets a ready row changed since this call's snapshot (a
+//! `replace` moved it; the SQL looks at its newest version, as READ COMMITTED does): the jobs
+//! claimed here stay claimed, and the SQL looks for the others past them (they are this
+//! transaction's deletes). The fast path and the SQL are two copies of one operation;
 //! tests/checkout.rs checks that they agree, and the saving is measured (README).
 use crate::counters::jobq::tally;
+use crate::kept::kept;
 use crate::liveness::usable;
 use crate::rows::{column, fetch, text, tupdesc_attr};
+use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::Cell;
@@ -47,6 +53,10 @@ struct Layout {
     // jobq.ready, 1-based
     r_id: i32,
     r_keyed: i32,
+    r_ckey: i32,
+    r_climit: i32,
+    r_while: i32,
+    r_rate: i32,
     // jobq.live_jobs, 0-based
     id: usize,
     queue: usize,
@@ -245,34 +255,73 @@ unsafe fn claim(
     let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, null_mut(), 3, 0);
     pg_sys::index_rescan(scan, keys.as_mut_ptr(), 3, null_mut(), 0);
     let slot = pg_sys::table_slot_create(r.ready, null_mut());
-    let cid = pg_sys::GetCurrentCommandId(true);
     let mut writer: Option<Writer> = None;
+    let mut blocked = Blocked::default();
     let (mut n, mut rest) = (0, false);
     while n < max && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
         let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
         let rdesc = (*r.ready).rd_att;
-        let mut null = false;
-        if pg_sys::heap_getattr(t, l.r_keyed, rdesc, &mut null).value() != 0 {
-            // A keyed job: the SQL claims it (its keys first) and looks for the rest.
-            rest = true;
-            break;
-        }
-        let id = pg_sys::heap_getattr(t, l.r_id, rdesc, &mut null).value() as i64;
+        let get = |attno: i32| {
+            let mut null = false;
+            let d = pg_sys::heap_getattr(t, attno, rdesc, &mut null);
+            (!null).then_some(d)
+        };
+        let id = get(l.r_id).unwrap_or_else(|| error!("jobq: a ready row without a job id")).value() as i64;
         let mut tid = (*slot).tts_tid;
-        let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
-        match pg_sys::heap_delete(r.ready, &mut tid, cid, null_mut(), false, &mut tmfd, false) {
-            pg_sys::TM_Result::TM_Ok => {}
-            // Changed since our snapshot (a replace moved it): the SQL looks at its newest version.
-            pg_sys::TM_Result::TM_Updated => {
-                rest = true;
+        // The SQL's statements see what this call did so far (a slot it took).
+        let cid = pg_sys::GetCurrentCommandId(true);
+        let started = if get(l.r_keyed).is_some_and(|d| d.value() != 0) {
+            // A keyed job: locked (not waiting), then what it needs to start taken by
+            // jobq._take_keys, which deletes its ready row; or, when it cannot start now, left
+            // locked, and later jobs of the same key passed over for the rest of the call, as
+            // the SQL does.
+            let text_of = |attno| get(attno).map(|d| text(d).to_vec());
+            let keys = Keys {
+                concurrency: text_of(l.r_ckey).map(|k| (k, get(l.r_climit).map_or(0, |d| d.value() as i32))),
+                while_key: text_of(l.r_while),
+                rate: text_of(l.r_rate),
+            };
+            if blocked.blocks(&keys) {
                 continue;
             }
-            // Held by another transaction (a checkout, a cancel): passed over as SKIP LOCKED
-            // does; or claimed and committed since our snapshot.
-            _ => continue,
-        }
+            match lock(r.ready, tid, cid) {
+                pg_sys::TM_Result::TM_Ok => {}
+                pg_sys::TM_Result::TM_Updated => {
+                    rest = true;
+                    continue;
+                }
+                _ => continue,
+            }
+            let args = [
+                DatumWithOid::new(pg_sys::Datum::from(id), pg_sys::INT8OID),
+                DatumWithOid::new(pg_sys::Datum::from(&mut tid as *mut pg_sys::ItemPointerData), pg_sys::TIDOID),
+                DatumWithOid::new(pg_sys::Datum::from(now), pg_sys::TIMESTAMPTZOID),
+            ];
+            let got: i32 = kept("SELECT jobq._take_keys($1, $2, $3)", &[pg_sys::INT8OID, pg_sys::TIDOID, pg_sys::TIMESTAMPTZOID], &args)
+                .unwrap_or_else(|| error!("jobq: jobq._take_keys returned NULL"));
+            if got < 0 {
+                blocked.add(got, keys);
+                continue;
+            }
+            // Its concurrency slot (0: it has no concurrency key).
+            (got > 0).then_some(got)
+        } else {
+            let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+            match pg_sys::heap_delete(r.ready, &mut tid, cid, null_mut(), false, &mut tmfd, false) {
+                pg_sys::TM_Result::TM_Ok => {}
+                // Changed since our snapshot (a replace moved it): the SQL looks at its newest version.
+                pg_sys::TM_Result::TM_Updated => {
+                    rest = true;
+                    continue;
+                }
+                // Held by another transaction (a checkout, a cancel): passed over as SKIP LOCKED
+                // does; or claimed and committed since our snapshot.
+                _ => continue,
+            }
+            None
+        };
         let w = writer.get_or_insert_with(|| Writer::new(r.live, &l));
-        start(r.live, w, &l, id, worker, now, cid, snapshot, store, desc);
+        start(r.live, w, &l, id, started, worker, now, snapshot, store, desc);
         n += 1;
     }
     pg_sys::ExecDropSingleTupleTableSlot(slot);
@@ -283,17 +332,17 @@ unsafe fn claim(
     Some((n, rest))
 }
 
-/// Marks job `id`, whose ready row this transaction just deleted, executing under `worker`,
-/// notes it and adds its row to `store`.
+/// Marks job `id`, whose ready row this transaction just deleted, executing under `worker`
+/// (holding concurrency slot `slot`), notes it and adds its row to `store`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn start(
     live: pg_sys::Relation,
     w: &Writer,
     l: &Layout,
     id: i64,
+    slot: Option<i32>,
     worker: pg_sys::Datum,
     now: pg_sys::TimestampTz,
-    cid: pg_sys::CommandId,
     snapshot: pg_sys::Snapshot,
     store: *mut pg_sys::Tuplestorestate,
     desc: pg_sys::TupleDesc,
@@ -319,7 +368,8 @@ unsafe fn start(
     (values[l.worker_id], nulls[l.worker_id]) = (worker, false);
     values[l.attempt] = pg_sys::Datum::from(values[l.attempt].value() as i32 + 1);
     (values[l.started_at], nulls[l.started_at]) = (pg_sys::Datum::from(now), false);
-    nulls[l.concurrency_slot] = true;
+    (values[l.concurrency_slot], nulls[l.concurrency_slot]) = (pg_sys::Datum::from(slot.unwrap_or(0)), slot.is_none());
+    let cid = pg_sys::GetCurrentCommandId(true);
     let new = pg_sys::heap_form_tuple(jdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
     let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
     let mut lockmode: pg_sys::LockTupleMode::Type = 0;
@@ -357,6 +407,62 @@ unsafe fn start(
         (out_v[i], out_n[i]) = (values[c], nulls[c]);
     }
     pg_sys::tuplestore_putvalues(store, desc, out_v.as_mut_ptr(), out_n.as_mut_ptr());
+}
+
+/// The keys of a keyed waiting job, as its ready row has them.
+struct Keys {
+    concurrency: Option<(Vec<u8>, i32)>,
+    while_key: Option<Vec<u8>>,
+    rate: Option<Vec<u8>>,
+}
+
+/// The keys found unable to start during this call: concurrency keys full (for jobs with
+/// this limit or a lower one), while_executing keys busy, rate keys without a start left.
+#[derive(Default)]
+struct Blocked {
+    concurrency: Vec<(Vec<u8>, i32)>,
+    while_keys: Vec<Vec<u8>>,
+    rates: Vec<Vec<u8>>,
+}
+
+impl Blocked {
+    fn blocks(&self, k: &Keys) -> bool {
+        k.concurrency.as_ref().is_some_and(|(key, limit)| self.concurrency.iter().any(|(b, l)| b == key && limit <= l))
+            || k.while_key.as_ref().is_some_and(|key| self.while_keys.contains(key))
+            || k.rate.as_ref().is_some_and(|key| self.rates.contains(key))
+    }
+
+    /// Notes why a job could not start (jobq._take_keys's answer: -1, -2 or -3).
+    fn add(&mut self, why: i32, k: Keys) {
+        match why {
+            -1 => self.concurrency.extend(k.concurrency),
+            -2 => self.while_keys.extend(k.while_key),
+            _ => self.rates.extend(k.rate),
+        }
+    }
+}
+
+/// Locks the ready row at `tid` as FOR UPDATE SKIP LOCKED does (TM_WouldBlock when another
+/// transaction holds it), without following a newer version.
+unsafe fn lock(ready: pg_sys::Relation, tid: pg_sys::ItemPointerData, cid: pg_sys::CommandId) -> pg_sys::TM_Result::Type {
+    let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
+    tuple.t_self = tid;
+    let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+    let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+    let rc = pg_sys::heap_lock_tuple(
+        ready,
+        &mut tuple,
+        cid,
+        pg_sys::LockTupleMode::LockTupleExclusive,
+        pg_sys::LockWaitPolicy::LockWaitSkip,
+        false,
+        &mut buffer,
+        &mut tmfd,
+    );
+    if buffer != pg_sys::InvalidBuffer as pg_sys::Buffer {
+        pg_sys::ReleaseBuffer(buffer);
+    }
+    rc
 }
 
 /// What inserting a job row's index entries needs, set up at the first claim of a call.
@@ -455,6 +561,10 @@ unsafe fn layout(r: &Rels, desc: pg_sys::TupleDesc) -> Option<Layout> {
         result: key.3,
         r_id: rcol("id")? as i32,
         r_keyed: rcol("keyed")? as i32,
+        r_ckey: rcol("concurrency_key")? as i32,
+        r_climit: rcol("concurrency_limit")? as i32,
+        r_while: rcol("while_key")? as i32,
+        r_rate: rcol("rate_key")? as i32,
         id: jcol("id")?,
         queue: jcol("queue")?,
         state: jcol("state")?,

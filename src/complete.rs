@@ -16,7 +16,7 @@
 //! worker (false, or 42501 for a worker of another role), a job row that changed since this
 //! call's snapshot (the SQL looks at its newest version, as READ COMMITTED does), and tables
 //! that carry triggers or whose columns no longer match. Both SQL calls are prepared once per
-//! backend (`kept`). The fast path and the SQL are two copies of one
+//! backend (src/kept.rs). The fast path and the SQL are two copies of one
 //! operation; the copy is the price of speed and its saving is measured (README).
 use crate::counters::jobq::tally;
 use crate::liveness::usable;
@@ -24,9 +24,8 @@ use crate::rows::{fetch, text, tupdesc_attr};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::spi::OwnedPreparedStatement;
-use pgrx::PgOid;
-use std::cell::{Cell, RefCell};
+use crate::kept::kept;
+use std::cell::Cell;
 use std::ffi::CStr;
 
 /// Where the columns the fast path reads or writes are, in `jobq.live_jobs` (and the same in
@@ -49,28 +48,6 @@ struct Columns {
 
 thread_local! {
     static COLUMNS: Cell<Option<Columns>> = const { Cell::new(None) };
-    static PLANS: RefCell<Vec<(&'static str, OwnedPreparedStatement)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `query`, prepared with `types` at its first use in this backend and kept (the plan
-/// cache re-plans it when what it names changes), with `args`; the first column of its row.
-fn kept(query: &'static str, types: &[pg_sys::Oid], args: &[DatumWithOid]) -> Option<bool> {
-    PLANS.with(|plans| {
-        let mut plans = plans.borrow_mut();
-        Spi::connect_mut(|client| {
-            let i = match plans.iter().position(|(q, _)| *q == query) {
-                Some(i) => i,
-                None => {
-                    let types: Vec<PgOid> = types.iter().map(|&t| PgOid::from(t)).collect();
-                    let plan = client.prepare_mut(query, &types)?.keep();
-                    plans.push((query, plan));
-                    plans.len() - 1
-                }
-            };
-            client.update(&plans[i].1, Some(1), args)?.first().get_one::<bool>()
-        })
-        .unwrap_or_else(|e| error!("jobq: {e}"))
-    })
 }
 
 #[no_mangle]
@@ -219,7 +196,7 @@ unsafe fn claim_end(
             }
         };
         let (txt, int) = (pg_sys::TEXTOID, pg_sys::INT4OID);
-        kept(
+        kept::<bool>(
             "SELECT jobq._release_keys($1, $2, 'completed', $3, $4, $5, $6) IS NOT NULL",
             &[pg_sys::INT8OID, txt, txt, txt, txt, int],
             &[

@@ -35,6 +35,7 @@ mod counters;
 mod floors;
 mod gucs;
 mod health;
+mod kept;
 mod liveness;
 mod privileges;
 mod rows;

@@ -136,32 +136,70 @@ fn the_fast_path_claims_what_the_sql_claims_and_leaves_the_same_rows() {
 }
 
 #[test]
-fn a_checkout_that_meets_a_keyed_job_leaves_the_rest_to_the_sql() {
+fn keyed_jobs_start_in_the_fast_path_as_the_sql_starts_them() {
     let (_, _, mut c) = db();
     let w = register(&mut c);
-    let id = |c: &mut Client, args: &str| -> i64 { c.query_one(&format!("SELECT jobq_enqueue('q'{args})"), &[]).unwrap().get(0) };
-    let p1 = id(&mut c, "");
-    let k = id(&mut c, ", concurrency_key => 'k', concurrency_limit => 1");
-    let p2 = id(&mut c, "");
-    let k2 = id(&mut c, ", concurrency_key => 'k', concurrency_limit => 1");
-    let p3 = id(&mut c, "");
-    // One call for four: p1 by the fast path, then the SQL claims k (its slot taken), passes
-    // over k2 (its key is full), claims p2 and p3; in claim order.
-    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 4");
-    assert!(sql, "the SQL claimed the keyed job");
-    assert_eq!(ids(&rows), [p1, k, p2, p3]);
-    let slot: Option<i32> = c.query_one("SELECT concurrency_slot FROM jobq.live_jobs WHERE id = $1", &[&k]).unwrap().get(0);
-    assert_eq!(slot, Some(1));
-    // A keyed job first: the fast path claims nothing and the SQL serves the call.
-    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&k, &w]).unwrap().get::<_, bool>(0));
-    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q']");
-    assert!(sql);
-    assert_eq!(ids(&rows), [k2]);
-    // Nothing left: the fast path finds nothing and leaves nothing to the SQL.
-    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q']");
-    assert_eq!((rows.len(), sql), (0, false));
+    // The same jobs in queues 'q' (the fast path) and 'r' (the SQL, REPEATABLE READ), each
+    // queue with its own keys: plain jobs between two jobs of a concurrency key of limit 1,
+    // two of a rate key of one start per hour, a while_executing job and an until_executing one.
+    let jobs = [
+        "",
+        ", concurrency_key => 'k@', concurrency_limit => 1",
+        "",
+        ", concurrency_key => 'k@', concurrency_limit => 1",
+        ", rate_key => 'rate@'",
+        ", rate_key => 'rate@'",
+        ", unique_key => 'w@', unique_strategy => 'while_executing'",
+        ", unique_key => 'x@', unique_strategy => 'until_executing'",
+        "",
+    ];
+    let mut enqueued: Vec<Vec<i64>> = Vec::new();
+    for q in ["q", "r"] {
+        c.query_one(&format!("SELECT jobq_set_rate_limit('rate{q}', 1, '1 hour')"), &[]).unwrap();
+        let ids = jobs
+            .iter()
+            .map(|j| c.query_one(&format!("SELECT jobq_enqueue('{q}'{})", j.replace('@', q)), &[]).unwrap().get(0))
+            .collect();
+        enqueued.push(ids);
+    }
+    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 20");
+    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['r'], 20");
+    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
+    // Claimed: all but the second job of the full concurrency key and of the spent rate key.
+    let started = [0, 1, 2, 4, 6, 7, 8];
+    assert_eq!(ids(&fast), started.map(|i| enqueued[0][i]));
+    assert_eq!(ids(&sql), started.map(|i| enqueued[1][i]));
+    for i in started {
+        let (a, b) = (claimed(&mut c, enqueued[0][i]), claimed(&mut c, enqueued[1][i]));
+        let b = b.to_string().replace("kr", "kq").replace("rater", "rateq").replace("wr", "wq").replace("xr", "xq").parse::<Value>().unwrap();
+        assert!(a == b, "jobs {} and {} were left differently: {a:.300} against {b:.300}", enqueued[0][i], enqueued[1][i]);
+    }
+    // The keys as the SQL leaves them: a slot of each executing keyed job, the
+    // until_executing key given up at the start.
+    let keys: Vec<(String, String, i64)> = c
+        .query("SELECT ns::text, key, job_id FROM jobq.slots ORDER BY key", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("c".to_string(), "kq".to_string(), enqueued[0][1]),
+            ("c".to_string(), "kr".to_string(), enqueued[1][1]),
+            ("u".to_string(), "wq".to_string(), enqueued[0][6]),
+            ("u".to_string(), "wr".to_string(), enqueued[1][6]),
+        ]
+    );
+    let held: i64 = c.query_one("SELECT count(*) FROM jobq.locks WHERE key IN ('xq', 'xr')", &[]).unwrap().get(0);
+    assert_eq!(held, 0);
     assert_job_tables_consistent(&mut c);
-    assert_indexes_agree(&mut c, w, &[p1, k, p2, k2, p3]);
+    assert_indexes_agree(&mut c, w, &enqueued[0]);
+    // The key's first job completed, its second starts.
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&enqueued[0][1], &w]).unwrap().get::<_, bool>(0));
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 20");
+    assert_eq!((ids(&rows), sql), (vec![enqueued[0][3]], false));
+    assert_job_tables_consistent(&mut c);
 }
 
 #[test]

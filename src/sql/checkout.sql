@@ -194,8 +194,8 @@ BEGIN
 END $$;
 
 -- jobq_checkout: the common checkout is done in Rust, without a plan (src/checkout.rs); every
--- other case, and the rest of a call that met a keyed job, by jobq._checkout below, the SQL
--- that serves them all. Both claim the same jobs with the same rows and locks. The SQL is
+-- other case, and the rest of a call that met a ready row changed since its snapshot, by
+-- jobq._checkout below, the SQL that serves them all. Both claim the same jobs with the same rows and locks. The SQL is
 -- called from here, not from the Rust: its errors (JQ001) reach the client unchanged.
 CREATE FUNCTION jobq._checkout_fast(worker uuid, queues text[], max_jobs integer, wait interval)
 RETURNS SETOF jobq.job
@@ -214,7 +214,8 @@ BEGIN
         -- Not a common checkout: nothing was done.
         RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, wait);
     ELSIF v_rest > 0 THEN
-        -- The walk met a keyed job: the SQL claims it and looks for the others.
+        -- The walk met a ready row changed since its snapshot: the SQL looks at its newest
+        -- version and for the other jobs.
         RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, v_rest, NULL);
     END IF;
 END $$;
