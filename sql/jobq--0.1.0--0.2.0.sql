@@ -332,170 +332,7 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_take_tallies
-CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
-	"queue" TEXT,  /* String */
-	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
-	"enqueued" bigint,  /* i64 */
-	"started" bigint,  /* i64 */
-	"completed" bigint,  /* i64 */
-	"failed" bigint,  /* i64 */
-	"dead" bigint,  /* i64 */
-	"wait_ms" bigint[],  /* Vec < i64 > */
-	"run_ms" bigint[]  /* Vec < i64 > */
-)
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_bounds
-CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_histogram_add
-CREATE  FUNCTION jobq."_histogram_add"(
-	"a" bigint[], /* Vec < Option < i64 > > */
-	"b" bigint[] /* Vec < Option < i64 > > */
-) RETURNS bigint[] /* Vec < i64 > */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_quantile
-CREATE  FUNCTION jobq."histogram_quantile"(
-	"hist" bigint[], /* Vec < Option < i64 > > */
-	"q" double precision /* f64 */
-) RETURNS double precision /* Option < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_tally
-CREATE  FUNCTION jobq."_tally"(
-	"queue" TEXT, /* & str */
-	"event" TEXT, /* & str */
-	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"at" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'tally_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_last_pass
-CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
-	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"took_ms" double precision,  /* f64 */
-	"workers_reaped" INT,  /* i32 */
-	"jobs_requeued" INT,  /* i32 */
-	"jobs_dead" INT,  /* i32 */
-	"locks_released" INT,  /* i32 */
-	"jobs_pruned" INT,  /* i32 */
-	"error" TEXT  /* Option < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'last_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::_usable_worker
-CREATE  FUNCTION jobq."_usable_worker"(
-	"worker" uuid /* pgrx :: Uuid */
-) RETURNS bool /* bool */
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -511,110 +348,29 @@ AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::checkout::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::checkout::jobq::_checkout_rest
-CREATE  FUNCTION jobq."_checkout_rest"() RETURNS INT /* Option < i32 > */
-STRICT VOLATILE PARALLEL UNSAFE 
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'checkout_rest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_may_act_for
+CREATE  FUNCTION jobq."_may_act_for"(
+	"owner" oid /* pg_sys :: Oid */
+) RETURNS bool /* bool */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -626,13 +382,19 @@ AS 'MODULE_PATHNAME', 'caller_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::privileges::jobq::_may_act_for
-CREATE  FUNCTION jobq."_may_act_for"(
-	"owner" oid /* pg_sys :: Oid */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
 ) RETURNS bool /* bool */
-STRICT STABLE PARALLEL SAFE 
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -872,6 +634,167 @@ BEGIN
     DELETE FROM jobq.workers w WHERE w.id = worker;
     RETURN v_requeued;
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::liveness::jobq::_usable_worker
+CREATE  FUNCTION jobq."_usable_worker"(
+	"worker" uuid /* pgrx :: Uuid */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::checkout::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::checkout::jobq::_checkout_rest
+CREATE  FUNCTION jobq."_checkout_rest"() RETURNS INT /* Option < i32 > */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'checkout_rest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_tally
+CREATE  FUNCTION jobq."_tally"(
+	"queue" TEXT, /* & str */
+	"event" TEXT, /* & str */
+	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"at" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tally_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1257,7 +1180,12 @@ END $$;
 
 -- Checkout: the hot path.
 --
--- One statement per batch picks the first due, unpaused rows of jobq.ready in claim order
+-- Its common case (one queue, READ COMMITTED, a usable worker, no pause) runs in Rust without
+-- a plan (src/checkout.rs, jobq._checkout_fast); jobq_checkout below calls it first and hands
+-- every other case to jobq._checkout, the SQL that serves them all, described here. Both claim
+-- the same jobs with the same rows, locks and keys (tests/checkout.rs).
+--
+-- jobq._checkout: one statement per batch picks the first due, unpaused rows of jobq.ready in claim order
 -- through its index (no sort), locks them with FOR UPDATE SKIP LOCKED (never waiting for
 -- another checkout) and, in the same statement, takes what the keyed ones need to start
 -- (jobq._take_keys: a concurrency or while_executing slot, a start of their rate, giving up
@@ -1811,6 +1739,36 @@ BEGIN
         PERFORM jobq._wait(v_until, v_due);
     END LOOP;
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_take_tallies
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[]  /* Vec < i64 > */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2769,6 +2727,53 @@ SELECT current_database()::text AS database,
   FROM (SELECT) AS one
   LEFT JOIN jobq._last_pass() p ON true
   LEFT JOIN jobq._oldest_horizon() h ON true;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -1,6 +1,11 @@
 -- Checkout: the hot path.
 --
--- One statement per batch picks the first due, unpaused rows of jobq.ready in claim order
+-- Its common case (one queue, READ COMMITTED, a usable worker, no pause) runs in Rust without
+-- a plan (src/checkout.rs, jobq._checkout_fast); jobq_checkout below calls it first and hands
+-- every other case to jobq._checkout, the SQL that serves them all, described here. Both claim
+-- the same jobs with the same rows, locks and keys (tests/checkout.rs).
+--
+-- jobq._checkout: one statement per batch picks the first due, unpaused rows of jobq.ready in claim order
 -- through its index (no sort), locks them with FOR UPDATE SKIP LOCKED (never waiting for
 -- another checkout) and, in the same statement, takes what the keyed ones need to start
 -- (jobq._take_keys: a concurrency or while_executing slot, a start of their rate, giving up
