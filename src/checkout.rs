@@ -35,7 +35,7 @@
 use crate::counters::jobq::tally;
 use crate::kept::kept;
 use crate::liveness::usable;
-use crate::rows::{column, fetch, text, tupdesc_attr};
+use crate::rows::{column, fetch, text, tupdesc_attr, IndexEntries};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -327,7 +327,7 @@ unsafe fn claim(
     pg_sys::ExecDropSingleTupleTableSlot(slot);
     pg_sys::index_endscan(scan);
     if let Some(w) = writer {
-        w.close();
+        w.entries.close();
     }
     Some((n, rest))
 }
@@ -381,7 +381,7 @@ unsafe fn start(
         }
         // Not a HOT update: every index gets the new version's entry.
         if (*(*new).t_data).t_infomask2 & pg_sys::HEAP_ONLY_TUPLE as u16 == 0 {
-            w.index(new);
+            w.entries.add(new, false);
         }
     }
     #[cfg(not(feature = "pg15"))]
@@ -391,8 +391,8 @@ unsafe fn start(
             internal("changed");
         }
         match which {
-            pg_sys::TU_UpdateIndexes::TU_All => w.index(new, false),
-            pg_sys::TU_UpdateIndexes::TU_Summarizing => w.index(new, true),
+            pg_sys::TU_UpdateIndexes::TU_All => w.entries.add(new, false),
+            pg_sys::TU_UpdateIndexes::TU_Summarizing => w.entries.add(new, true),
             _ => {}
         }
     }
@@ -465,63 +465,18 @@ unsafe fn lock(ready: pg_sys::Relation, tid: pg_sys::ItemPointerData, cid: pg_sy
     rc
 }
 
-/// What inserting a job row's index entries needs, set up at the first claim of a call.
+/// What a claim writes besides the row, set up at the first claim of a call: the job row's
+/// index entries, and the state it is given.
 struct Writer {
-    estate: *mut pg_sys::EState,
-    rri: *mut pg_sys::ResultRelInfo,
-    slot: *mut pg_sys::TupleTableSlot,
+    entries: IndexEntries,
     executing: pg_sys::Datum,
 }
 
 impl Writer {
     unsafe fn new(live: pg_sys::Relation, l: &Layout) -> Writer {
-        let estate = pg_sys::CreateExecutorState();
-        let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
-        (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
-        // Range-table index 0: this relation is in no range table. The executor would work out
-        // from the statement which indexes an UPDATE leaves logically unchanged (a hint to
-        // B-tree's bottom-up deletion); here it is said directly, from the columns a claim sets.
-        pg_sys::InitResultRelInfo(rri, live, 0, null_mut(), 0);
-        pg_sys::ExecOpenIndices(rri, false);
         let set = [l.state, l.worker_id, l.attempt, l.started_at, l.concurrency_slot].map(|c| (c + 1) as i16);
-        for i in 0..(*rri).ri_NumIndices as usize {
-            let info = *(*rri).ri_IndexRelationInfo.add(i);
-            let cols = &(&(*info).ii_IndexAttrNumbers)[..(*info).ii_NumIndexAttrs as usize];
-            (*info).ii_CheckedUnchanged = true;
-            (*info).ii_IndexUnchanged = cols.iter().all(|&a| a > 0 && !set.contains(&a));
-        }
-        let slot = pg_sys::MakeSingleTupleTableSlot((*live).rd_att, &pg_sys::TTSOpsHeapTuple);
         let executing = pg_sys::Datum::from(pg_sys::cstring_to_text(c"executing".as_ptr()));
-        Writer { estate, rri, slot, executing }
-    }
-
-    /// The index entries of the new version `t` (all, or the summarizing ones only).
-    #[cfg(feature = "pg15")]
-    unsafe fn index(&self, t: pg_sys::HeapTuple) {
-        pg_sys::ExecStoreHeapTuple(t, self.slot, false);
-        pg_sys::ExecInsertIndexTuples(self.rri, self.slot, self.estate, true, false, null_mut(), null_mut());
-        self.reset();
-    }
-
-    #[cfg(not(feature = "pg15"))]
-    unsafe fn index(&self, t: pg_sys::HeapTuple, summarizing: bool) {
-        pg_sys::ExecStoreHeapTuple(t, self.slot, false);
-        pg_sys::ExecInsertIndexTuples(self.rri, self.slot, self.estate, true, false, null_mut(), null_mut(), summarizing);
-        self.reset();
-    }
-
-    unsafe fn reset(&self) {
-        pg_sys::ExecClearTuple(self.slot);
-        let econtext = (*self.estate).es_per_tuple_exprcontext;
-        if !econtext.is_null() {
-            pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
-        }
-    }
-
-    unsafe fn close(self) {
-        pg_sys::ExecDropSingleTupleTableSlot(self.slot);
-        pg_sys::ExecCloseIndices(self.rri);
-        pg_sys::FreeExecutorState(self.estate);
+        Writer { entries: IndexEntries::open(live, Some(&set)), executing }
     }
 }
 

@@ -20,7 +20,7 @@
 //! operation; the copy is the price of speed and its saving is measured (README).
 use crate::counters::jobq::tally;
 use crate::liveness::usable;
-use crate::rows::{fetch, text, tupdesc_attr};
+use crate::rows::{fetch, text, tupdesc_attr, IndexEntries};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -217,20 +217,9 @@ unsafe fn claim_end(
 unsafe fn insert(rel: pg_sys::Relation, values: *mut pg_sys::Datum, nulls: *mut bool, cid: pg_sys::CommandId) {
     let tuple = pg_sys::heap_form_tuple((*rel).rd_att, values, nulls);
     pg_sys::heap_insert(rel, tuple, cid, 0, std::ptr::null_mut());
-    let estate = pg_sys::CreateExecutorState();
-    let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
-    (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
-    pg_sys::InitResultRelInfo(rri, rel, 1, std::ptr::null_mut(), 0);
-    pg_sys::ExecOpenIndices(rri, false);
-    let slot = pg_sys::MakeSingleTupleTableSlot((*rel).rd_att, &pg_sys::TTSOpsHeapTuple);
-    pg_sys::ExecStoreHeapTuple(tuple, slot, false);
-    #[cfg(feature = "pg15")]
-    pg_sys::ExecInsertIndexTuples(rri, slot, estate, false, false, std::ptr::null_mut(), std::ptr::null_mut());
-    #[cfg(not(feature = "pg15"))]
-    pg_sys::ExecInsertIndexTuples(rri, slot, estate, false, false, std::ptr::null_mut(), std::ptr::null_mut(), false);
-    pg_sys::ExecDropSingleTupleTableSlot(slot);
-    pg_sys::ExecCloseIndices(rri);
-    pg_sys::FreeExecutorState(estate);
+    let entries = IndexEntries::open(rel, None);
+    entries.add(tuple, false);
+    entries.close();
 }
 
 /// The columns, once per backend and table; None when the two job tables' columns differ

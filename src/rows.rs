@@ -1,5 +1,6 @@
-//! Reading one row by primary key without a plan (src/complete.rs, src/liveness.rs): a
-//! statement's executor start-up costs more than the lookup itself (README, Performance).
+//! Rows read and written without a plan (src/complete.rs, src/checkout.rs, src/liveness.rs):
+//! one row by primary key, and a new row version's index entries. A statement's executor
+//! start-up costs more than the work itself (README, Performance).
 use pgrx::pg_sys;
 use std::ffi::CStr;
 
@@ -24,6 +25,72 @@ pub unsafe fn fetch(
     let copy = (!t.is_null()).then(|| pg_sys::heap_copytuple(t));
     pg_sys::systable_endscan(scan);
     copy
+}
+
+/// Inserting the index entries of new row versions of one table as the executor does them
+/// (unique checks, partial and summarizing indexes), for one call's inserts or updates.
+pub struct IndexEntries {
+    estate: *mut pg_sys::EState,
+    rri: *mut pg_sys::ResultRelInfo,
+    slot: *mut pg_sys::TupleTableSlot,
+    update: bool,
+}
+
+impl IndexEntries {
+    /// For `rel`'s inserts (`changed` None) or its updates that set the 1-based columns
+    /// `changed`. The relation is in no range table (index 0), so the executor cannot work out
+    /// which indexes an update leaves logically unchanged (a hint to B-tree's bottom-up
+    /// deletion): it is said here, from `changed`.
+    pub unsafe fn open(rel: pg_sys::Relation, changed: Option<&[i16]>) -> IndexEntries {
+        let estate = pg_sys::CreateExecutorState();
+        let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
+        (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
+        pg_sys::InitResultRelInfo(rri, rel, 0, std::ptr::null_mut(), 0);
+        pg_sys::ExecOpenIndices(rri, false);
+        if let Some(changed) = changed {
+            for i in 0..(*rri).ri_NumIndices as usize {
+                let info = *(*rri).ri_IndexRelationInfo.add(i);
+                let cols = &(&(*info).ii_IndexAttrNumbers)[..(*info).ii_NumIndexAttrs as usize];
+                (*info).ii_CheckedUnchanged = true;
+                (*info).ii_IndexUnchanged = cols.iter().all(|&a| a > 0 && !changed.contains(&a));
+            }
+        }
+        let slot = pg_sys::MakeSingleTupleTableSlot((*rel).rd_att, &pg_sys::TTSOpsHeapTuple);
+        IndexEntries { estate, rri, slot, update: changed.is_some() }
+    }
+
+    /// The entries of the new version `t` in every index, or in the summarizing ones only
+    /// (PostgreSQL 16+: a HOT update that changed only summarized columns).
+    pub unsafe fn add(&self, t: pg_sys::HeapTuple, only_summarizing: bool) {
+        pg_sys::ExecStoreHeapTuple(t, self.slot, false);
+        #[cfg(feature = "pg15")]
+        {
+            debug_assert!(!only_summarizing);
+            pg_sys::ExecInsertIndexTuples(self.rri, self.slot, self.estate, self.update, false, std::ptr::null_mut(), std::ptr::null_mut());
+        }
+        #[cfg(not(feature = "pg15"))]
+        pg_sys::ExecInsertIndexTuples(
+            self.rri,
+            self.slot,
+            self.estate,
+            self.update,
+            false,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            only_summarizing,
+        );
+        pg_sys::ExecClearTuple(self.slot);
+        let econtext = (*self.estate).es_per_tuple_exprcontext;
+        if !econtext.is_null() {
+            pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+        }
+    }
+
+    pub unsafe fn close(self) {
+        pg_sys::ExecDropSingleTupleTableSlot(self.slot);
+        pg_sys::ExecCloseIndices(self.rri);
+        pg_sys::FreeExecutorState(self.estate);
+    }
 }
 
 pub unsafe fn tupdesc_attr(desc: pg_sys::TupleDesc, i: usize) -> *mut pg_sys::FormData_pg_attribute {

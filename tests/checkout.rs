@@ -6,24 +6,12 @@
 mod common;
 
 use common::*;
-use postgres::{Client, GenericClient};
+use postgres::Client;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use uuid::Uuid;
-
-/// Calls of jobq._checkout (the SQL path) not yet flushed to the statistics: in this
-/// transaction, and maybe in the previous ones.
-fn sql_calls(c: &mut impl GenericClient) -> i64 {
-    c.query_one(
-        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
-          WHERE schemaname = 'jobq' AND funcname = '_checkout'",
-        &[],
-    )
-    .unwrap()
-    .get(0)
-}
 
 /// Checks out in its own transaction at `isolation` (`call` names the arguments after the
 /// worker, $1): the rows as JSON, in the order returned, and whether the SQL path ran.
@@ -31,14 +19,14 @@ fn checkout_in(c: &mut Client, isolation: &str, w: Uuid, call: &str) -> (Vec<Val
     let mut t = c.transaction().unwrap();
     t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
     // A difference: the counts of earlier transactions stay pending until they are flushed.
-    let before = sql_calls(&mut t);
+    let before = pending_calls(&mut t, "_checkout");
     let rows: Vec<Value> = t
         .query(&format!("SELECT to_jsonb(j) FROM jobq_checkout($1, {call}) j"), &[&w])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let calls = sql_calls(&mut t) - before;
+    let calls = pending_calls(&mut t, "_checkout") - before;
     t.commit().unwrap();
     (rows, calls > 0)
 }

@@ -5,31 +5,19 @@
 mod common;
 
 use common::*;
-use postgres::{Client, GenericClient};
+use postgres::Client;
 use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
-
-/// Calls of jobq._complete (the SQL path) not yet flushed to the statistics: in this
-/// transaction, and maybe in the previous ones.
-fn sql_calls(c: &mut impl GenericClient) -> i64 {
-    c.query_one(
-        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
-          WHERE schemaname = 'jobq' AND funcname = '_complete'",
-        &[],
-    )
-    .unwrap()
-    .get(0)
-}
 
 /// Completes `id` in its own transaction at `isolation`; its answer, and whether the SQL path ran.
 fn complete_in(c: &mut Client, isolation: &str, id: i64, w: Uuid, result: Option<&Value>) -> (bool, bool) {
     let mut t = c.transaction().unwrap();
     t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
     // A difference: the counts of earlier transactions stay pending until they are flushed.
-    let before = sql_calls(&mut t);
+    let before = pending_calls(&mut t, "_complete");
     let done: bool = t.query_one("SELECT jobq_complete($1, $2, $3)", &[&id, &w, &result]).unwrap().get(0);
-    let calls = sql_calls(&mut t) - before;
+    let calls = pending_calls(&mut t, "_complete") - before;
     t.commit().unwrap();
     (done, calls > 0)
 }

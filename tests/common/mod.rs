@@ -220,6 +220,19 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
+/// Calls of function jobq.`name` counted in this session's statistics but not yet flushed
+/// (`track_functions` must cover it): in this transaction, and maybe in the previous ones
+/// (PostgreSQL 15+ flushes them about every second), so a test takes differences.
+pub fn pending_calls(c: &mut impl postgres::GenericClient, name: &str) -> i64 {
+    c.query_one(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
+          WHERE schemaname = 'jobq' AND funcname = $1",
+        &[&name],
+    )
+    .unwrap()
+    .get(0)
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &postgres::Error) -> String {
     e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("no db error: {e}"))
