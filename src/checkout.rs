@@ -36,6 +36,7 @@ use crate::counters::jobq::tally;
 use crate::kept::kept;
 use crate::liveness::usable;
 use crate::rows::{column, fetch, text, tupdesc_attr, IndexEntries};
+use crate::slots::Slots;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -66,6 +67,9 @@ struct Layout {
     run_at: usize,
     started_at: usize,
     concurrency_slot: usize,
+    unique_strategy: usize,
+    concurrency_key: usize,
+    concurrency_limit: usize,
     // the result's columns (jobq.job), as positions in jobq.live_jobs
     out: [u8; 32],
     n_out: usize,
@@ -257,6 +261,7 @@ unsafe fn claim(
     let slot = pg_sys::table_slot_create(r.ready, null_mut());
     let mut writer: Option<Writer> = None;
     let mut blocked = Blocked::default();
+    let mut slots: Option<Option<Slots>> = None; // opened at the first job with a concurrency key
     let (mut n, mut rest) = (0, false);
     while n < max && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
         let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
@@ -270,6 +275,7 @@ unsafe fn claim(
         let mut tid = (*slot).tts_tid;
         // The SQL's statements see what this call did so far (a slot it took).
         let cid = pg_sys::GetCurrentCommandId(true);
+        let mut fetched = None; // the job row, when read already
         let started = if get(l.r_keyed).is_some_and(|d| d.value() != 0) {
             // A keyed job: locked (not waiting), then what it needs to start taken by
             // jobq._take_keys, which deletes its ready row; or, when it cannot start now, left
@@ -292,13 +298,36 @@ unsafe fn claim(
                 }
                 _ => continue,
             }
-            let args = [
-                DatumWithOid::new(pg_sys::Datum::from(id), pg_sys::INT8OID),
-                DatumWithOid::new(pg_sys::Datum::from(&mut tid as *mut pg_sys::ItemPointerData), pg_sys::TIDOID),
-                DatumWithOid::new(pg_sys::Datum::from(now), pg_sys::TIMESTAMPTZOID),
-            ];
-            let got: i32 = kept("SELECT jobq._take_keys($1, $2, $3)", &[pg_sys::INT8OID, pg_sys::TIDOID, pg_sys::TIMESTAMPTZOID], &args)
-                .unwrap_or_else(|| error!("jobq: jobq._take_keys returned NULL"));
+            // A job whose only key is a concurrency key takes its slot here (src/slots.rs) and
+            // loses its ready row; every other keyed job goes through jobq._take_keys.
+            let mut got = None;
+            if let (Some(_), None, None) = (&keys.concurrency, &keys.while_key, &keys.rate) {
+                let row = job_row(r.live, &l, id, snapshot);
+                if let (Some((key, limit)), Some(s)) = (own_key(r.live, &l, row), slots.get_or_insert_with(|| Slots::open()).as_mut()) {
+                    got = Some(match s.take(b'c', &key, limit, id) {
+                        Some(slot) => {
+                            let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+                            // The row this call holds locked, as jobq._take_keys deletes it (with
+                            // wait: only this transaction's own lock is there, nothing is awaited).
+                            if pg_sys::heap_delete(r.ready, &mut tid, cid, null_mut(), true, &mut tmfd, false) != pg_sys::TM_Result::TM_Ok {
+                                error!("jobq: the ready row of job {id} was not found at its claim");
+                            }
+                            slot
+                        }
+                        None => -1,
+                    });
+                    fetched = Some(row);
+                }
+            }
+            let got = got.unwrap_or_else(|| {
+                let args = [
+                    DatumWithOid::new(pg_sys::Datum::from(id), pg_sys::INT8OID),
+                    DatumWithOid::new(pg_sys::Datum::from(&mut tid as *mut pg_sys::ItemPointerData), pg_sys::TIDOID),
+                    DatumWithOid::new(pg_sys::Datum::from(now), pg_sys::TIMESTAMPTZOID),
+                ];
+                kept("SELECT jobq._take_keys($1, $2, $3)", &[pg_sys::INT8OID, pg_sys::TIDOID, pg_sys::TIMESTAMPTZOID], &args)
+                    .unwrap_or_else(|| error!("jobq: jobq._take_keys returned NULL"))
+            });
             if got < 0 {
                 blocked.add(got, keys);
                 continue;
@@ -321,7 +350,8 @@ unsafe fn claim(
             None
         };
         let w = writer.get_or_insert_with(|| Writer::new(r.live, &l));
-        start(r.live, w, &l, id, started, worker, now, snapshot, store, desc);
+        let row = fetched.unwrap_or_else(|| job_row(r.live, &l, id, snapshot));
+        start(r.live, w, &l, row, started, worker, now, store, desc);
         n += 1;
     }
     pg_sys::ExecDropSingleTupleTableSlot(slot);
@@ -329,38 +359,59 @@ unsafe fn claim(
     if let Some(w) = writer {
         w.entries.close();
     }
+    if let Some(Some(s)) = slots {
+        s.close();
+    }
     Some((n, rest))
 }
 
-/// Marks job `id`, whose ready row this transaction just deleted, executing under `worker`
+/// The job row of job `id`, whose ready row this call holds: nothing changes it meanwhile
+/// (every writer of a waiting job takes its ready row first: README, Tables and indexes, lock
+/// order).
+unsafe fn job_row(live: pg_sys::Relation, l: &Layout, id: i64, snapshot: pg_sys::Snapshot) -> pg_sys::HeapTuple {
+    fetch(live, (l.id + 1) as i16, pg_sys::F_INT8EQ, pg_sys::Datum::from(id), snapshot)
+        .unwrap_or_else(|| error!("jobq: job {id} has a ready row but no job row at its claim"))
+}
+
+/// The concurrency key and limit of a job whose row is `row`, when that is all it needs to
+/// start; None when it also gives up an until_executing key (jobq._take_keys does that).
+unsafe fn own_key(live: pg_sys::Relation, l: &Layout, row: pg_sys::HeapTuple) -> Option<(Vec<u8>, i32)> {
+    let desc = (*live).rd_att;
+    let get = |c: usize| {
+        let mut null = false;
+        let d = pg_sys::heap_getattr(row, (c + 1) as i32, desc, &mut null);
+        (!null).then_some(d)
+    };
+    if get(l.unique_strategy).is_some_and(|d| text(d) == b"until_executing") {
+        return None;
+    }
+    Some((text(get(l.concurrency_key)?).to_vec(), get(l.concurrency_limit)?.value() as i32))
+}
+
+/// Marks the job of `row`, whose ready row this transaction just deleted, executing under `worker`
 /// (holding concurrency slot `slot`), notes it and adds its row to `store`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn start(
     live: pg_sys::Relation,
     w: &Writer,
     l: &Layout,
-    id: i64,
+    row: pg_sys::HeapTuple,
     slot: Option<i32>,
     worker: pg_sys::Datum,
     now: pg_sys::TimestampTz,
-    snapshot: pg_sys::Snapshot,
     store: *mut pg_sys::Tuplestorestate,
     desc: pg_sys::TupleDesc,
 ) {
-    let internal = |what: &str| -> ! {
-        // XX000, as error! raises
-        error!("jobq: job {id} {what} at its claim")
-    };
-    // The job row, which nothing changes while its ready row is held (every writer of a
-    // waiting job takes its ready row first: README, Tables and indexes, lock order).
-    let Some(row) = fetch(live, (l.id + 1) as i16, pg_sys::F_INT8EQ, pg_sys::Datum::from(id), snapshot) else {
-        internal("has a ready row but no job row");
-    };
     let jdesc = (*live).rd_att;
     let natts = (*jdesc).natts as usize;
     let mut values = vec![pg_sys::Datum::from(0usize); natts];
     let mut nulls = vec![false; natts];
     pg_sys::heap_deform_tuple(row, jdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+    let id = values[l.id].value() as i64;
+    let internal = |what: &str| -> ! {
+        // XX000, as error! raises
+        error!("jobq: job {id} {what} at its claim")
+    };
     if nulls[l.state] || text(values[l.state]) != b"ready" {
         internal("has a ready row but is not ready");
     }
@@ -528,6 +579,9 @@ unsafe fn layout(r: &Rels, desc: pg_sys::TupleDesc) -> Option<Layout> {
         run_at: jcol("run_at")?,
         started_at: jcol("started_at")?,
         concurrency_slot: jcol("concurrency_slot")?,
+        unique_strategy: jcol("unique_strategy")?,
+        concurrency_key: jcol("concurrency_key")?,
+        concurrency_limit: jcol("concurrency_limit")?,
         out,
         n_out,
     };

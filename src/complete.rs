@@ -25,6 +25,8 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use crate::kept::kept;
+use crate::slots::Slots;
+use crate::waits::wake_at_commit;
 use std::cell::Cell;
 use std::ffi::CStr;
 
@@ -186,6 +188,17 @@ unsafe fn claim_end(
     let ts = |t: i64| TimestampWithTimeZone::try_from(t).ok();
     if let (Ok(queue), Some(at)) = (std::str::from_utf8(&queue), ts(finished_at)) {
         tally(queue, "completed", started_at.and_then(ts), at);
+    }
+    if nulls[cols.unique_key] && !nulls[cols.concurrency_key] && !nulls[cols.concurrency_slot] {
+        // A concurrency slot alone (the common keyed job): given back here (src/slots.rs), and
+        // one waiting checkout of the queue rung at commit, as jobq._release_keys does.
+        if let Some(mut slots) = Slots::open() {
+            let slot = values[cols.concurrency_slot].value() as i32;
+            slots.release(b'c', text(values[cols.concurrency_key]), slot, job, snapshot);
+            slots.close();
+            wake_at_commit(std::str::from_utf8(&queue).ok(), i64::MIN, 1);
+            return Some(());
+        }
     }
     if !nulls[cols.unique_key] || !nulls[cols.concurrency_key] {
         let arg = |i: usize, oid: pg_sys::Oid| {

@@ -40,6 +40,7 @@ mod liveness;
 mod privileges;
 mod rows;
 mod schedules;
+mod slots;
 mod waits;
 mod wakes;
 mod xact;

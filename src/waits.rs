@@ -152,6 +152,16 @@ unsafe extern "C" {
     fn pq_check_connection() -> bool;
 }
 
+/// `jobq._wake` for Rust callers (`run_at` a TimestampTz; i64::MIN is '-infinity').
+pub(crate) fn wake_at_commit(queue: Option<&str>, run_at: i64, jobs: i64) -> bool {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return false;
+    }
+    let note = (queue.map(str::to_owned), run_at, jobs);
+    PENDING.with(|p| p.update(|p| p.push(note)));
+    true
+}
+
 #[pg_schema]
 pub mod jobq {
     use super::*;
@@ -162,12 +172,7 @@ pub mod jobq {
     /// expression: README, Performance.)
     #[pg_extern(volatile, parallel_safe, name = "_wake")]
     pub fn wake(queue: Option<&str>, run_at: TimestampWithTimeZone, jobs: i64) -> bool {
-        if !ENABLED.load(Ordering::Relaxed) {
-            return false;
-        }
-        let note = (queue.map(str::to_owned), run_at.into_inner(), jobs);
-        PENDING.with(|p| p.update(|p| p.push(note)));
-        true
+        super::wake_at_commit(queue, run_at.into_inner(), jobs)
     }
 
     /// Registers this call as a waiter for `queues` (NULL: every queue) of `worker`, until

@@ -190,6 +190,53 @@ fn keyed_jobs_start_in_the_fast_path_as_the_sql_starts_them() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// Runs `sql` in its own READ COMMITTED transaction and returns its first column (bigint
+/// ids) and how many times each of `helpers` (jobq's PL/pgSQL helpers) was called.
+fn counting_calls(c: &mut Client, sql: &str, w: Uuid, helpers: &[&str]) -> (Vec<i64>, Vec<i64>) {
+    let mut t = c.transaction().unwrap();
+    t.batch_execute("SET LOCAL track_functions = 'pl'").unwrap();
+    let before: Vec<i64> = helpers.iter().map(|h| pending_calls(&mut t, h)).collect();
+    let ids = t.query(sql, &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    let calls = helpers.iter().zip(before).map(|(h, b)| pending_calls(&mut t, h) - b).collect();
+    t.commit().unwrap();
+    (ids, calls)
+}
+
+#[test]
+fn a_concurrency_key_alone_is_taken_and_given_back_without_the_sql() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let ids: Vec<i64> = (0..3)
+        .map(|_| c.query_one("SELECT jobq_enqueue('q', concurrency_key => 'k', concurrency_limit => 2)", &[]).unwrap().get(0))
+        .collect();
+    let helpers = ["_checkout", "_take_keys", "_release_keys"];
+    // Two of the key's three jobs start, on its slots 2 and 1 (the highest free first, as
+    // jobq._take_slot takes them), with no call of the SQL or its helpers.
+    let (got, calls) = counting_calls(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)", w, &helpers);
+    assert_eq!((got, calls), (ids[..2].to_vec(), vec![0, 0, 0]));
+    let slots = |c: &mut Client| -> Vec<(i32, i64)> {
+        c.query("SELECT slot, job_id FROM jobq.slots WHERE ns = 'c' AND key = 'k' ORDER BY slot", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    };
+    assert_eq!(slots(&mut c), [(1, ids[1]), (2, ids[0])]);
+    let slot_of = |c: &mut Client, id: i64| -> Option<i32> {
+        c.query_one("SELECT concurrency_slot FROM jobq.live_jobs WHERE id = $1", &[&id]).unwrap().get(0)
+    };
+    assert_eq!((slot_of(&mut c, ids[0]), slot_of(&mut c, ids[1])), (Some(2), Some(1)));
+    // Completing the first gives its slot back, again without the SQL; the third job then
+    // starts on it.
+    let (done, calls) = counting_calls(&mut c, &format!("SELECT jobq_complete({}, $1)::int::bigint", ids[0]), w, &helpers);
+    assert_eq!((done, calls), (vec![1], vec![0, 0, 0]));
+    assert_eq!(slots(&mut c), [(1, ids[1])]);
+    let (got, calls) = counting_calls(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)", w, &helpers);
+    assert_eq!((got, calls), (vec![ids[2]], vec![0, 0, 0]));
+    assert_eq!(slots(&mut c), [(1, ids[1]), (2, ids[2])]);
+    assert_job_tables_consistent(&mut c);
+}
+
 #[test]
 fn a_waiting_row_held_by_another_transaction_is_passed_over_without_waiting() {
     let (cluster, db_name, mut c) = db();

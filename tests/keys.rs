@@ -16,6 +16,9 @@ enum Iso {
     ReadCommitted,
     RepeatableRead,
     Serializable,
+    /// Half the workers READ COMMITTED (checkout's Rust path), half REPEATABLE READ (its SQL):
+    /// both paths taking the same keys side by side.
+    Mixed,
 }
 
 /// Runs `f` in a client transaction at `iso`, retrying the whole transaction on 40001
@@ -38,6 +41,7 @@ fn in_tx<T>(c: &mut Client, iso: Iso, mut f: impl FnMut(&mut postgres::Transacti
             Iso::ReadCommitted => IsolationLevel::ReadCommitted,
             Iso::RepeatableRead => IsolationLevel::RepeatableRead,
             Iso::Serializable => IsolationLevel::Serializable,
+            Iso::Mixed => unreachable!("run_workers gives each worker one level"),
         };
         let mut tx = c.build_transaction().isolation_level(level).start().unwrap();
         // Take the snapshot before the jobq call, as a real client transaction would.
@@ -547,8 +551,13 @@ fn run_workers(cluster: &Cluster, db: &str, workers: usize, iso: Iso, work: Dura
     let intervals: Intervals = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..workers)
-        .map(|_| {
+        .map(|i| {
             let (url, intervals, stop) = (cluster.url(db), intervals.clone(), stop.clone());
+            let iso = match iso {
+                Iso::Mixed if i % 2 == 0 => Iso::ReadCommitted,
+                Iso::Mixed => Iso::RepeatableRead,
+                iso => iso,
+            };
             std::thread::spawn(move || {
                 let mut c = Client::connect(&url, postgres::NoTls).unwrap();
                 let w = register(&mut c);
@@ -651,6 +660,11 @@ fn concurrency_limit_of_3_holds_under_12_workers() {
 #[test]
 fn concurrency_limit_of_3_holds_under_12_workers_repeatable_read() {
     concurrency_limit_holds(Iso::RepeatableRead);
+}
+
+#[test]
+fn concurrency_limit_of_3_holds_with_both_checkout_paths_side_by_side() {
+    concurrency_limit_holds(Iso::Mixed);
 }
 
 #[test]
