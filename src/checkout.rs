@@ -67,9 +67,11 @@ struct Layout {
     run_at: usize,
     started_at: usize,
     concurrency_slot: usize,
+    unique_key: usize,
     unique_strategy: usize,
     concurrency_key: usize,
     concurrency_limit: usize,
+    rate_key: usize,
     // the result's columns (jobq.job), as positions in jobq.live_jobs
     out: [u8; 32],
     n_out: usize,
@@ -261,7 +263,7 @@ unsafe fn claim(
     let slot = pg_sys::table_slot_create(r.ready, null_mut());
     let mut writer: Option<Writer> = None;
     let mut blocked = Blocked::default();
-    let mut slots: Option<Option<Slots>> = None; // opened at the first job with a concurrency key
+    let mut slots: Option<Option<Slots>> = None; // opened at the first job that needs a slot
     let (mut n, mut rest) = (0, false);
     while n < max && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
         let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
@@ -298,24 +300,14 @@ unsafe fn claim(
                 }
                 _ => continue,
             }
-            // A job whose only key is a concurrency key takes its slot here (src/slots.rs) and
-            // loses its ready row; every other keyed job goes through jobq._take_keys.
+            // A job that needs only slots (of a concurrency key, of a while_executing key)
+            // takes them here (src/slots.rs) and loses its ready row; a job with a rate key or
+            // an until_executing key goes through jobq._take_keys.
             let mut got = None;
-            if let (Some(_), None, None) = (&keys.concurrency, &keys.while_key, &keys.rate) {
+            if keys.rate.is_none() && (keys.concurrency.is_some() || keys.while_key.is_some()) {
                 let row = job_row(r.live, &l, id, snapshot);
-                if let (Some((key, limit)), Some(s)) = (own_key(r.live, &l, row), slots.get_or_insert_with(|| Slots::open()).as_mut()) {
-                    got = Some(match s.take(b'c', &key, limit, id) {
-                        Some(slot) => {
-                            let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
-                            // The row this call holds locked, as jobq._take_keys deletes it (with
-                            // wait: only this transaction's own lock is there, nothing is awaited).
-                            if pg_sys::heap_delete(r.ready, &mut tid, cid, null_mut(), true, &mut tmfd, false) != pg_sys::TM_Result::TM_Ok {
-                                error!("jobq: the ready row of job {id} was not found at its claim");
-                            }
-                            slot
-                        }
-                        None => -1,
-                    });
+                if let (Some(own), Some(s)) = (own_keys(r.live, &l, row), slots.get_or_insert_with(|| Slots::open()).as_mut()) {
+                    got = Some(take(s, &own, id, r.ready, &mut tid, cid));
                     fetched = Some(row);
                 }
             }
@@ -373,19 +365,67 @@ unsafe fn job_row(live: pg_sys::Relation, l: &Layout, id: i64, snapshot: pg_sys:
         .unwrap_or_else(|| error!("jobq: job {id} has a ready row but no job row at its claim"))
 }
 
-/// The concurrency key and limit of a job whose row is `row`, when that is all it needs to
-/// start; None when it also gives up an until_executing key (jobq._take_keys does that).
-unsafe fn own_key(live: pg_sys::Relation, l: &Layout, row: pg_sys::HeapTuple) -> Option<(Vec<u8>, i32)> {
+/// The slots a waiting job needs to start, from its job row (as jobq._take_keys reads them).
+struct OwnKeys {
+    while_key: Option<Vec<u8>>,
+    concurrency: Option<(Vec<u8>, i32)>,
+}
+
+/// The slots the job of `row` needs, when slots are all it needs; None when it has a rate key
+/// or gives up an until_executing key (jobq._take_keys does those).
+unsafe fn own_keys(live: pg_sys::Relation, l: &Layout, row: pg_sys::HeapTuple) -> Option<OwnKeys> {
     let desc = (*live).rd_att;
     let get = |c: usize| {
         let mut null = false;
         let d = pg_sys::heap_getattr(row, (c + 1) as i32, desc, &mut null);
         (!null).then_some(d)
     };
-    if get(l.unique_strategy).is_some_and(|d| text(d) == b"until_executing") {
+    if get(l.rate_key).is_some() {
         return None;
     }
-    Some((text(get(l.concurrency_key)?).to_vec(), get(l.concurrency_limit)?.value() as i32))
+    let strategy = get(l.unique_strategy).map(|d| text(d));
+    if strategy == Some(b"until_executing") {
+        return None;
+    }
+    let while_key = if strategy == Some(b"while_executing") { Some(text(get(l.unique_key)?).to_vec()) } else { None };
+    let concurrency = match get(l.concurrency_key) {
+        Some(k) => Some((text(k).to_vec(), get(l.concurrency_limit)?.value() as i32)),
+        None => None,
+    };
+    Some(OwnKeys { while_key, concurrency })
+}
+
+/// What jobq._take_keys does for a job that needs only slots: its while_executing key's slot,
+/// then a slot of its concurrency key, then its ready row (at `tid`, which this call holds
+/// locked) deleted. Its concurrency slot (0: none); -2 or -1 (as _take_keys) when one is taken.
+unsafe fn take(s: &mut Slots, own: &OwnKeys, id: i64, ready: pg_sys::Relation, tid: &mut pg_sys::ItemPointerData, cid: pg_sys::CommandId) -> i32 {
+    let while_slot = match &own.while_key {
+        Some(k) => match s.choose(b'u', k, 1) {
+            Some(slot) => Some((k, slot)),
+            None => return -2,
+        },
+        None => None,
+    };
+    let slot = match &own.concurrency {
+        Some((k, limit)) => match s.choose(b'c', k, *limit) {
+            Some(slot) => Some((k, slot)),
+            None => return -1,
+        },
+        None => None,
+    };
+    if let Some((k, n)) = while_slot {
+        s.insert(b'u', k, n, id);
+    }
+    if let Some((k, n)) = slot {
+        s.insert(b'c', k, n, id);
+    }
+    let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+    // The row this call holds locked, as jobq._take_keys deletes it (with wait: only this
+    // transaction's own lock is there, nothing is awaited).
+    if pg_sys::heap_delete(ready, tid, cid, null_mut(), true, &mut tmfd, false) != pg_sys::TM_Result::TM_Ok {
+        error!("jobq: the ready row of job {id} was not found at its claim");
+    }
+    slot.map_or(0, |(_, n)| n)
 }
 
 /// Marks the job of `row`, whose ready row this transaction just deleted, executing under `worker`
@@ -579,9 +619,11 @@ unsafe fn layout(r: &Rels, desc: pg_sys::TupleDesc) -> Option<Layout> {
         run_at: jcol("run_at")?,
         started_at: jcol("started_at")?,
         concurrency_slot: jcol("concurrency_slot")?,
+        unique_key: jcol("unique_key")?,
         unique_strategy: jcol("unique_strategy")?,
         concurrency_key: jcol("concurrency_key")?,
         concurrency_limit: jcol("concurrency_limit")?,
+        rate_key: jcol("rate_key")?,
         out,
         n_out,
     };

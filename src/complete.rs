@@ -189,14 +189,23 @@ unsafe fn claim_end(
     if let (Ok(queue), Some(at)) = (std::str::from_utf8(&queue), ts(finished_at)) {
         tally(queue, "completed", started_at.and_then(ts), at);
     }
-    if nulls[cols.unique_key] && !nulls[cols.concurrency_key] && !nulls[cols.concurrency_slot] {
-        // A concurrency slot alone (the common keyed job): given back here (src/slots.rs), and
-        // one waiting checkout of the queue rung at commit, as jobq._release_keys does.
+    // Slots alone (a concurrency slot, a while_executing key's): given back here
+    // (src/slots.rs), and as many waiting checkouts of the queue rung at commit, as
+    // jobq._release_keys does. Other unique keys are released by it.
+    let while_key = (!nulls[cols.unique_key] && !nulls[cols.unique_strategy] && text(values[cols.unique_strategy]) == b"while_executing")
+        .then(|| text(values[cols.unique_key]));
+    let slot = (!nulls[cols.concurrency_key] && !nulls[cols.concurrency_slot]).then(|| (text(values[cols.concurrency_key]), values[cols.concurrency_slot].value() as i32));
+    if (nulls[cols.unique_key] || while_key.is_some()) && (while_key.is_some() || slot.is_some()) {
         if let Some(mut slots) = Slots::open() {
-            let slot = values[cols.concurrency_slot].value() as i32;
-            slots.release(b'c', text(values[cols.concurrency_key]), slot, job, snapshot);
+            if let Some((key, n)) = slot {
+                slots.release(b'c', key, n, job, snapshot);
+            }
+            if let Some(key) = while_key {
+                slots.release(b'u', key, 1, job, snapshot);
+            }
             slots.close();
-            wake_at_commit(std::str::from_utf8(&queue).ok(), i64::MIN, 1);
+            let freed = slot.is_some() as i64 + while_key.is_some() as i64;
+            wake_at_commit(std::str::from_utf8(&queue).ok(), i64::MIN, freed);
             return Some(());
         }
     }

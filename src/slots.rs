@@ -12,7 +12,10 @@
 //! The take never waits, as the SQL's: the slots of the key are read once with a dirty snapshot
 //! (committed rows, and rows other transactions are inserting or deleting, all count as held);
 //! of the others, from the highest down, the first whose advisory lock is free is looked at
-//! again under that lock (a taker that held it may have committed its row since) and taken.
+//! again under that lock (a taker that held it may have committed its row since) and chosen;
+//! a job inserts its slots' rows once it has chosen every slot it needs, so a job that cannot
+//! start leaves no row to take back (the advisory locks stay to the end of the transaction,
+//! as the SQL's do).
 //! Where the SQL gives up for this call when a row committed since its snapshot holds the slot
 //! it chose, this looks at the next lower one: either way a key never has more rows than
 //! numbers, which is the guarantee.
@@ -72,32 +75,32 @@ impl Slots {
         pg_sys::table_close(self.rel, pg_sys::NoLock as i32);
     }
 
-    /// Takes the highest free slot of `key` (namespace `ns`) numbered 1..=`limit` for `job`;
-    /// None when none is free now (module comment).
-    pub unsafe fn take(&mut self, ns: u8, key: &[u8], limit: i32, job: i64) -> Option<i32> {
+    /// Chooses the highest free slot of `key` (namespace `ns`) numbered 1..=`limit` and holds
+    /// its advisory lock (module comment); None when none is free now. `insert` takes it.
+    pub unsafe fn choose(&self, ns: u8, key: &[u8], limit: i32) -> Option<i32> {
         let k = text_datum(key);
         let mut dirty: pg_sys::SnapshotData = std::mem::zeroed();
         dirty.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
         let mut held = Vec::new();
         self.each(&mut dirty, ns, k, None, |t, _| held.push(self.slot_of(t)));
-        for s in (1..=limit).rev() {
+        (1..=limit).rev().find(|&s| {
             if held.contains(&s) || !lock(ns, s, key) {
-                continue;
+                return false;
             }
             let mut taken = false;
             self.each(&mut dirty, ns, k, Some(s), |_, _| taken = true);
-            if taken {
-                continue;
-            }
-            let mut values = [pg_sys::Datum::from(ns as usize), k, pg_sys::Datum::from(s), pg_sys::Datum::from(job)];
-            let mut nulls = [false; 4];
-            let t = pg_sys::heap_form_tuple((*self.rel).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
-            pg_sys::heap_insert(self.rel, t, pg_sys::GetCurrentCommandId(true), 0, null_mut());
-            let rel = self.rel;
-            self.entries.get_or_insert_with(|| IndexEntries::open(rel, None)).add(t, false);
-            return Some(s);
-        }
-        None
+            !taken
+        })
+    }
+
+    /// Takes slot `slot` of `key` for `job`: its row, with its index entries.
+    pub unsafe fn insert(&mut self, ns: u8, key: &[u8], slot: i32, job: i64) {
+        let mut values = [pg_sys::Datum::from(ns as usize), text_datum(key), pg_sys::Datum::from(slot), pg_sys::Datum::from(job)];
+        let mut nulls = [false; 4];
+        let t = pg_sys::heap_form_tuple((*self.rel).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
+        pg_sys::heap_insert(self.rel, t, pg_sys::GetCurrentCommandId(true), 0, null_mut());
+        let rel = self.rel;
+        self.entries.get_or_insert_with(|| IndexEntries::open(rel, None)).add(t, false);
     }
 
     /// Gives back slot `slot` of `key` held by `job`: deletes its row, seen in `snapshot`,

@@ -203,7 +203,7 @@ fn counting_calls(c: &mut Client, sql: &str, w: Uuid, helpers: &[&str]) -> (Vec<
 }
 
 #[test]
-fn a_concurrency_key_alone_is_taken_and_given_back_without_the_sql() {
+fn slots_alone_are_taken_and_given_back_without_the_sql() {
     let (_, _, mut c) = db();
     let w = register(&mut c);
     let ids: Vec<i64> = (0..3)
@@ -234,6 +234,31 @@ fn a_concurrency_key_alone_is_taken_and_given_back_without_the_sql() {
     let (got, calls) = counting_calls(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)", w, &helpers);
     assert_eq!((got, calls), (vec![ids[2]], vec![0, 0, 0]));
     assert_eq!(slots(&mut c), [(1, ids[1]), (2, ids[2])]);
+    // A while_executing key with a concurrency key (limit 5) in queue 'w': one job of the
+    // key runs at a time; both of its slots are given back at completion.
+    let w_ids: Vec<i64> = (0..2)
+        .map(|_| {
+            c.query_one("SELECT jobq_enqueue('w', unique_key => 'u', unique_strategy => 'while_executing', concurrency_key => 'wk', concurrency_limit => 5)", &[])
+                .unwrap()
+                .get(0)
+        })
+        .collect();
+    let held = |c: &mut Client| -> Vec<(String, String, i32, i64)> {
+        c.query("SELECT ns::text, key, slot, job_id FROM jobq.slots WHERE key IN ('u', 'wk') ORDER BY ns, key", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect()
+    };
+    let (got, calls) = counting_calls(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['w'], 10)", w, &helpers);
+    assert_eq!((got, calls), (vec![w_ids[0]], vec![0, 0, 0]));
+    assert_eq!(held(&mut c), [("c".into(), "wk".into(), 5, w_ids[0]), ("u".into(), "u".into(), 1, w_ids[0])]);
+    let (done, calls) = counting_calls(&mut c, &format!("SELECT jobq_complete({}, $1)::int::bigint", w_ids[0]), w, &helpers);
+    assert_eq!((done, calls), (vec![1], vec![0, 0, 0]));
+    assert_eq!(held(&mut c), []);
+    let (got, calls) = counting_calls(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['w'], 10)", w, &helpers);
+    assert_eq!((got, calls), (vec![w_ids[1]], vec![0, 0, 0]));
+    assert_eq!(held(&mut c), [("c".into(), "wk".into(), 5, w_ids[1]), ("u".into(), "u".into(), 1, w_ids[1])]);
     assert_job_tables_consistent(&mut c);
 }
 

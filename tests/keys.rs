@@ -628,6 +628,11 @@ fn while_executing_jobs_never_overlap_repeatable_read() {
     while_executing_never_overlaps(Iso::RepeatableRead);
 }
 
+#[test]
+fn while_executing_jobs_never_overlap_with_both_checkout_paths_side_by_side() {
+    while_executing_never_overlaps(Iso::Mixed);
+}
+
 fn concurrency_limit_holds(iso: Iso) {
     let (cluster, name, mut c) = db();
     c.execute("SELECT jobq_enqueue('c', concurrency_key => 'ck', concurrency_limit => 3) FROM generate_series(1, 60)", &[]).unwrap();
