@@ -8,7 +8,7 @@
 # No network, no pgbench, no flush waits: what the server's CPU does per job, which is what
 # bounds jobs/s once both cores are busy (16 and 64 clients; README, Performance).
 #
-#   bench/instructions.sh [--rows "baseline jobq jobq_ckey statements layout"]
+#   bench/instructions.sh [--rows "baseline jobq jobq_any jobq_ckey statements layout"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
 #                                   10 % above bench/results/instructions-reference, a CPU regression of
 #                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
@@ -17,6 +17,7 @@
 # Rows:
 #   baseline       the hand-written queue's UPDATE ... SKIP LOCKED and DELETE
 #   jobq           jobq_checkout(worker, ARRAY['bench']) and jobq_complete(id, worker)
+#   jobq_any       the same with jobq_checkout(worker, NULL): a worker of every queue (ready_any)
 #   jobq_ckey      the same for jobs with a concurrency key (100 keys of limit 5, queue 'keyed'):
 #                  the keyed claim and the slot's release (the performance issue's keyed goal)
 #   statements     the job's two steps as plain statements, issued directly, as the SQL does them
@@ -32,7 +33,7 @@
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS="baseline jobq jobq_ckey statements layout"; CHECK=0
+ROWS="baseline jobq jobq_any jobq_ckey statements layout"; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -72,8 +73,8 @@ script() {
     baseline)
       echo "PREPARE ck AS UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id = (SELECT id FROM baseline_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id;"
       echo "PREPARE cm(bigint) AS DELETE FROM baseline_jobs WHERE id = \$1;" ;;
-    jobq|jobq_ckey)
-      echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', ARRAY['$(queue "$row")']) j;"
+    jobq|jobq_any|jobq_ckey)
+      echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', $(queues "$row")) j;"
       echo "PREPARE cm(bigint) AS SELECT jobq_complete(\$1, '$W');" ;;
     statements)
       # jobq_checkout's fast path and jobq_complete's statements for a job without keys, as
@@ -87,7 +88,9 @@ script() {
   esac
   for k in $(seq $(($(first "$row") + 1)) $(($(first "$row") + n))); do echo "EXECUTE ck;"; echo "EXECUTE cm($k);"; done
 }
-queue() { if [ "$1" = jobq_ckey ]; then echo keyed; else echo bench; fi; }
+# The queues a row's checkout names (jobq_any: every queue, whose first jobs in claim order are
+# those of 'bench', enqueued first).
+queues() { case $1 in jobq_ckey) echo "ARRAY['keyed']" ;; jobq_any) echo "NULL" ;; *) echo "ARRAY['bench']" ;; esac; }
 first() { if [ "$1" = jobq_ckey ]; then echo 2000; else echo 0; fi; }  # the id before the row's first job
 
 # count ROW N: instructions of a single-user backend that runs N jobs of ROW from the snapshot.

@@ -6,25 +6,28 @@
 //! table and index access methods, as src/complete.rs does for completion:
 //!
 //! - the worker judged by one lookup (src/liveness.rs), and no queue or kind paused at all;
-//! - `ready_by_queue` walked from the claim floor (src/floors.rs) in claim order, with the
-//!   scan keys the SQL's index condition has: `queue = $1`, `(priority, run_at, id) >= floor`
-//!   (a row comparison) and `run_at <= now`;
+//! - for one queue, `ready_by_queue` walked from the queue's claim floor (src/floors.rs) in
+//!   claim order, with the scan keys the SQL's index condition has: `queue = $1`,
+//!   `(priority, run_at, id) >= floor` (a row comparison) and `run_at <= now`; for every queue
+//!   (NULL) or several, `ready_any` from the floor of all queues with the last two, each row's
+//!   queue tested against the names, as the SQL's statement for several queues does;
 //! - each plain job's ready row deleted with `heap_delete` without waiting: a row another
 //!   transaction holds is passed over, as `FOR UPDATE SKIP LOCKED` passes it over, and deleting
 //!   it at once writes no lock record before the delete (the SQL locks, then deletes: one WAL
 //!   record more per job);
 //! - a keyed job's ready row (a concurrency key, a rate key, a `while_executing` or
 //!   `until_executing` unique key) locked without waiting, then what the job needs to start
-//!   taken by `jobq._take_keys` (SQL, through a kept plan), which deletes the row; a job that
-//!   cannot start stays locked and later jobs of its key are passed over for the rest of the
-//!   call, exactly as the SQL's general path does;
+//!   taken: its slots (a concurrency key's, a `while_executing` key's) by src/slots.rs, a rate
+//!   start or an `until_executing` key by `jobq._take_keys` (SQL, through a kept plan); the
+//!   row then deleted; a job that cannot start stays locked and later jobs of its key are
+//!   passed over for the rest of the call, exactly as the SQL's general path does;
 //! - the job row marked executing with `heap_update` and the index entries the update needs
 //!   (none when it is a HOT update), the counter noted, the row returned.
 //!
 //! `jobq_checkout` (src/sql/checkout.sql) calls this first, then asks `jobq._checkout_rest()`
 //! what is left for `jobq._checkout`, the SQL that serves every case. Left whole, before
-//! anything was changed here: a NULL or out-of-range argument, `wait`, any number of queues
-//! but one, REPEATABLE READ or SERIALIZABLE, a read-only transaction, a worker that is not
+//! anything was changed here: a NULL worker, a NULL or out-of-range `max_jobs`, `wait`, an
+//! empty array of queues or a NULL name in it, REPEATABLE READ or SERIALIZABLE, a read-only transaction, a worker that is not
 //! registered, alive and the caller's (the SQL says why: JQ001, 42501), a pause of any queue
 //! or kind, triggers on the tables, tables or an index whose columns are not the ones named
 //! here. Left in part, when the walk meets a ready row changed since this call's snapshot (a
@@ -48,11 +51,13 @@ use std::ptr::null_mut;
 #[derive(Copy, Clone)]
 struct Layout {
     ready: pg_sys::Oid,
-    index: pg_sys::Oid,
     live: pg_sys::Oid,
     result: pg_sys::Oid,
     // jobq.ready, 1-based
-    r_id: i32,
+    r_queue: i16,
+    r_priority: i16,
+    r_run_at: i16,
+    r_id: i16,
     r_keyed: i32,
     r_ckey: i32,
     r_climit: i32,
@@ -105,24 +110,43 @@ pub unsafe extern "C-unwind" fn jobq_checkout_fast(fcinfo: pg_sys::FunctionCallI
     REST.set(None);
     let arg = |n: usize| (!pgrx::fcinfo::pg_arg_is_null(fcinfo, n)).then(|| pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n));
     let max_jobs = arg(2).map(|d| d.value() as i32);
-    if let (Some(worker), Some(queues), Some(max), None) = (arg(0), arg(1), max_jobs, arg(3)) {
+    if let (Some(worker), queues, Some(max), None) = (arg(0), arg(1), max_jobs, arg(3)) {
         if (1..=10_000).contains(&max) {
-            let got = one_queue(queues).and_then(|queue| fast(worker, queue, max, store, desc));
+            let got = which_queues(queues).and_then(|queues| fast(worker, &queues, max, store, desc));
             REST.set(got.map(|(n, rest)| if rest { max - n } else { 0 }));
         }
     }
     pg_sys::Datum::from(0usize)
 }
 
-/// The one queue of `queues`; None for none, several, or a NULL one.
-unsafe fn one_queue(queues: pg_sys::Datum) -> Option<pg_sys::Datum> {
+/// The queues a checkout asks for.
+enum Queues {
+    /// One queue: `ready_by_queue` walked from its floor.
+    One(pg_sys::Datum),
+    /// Every queue (`queues` NULL), or those named: `ready_any` walked from the floor of all
+    /// queues, each row's queue tested, as the SQL's statement for several queues does.
+    Any,
+    Some(Vec<Vec<u8>>),
+}
+
+/// What `queues` asks for; None (the SQL serves) for an empty array, one of several
+/// dimensions, or a NULL element.
+unsafe fn which_queues(queues: Option<pg_sys::Datum>) -> Option<Queues> {
+    let Some(queues) = queues else { return Some(Queues::Any) };
     let a = pg_sys::pg_detoast_datum(queues.cast_mut_ptr()) as *mut pg_sys::ArrayType;
     if (*a).ndim != 1 {
         return None;
     }
     let (mut elems, mut nulls, mut n) = (null_mut(), null_mut(), 0);
     pg_sys::deconstruct_array(a, pg_sys::TEXTOID, -1, false, pg_sys::TYPALIGN_INT as _, &mut elems, &mut nulls, &mut n);
-    (n == 1 && !*nulls).then(|| *elems)
+    let n = n as usize;
+    if n == 0 || (0..n).any(|i| *nulls.add(i)) {
+        return None;
+    }
+    if n == 1 {
+        return Some(Queues::One(*elems));
+    }
+    Some(Queues::Some((0..n).map(|i| text(*elems.add(i)).to_vec()).collect()))
 }
 
 #[pg_schema]
@@ -148,7 +172,7 @@ struct Rels {
 /// having changed nothing, when it is not one (module comment).
 unsafe fn fast(
     worker: pg_sys::Datum,
-    queue: pg_sys::Datum,
+    queues: &Queues,
     max: i32,
     store: *mut pg_sys::Tuplestorestate,
     desc: pg_sys::TupleDesc,
@@ -160,7 +184,8 @@ unsafe fn fast(
     }
     let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
     let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
-    let ids = [relid(c"ready"), relid(c"ready_by_queue"), relid(c"live_jobs"), relid(c"workers"), relid(c"pauses")];
+    let index = if let Queues::One(_) = queues { c"ready_by_queue" } else { c"ready_any" };
+    let ids = [relid(c"ready"), relid(index), relid(c"live_jobs"), relid(c"workers"), relid(c"pauses")];
     if ids.contains(&pg_sys::InvalidOid) {
         return None;
     }
@@ -176,7 +201,7 @@ unsafe fn fast(
         workers: pg_sys::table_open(ids[3], share),
         pauses: pg_sys::table_open(ids[4], share),
     };
-    let got = claim(&r, worker, queue, max, store, desc);
+    let got = claim(&r, worker, queues, max, store, desc);
     // The locks stay until the end of the transaction, as the executor's do.
     let no = pg_sys::NoLock as i32;
     pg_sys::table_close(r.pauses, no);
@@ -194,7 +219,7 @@ unsafe fn fast(
 unsafe fn claim(
     r: &Rels,
     worker: pg_sys::Datum,
-    queue: pg_sys::Datum,
+    queues: &Queues,
     max: i32,
     store: *mut pg_sys::Tuplestorestate,
     desc: pg_sys::TupleDesc,
@@ -216,22 +241,33 @@ unsafe fn claim(
     if paused {
         return None;
     }
-    let name = std::str::from_utf8(text(queue)).ok()?.to_owned();
     let now = pg_sys::GetCurrentTimestamp();
 
-    // The walk: ready_by_queue (queue, priority, run_at, id), queue = $1 AND (priority, run_at,
-    // id) >= the floor AND run_at <= now, in index order.
-    let (fp, fr, fi) = crate::floors::floor((*r.ready).rd_id, Some(&name));
+    // The walk, in claim order from the floor: for one queue, ready_by_queue (queue, priority,
+    // run_at, id) with queue = $1 AND (priority, run_at, id) >= its floor AND run_at <= now;
+    // otherwise ready_any (priority, run_at, id) with (priority, run_at, id) >= the floor of
+    // all queues AND run_at <= now, each row's queue tested below. The SQL's index conditions.
+    let (one, first) = match queues {
+        Queues::One(q) => (Some((*q, std::str::from_utf8(text(*q)).ok()?.to_owned())), 2i16),
+        _ => (None, 1i16),
+    };
+    let want: &[i16] = if one.is_some() { &[l.r_queue, l.r_priority, l.r_run_at, l.r_id] } else { &[l.r_priority, l.r_run_at, l.r_id] };
+    let ix = (*r.index).rd_index;
+    let n_cols = want.len();
+    if (*ix).indrelid != (*r.ready).rd_id || (*ix).indnkeyatts as usize != n_cols || (*ix).indkey.values.as_slice(n_cols) != want || !(*r.index).rd_indexprs.is_null() {
+        return None;
+    }
+    let (fp, fr, fi) = crate::floors::floor((*r.ready).rd_id, one.as_ref().map(|(_, name)| name.as_str()));
     let ge = pg_sys::BTGreaterEqualStrategyNumber as u16;
     let mut row: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
     let member = pg_sys::SK_ROW_MEMBER as i32;
     let oid = pg_sys::Oid::from;
-    pg_sys::ScanKeyEntryInitialize(&mut row[0], member, 2, ge, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_BTINT4CMP), pg_sys::Datum::from(fp));
-    pg_sys::ScanKeyEntryInitialize(&mut row[1], member, 3, ge, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_CMP), pg_sys::Datum::from(fr));
+    pg_sys::ScanKeyEntryInitialize(&mut row[0], member, first, ge, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_BTINT4CMP), pg_sys::Datum::from(fp));
+    pg_sys::ScanKeyEntryInitialize(&mut row[1], member, first + 1, ge, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_CMP), pg_sys::Datum::from(fr));
     pg_sys::ScanKeyEntryInitialize(
         &mut row[2],
         member | pg_sys::SK_ROW_END as i32,
-        4,
+        first + 2,
         ge,
         pg_sys::INT8OID,
         pg_sys::InvalidOid,
@@ -239,27 +275,32 @@ unsafe fn claim(
         pg_sys::Datum::from(fi),
     );
     let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
-    let collation = *(*r.index).rd_indcollation;
-    pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::TEXTOID, collation, oid(pg_sys::F_TEXTEQ), queue);
-    keys[1].sk_flags = pg_sys::SK_ROW_HEADER as i32;
-    keys[1].sk_attno = 2;
-    keys[1].sk_strategy = ge;
-    keys[1].sk_argument = pg_sys::Datum::from(row.as_mut_ptr());
+    let mut nkeys = 0;
+    if let Some((q, _)) = one {
+        let collation = *(*r.index).rd_indcollation;
+        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::TEXTOID, collation, oid(pg_sys::F_TEXTEQ), q);
+        nkeys = 1;
+    }
+    keys[nkeys].sk_flags = pg_sys::SK_ROW_HEADER as i32;
+    keys[nkeys].sk_attno = first;
+    keys[nkeys].sk_strategy = ge;
+    keys[nkeys].sk_argument = pg_sys::Datum::from(row.as_mut_ptr());
     pg_sys::ScanKeyEntryInitialize(
-        &mut keys[2],
+        &mut keys[nkeys + 1],
         0,
-        3,
+        first + 1,
         pg_sys::BTLessEqualStrategyNumber as u16,
         pg_sys::TIMESTAMPTZOID,
         pg_sys::InvalidOid,
         oid(pg_sys::F_TIMESTAMPTZ_LE),
         pg_sys::Datum::from(now),
     );
+    nkeys += 2;
     #[cfg(not(feature = "pg18"))]
-    let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, 3, 0);
+    let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, nkeys as i32, 0);
     #[cfg(feature = "pg18")]
-    let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, null_mut(), 3, 0);
-    pg_sys::index_rescan(scan, keys.as_mut_ptr(), 3, null_mut(), 0);
+    let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, null_mut(), nkeys as i32, 0);
+    pg_sys::index_rescan(scan, keys.as_mut_ptr(), nkeys as i32, null_mut(), 0);
     let slot = pg_sys::table_slot_create(r.ready, null_mut());
     let mut writer: Option<Writer> = None;
     let mut blocked = Blocked::default();
@@ -273,7 +314,13 @@ unsafe fn claim(
             let d = pg_sys::heap_getattr(t, attno, rdesc, &mut null);
             (!null).then_some(d)
         };
-        let id = get(l.r_id).unwrap_or_else(|| error!("jobq: a ready row without a job id")).value() as i64;
+        if let Queues::Some(names) = queues {
+            let queue = get(l.r_queue as i32).unwrap_or_else(|| error!("jobq: a ready row without a queue"));
+            if !names.iter().any(|n| n.as_slice() == text(queue)) {
+                continue;
+            }
+        }
+        let id = get(l.r_id as i32).unwrap_or_else(|| error!("jobq: a ready row without a job id")).value() as i64;
         let mut tid = (*slot).tts_tid;
         // The SQL's statements see what this call did so far (a slot it took).
         let cid = pg_sys::GetCurrentCommandId(true);
@@ -571,21 +618,15 @@ impl Writer {
     }
 }
 
-/// The layout, once per backend and set of tables; None when a table, the index or the
-/// result type is not what the fast path names (then the SQL serves).
+/// The layout, once per backend and set of tables; None when a table or the result type is not
+/// what the fast path names (then the SQL serves). The index's columns are checked per call.
 unsafe fn layout(r: &Rels, desc: pg_sys::TupleDesc) -> Option<Layout> {
-    let key = ((*r.ready).rd_id, (*r.index).rd_id, (*r.live).rd_id, (*desc).tdtypeid);
-    if let Some(l) = LAYOUT.get().filter(|l| (l.ready, l.index, l.live, l.result) == key) {
+    let key = ((*r.ready).rd_id, (*r.live).rd_id, (*desc).tdtypeid);
+    if let Some(l) = LAYOUT.get().filter(|l| (l.ready, l.live, l.result) == key) {
         return Some(l);
     }
     let (rd, jd) = ((*r.ready).rd_att, (*r.live).rd_att);
     let rcol = |name| column(rd, name).map(|i| (i + 1) as i16);
-    // ready_by_queue is (queue, priority, run_at, id) of jobq.ready.
-    let ix = (*r.index).rd_index;
-    let want = [rcol("queue")?, rcol("priority")?, rcol("run_at")?, rcol("id")?];
-    if (*ix).indrelid != (*r.ready).rd_id || (*ix).indnkeyatts != 4 || (*ix).indkey.values.as_slice(4) != want || !(*r.index).rd_indexprs.is_null() {
-        return None;
-    }
     let jcol = |name| column(jd, name);
     let n_out = (*desc).natts as usize;
     let mut out = [0u8; 32];
@@ -602,10 +643,12 @@ unsafe fn layout(r: &Rels, desc: pg_sys::TupleDesc) -> Option<Layout> {
     }
     let l = Layout {
         ready: key.0,
-        index: key.1,
-        live: key.2,
-        result: key.3,
-        r_id: rcol("id")? as i32,
+        live: key.1,
+        result: key.2,
+        r_queue: rcol("queue")?,
+        r_priority: rcol("priority")?,
+        r_run_at: rcol("run_at")?,
+        r_id: rcol("id")?,
         r_keyed: rcol("keyed")? as i32,
         r_ckey: rcol("concurrency_key")? as i32,
         r_climit: rcol("concurrency_limit")? as i32,

@@ -263,6 +263,54 @@ fn slots_alone_are_taken_and_given_back_without_the_sql() {
 }
 
 #[test]
+fn several_queues_and_every_queue_are_claimed_as_the_sql_claims_them() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // The same jobs in queues a, b, c (the fast path) and x, y, z (the SQL, REPEATABLE READ):
+    // claim order runs across queues by priority, then run_at, then id; a job not yet due and
+    // the third queue's jobs stay; a keyed job starts with its slot.
+    let jobs = [
+        ("a", ""),
+        ("b", ", priority => -1"),
+        ("c", ", priority => -2"),
+        ("a", ", run_at => now() + interval '1 hour'"),
+        ("b", ", concurrency_key => 'k@', concurrency_limit => 1"),
+        ("a", ", priority => 1"),
+        ("c", ""),
+    ];
+    let mut enqueued: Vec<Vec<i64>> = Vec::new();
+    for (tag, queues) in [("f", ["a", "b", "c"]), ("s", ["x", "y", "z"])] {
+        let ids = jobs
+            .iter()
+            .map(|(q, extra)| {
+                let q = queues[(q.as_bytes()[0] - b'a') as usize];
+                c.query_one(&format!("SELECT jobq_enqueue('{q}'{})", extra.replace('@', tag)), &[]).unwrap().get(0)
+            })
+            .collect();
+        enqueued.push(ids);
+    }
+    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['a', 'b', 'b'], 10");
+    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['x', 'y', 'y'], 10");
+    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
+    let order = [1, 0, 4, 5];
+    assert_eq!(ids(&fast), order.map(|i| enqueued[0][i]));
+    assert_eq!(ids(&sql), order.map(|i| enqueued[1][i]));
+    for i in order {
+        let (a, b) = (claimed(&mut c, enqueued[0][i]), claimed(&mut c, enqueued[1][i]));
+        let b = b.to_string().replace("ks", "kf").parse::<Value>().unwrap();
+        assert!(a == b, "jobs {} and {} were left differently: {a:.300} against {b:.300}", enqueued[0][i], enqueued[1][i]);
+    }
+    assert_job_tables_consistent(&mut c);
+    // Every queue (NULL): the fast path takes what is left and due, c's and z's jobs, in
+    // claim order across both sets.
+    let (all, sql) = checkout_in(&mut c, "READ COMMITTED", w, "NULL, 10");
+    assert!(!sql, "the fast path served a checkout of every queue");
+    assert_eq!(ids(&all), [enqueued[0][2], enqueued[1][2], enqueued[0][6], enqueued[1][6]]);
+    assert_job_tables_consistent(&mut c);
+    assert_indexes_agree(&mut c, w, &enqueued.concat());
+}
+
+#[test]
 fn a_waiting_row_held_by_another_transaction_is_passed_over_without_waiting() {
     let (cluster, db_name, mut c) = db();
     let w = register(&mut c);
@@ -285,7 +333,10 @@ fn what_the_fast_path_does_not_serve_goes_to_the_sql_with_its_answers() {
     let (cluster, db_name, mut c) = db();
     let w = register(&mut c);
     let enqueue = |c: &mut Client, q: &str| -> i64 { c.query_one("SELECT jobq_enqueue($1)", &[&q]).unwrap().get(0) };
-    for call in ["NULL", "ARRAY['q', 'other']", "ARRAY['q'], 1, '5 seconds'"] {
+    // An empty array (nothing to claim), a NULL queue name, `wait`.
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "'{}'::text[]");
+    assert_eq!((ids(&rows), sql), (vec![], true));
+    for call in ["ARRAY['q', NULL]", "ARRAY['q'], 1, '5 seconds'"] {
         let id = enqueue(&mut c, "q");
         let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, call);
         assert_eq!((ids(&rows), sql), (vec![id], true), "jobq_checkout($1, {call})");
