@@ -5,7 +5,9 @@
 //! touches (README, Performance, CPU per job). So the common checkout is done here against the
 //! table and index access methods, as src/complete.rs does for completion:
 //!
-//! - the worker judged by one lookup (src/liveness.rs), and no queue or kind paused at all;
+//! - the worker judged by one lookup (src/liveness.rs), and the pauses (jobq.pauses, usually
+//!   empty) read once: a waiting job of a paused queue or kind is passed over, as the SQL's
+//!   condition passes it over;
 //! - for one queue, `ready_by_queue` walked from the queue's claim floor (src/floors.rs) in
 //!   claim order, with the scan keys the SQL's index condition has: `queue = $1`,
 //!   `(priority, run_at, id) >= floor` (a row comparison) and `run_at <= now`; for every queue
@@ -27,10 +29,10 @@
 //! `jobq_checkout` (src/sql/checkout.sql) calls this first, then asks `jobq._checkout_rest()`
 //! what is left for `jobq._checkout`, the SQL that serves every case. Left whole, before
 //! anything was changed here: a NULL worker, a NULL or out-of-range `max_jobs`, `wait`, an
-//! empty array of queues or a NULL name in it, REPEATABLE READ or SERIALIZABLE, a read-only transaction, a worker that is not
-//! registered, alive and the caller's (the SQL says why: JQ001, 42501), a pause of any queue
-//! or kind, triggers on the tables, tables or an index whose columns are not the ones named
-//! here. Left in part, when the walk meets a ready row changed since this call's snapshot (a
+//! empty array of queues or a NULL name in it, REPEATABLE READ or SERIALIZABLE, a read-only
+//! transaction, a worker that is not registered, alive and the caller's (the SQL says why:
+//! JQ001, 42501), triggers on the tables, tables or an index whose columns are not the ones
+//! named here. Left in part, when the walk meets a ready row changed since this call's snapshot (a
 //! `replace` moved it; the SQL looks at its newest version, as READ COMMITTED does): the jobs
 //! claimed here stay claimed, and the SQL looks for the others past them (they are this
 //! transaction's deletes). The fast path and the SQL are two copies of one operation;
@@ -58,6 +60,7 @@ struct Layout {
     r_priority: i16,
     r_run_at: i16,
     r_id: i16,
+    r_kind: i32,
     r_keyed: i32,
     r_ckey: i32,
     r_climit: i32,
@@ -232,15 +235,7 @@ unsafe fn claim(
     if usable(r.workers, worker, snapshot, true) != Some(true) {
         return None;
     }
-    let paused = {
-        let scan = pg_sys::systable_beginscan(r.pauses, pg_sys::InvalidOid, false, snapshot, 0, null_mut());
-        let any = !pg_sys::systable_getnext(scan).is_null();
-        pg_sys::systable_endscan(scan);
-        any
-    };
-    if paused {
-        return None;
-    }
+    let pauses = Pauses::read(r.pauses, snapshot)?;
     let now = pg_sys::GetCurrentTimestamp();
 
     // The walk, in claim order from the floor: for one queue, ready_by_queue (queue, priority,
@@ -319,6 +314,9 @@ unsafe fn claim(
             if !names.iter().any(|n| n.as_slice() == text(queue)) {
                 continue;
             }
+        }
+        if !pauses.0.is_empty() && pauses.hold(get(l.r_queue as i32).map(|d| text(d)), get(l.r_kind).map(|d| text(d))) {
+            continue;
         }
         let id = get(l.r_id as i32).unwrap_or_else(|| error!("jobq: a ready row without a job id")).value() as i64;
         let mut tid = (*slot).tts_tid;
@@ -547,6 +545,43 @@ unsafe fn start(
     pg_sys::tuplestore_putvalues(store, desc, out_v.as_mut_ptr(), out_n.as_mut_ptr());
 }
 
+/// The rows of jobq.pauses (queue, kind), read once per call: usually none.
+struct Pauses(Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>);
+
+impl Pauses {
+    /// None when jobq.pauses lacks its text columns queue and kind (then the SQL serves).
+    unsafe fn read(pauses: pg_sys::Relation, snapshot: pg_sys::Snapshot) -> Option<Pauses> {
+        let desc = (*pauses).rd_att;
+        let col = |name| column(desc, name).filter(|&i| (*tupdesc_attr(desc, i)).atttypid == pg_sys::TEXTOID);
+        let (queue, kind) = (col("queue")? as i32 + 1, col("kind")? as i32 + 1);
+        let mut rows = Vec::new();
+        let scan = pg_sys::systable_beginscan(pauses, pg_sys::InvalidOid, false, snapshot, 0, null_mut());
+        loop {
+            let t = pg_sys::systable_getnext(scan);
+            if t.is_null() {
+                break;
+            }
+            let get = |attno| {
+                let mut null = false;
+                let d = pg_sys::heap_getattr(t, attno, desc, &mut null);
+                (!null).then(|| text(d).to_vec())
+            };
+            rows.push((get(queue), get(kind)));
+        }
+        pg_sys::systable_endscan(scan);
+        Some(Pauses(rows))
+    }
+
+    /// Whether a waiting job of `queue` and `kind` is paused, as the SQL's condition says: a
+    /// pause of its queue (of every kind, or of its kind), or of its kind in every queue.
+    fn hold(&self, queue: Option<&[u8]>, kind: Option<&[u8]>) -> bool {
+        self.0.iter().any(|(q, k)| match q {
+            Some(q) => Some(q.as_slice()) == queue && (k.is_none() || (kind.is_some() && k.as_deref() == kind)),
+            None => kind.is_some() && k.as_deref() == kind,
+        })
+    }
+}
+
 /// The keys of a keyed waiting job, as its ready row has them.
 struct Keys {
     concurrency: Option<(Vec<u8>, i32)>,
@@ -649,6 +684,7 @@ unsafe fn layout(r: &Rels, desc: pg_sys::TupleDesc) -> Option<Layout> {
         r_priority: rcol("priority")?,
         r_run_at: rcol("run_at")?,
         r_id: rcol("id")?,
+        r_kind: rcol("kind")? as i32,
         r_keyed: rcol("keyed")? as i32,
         r_ckey: rcol("concurrency_key")? as i32,
         r_climit: rcol("concurrency_limit")? as i32,

@@ -311,6 +311,45 @@ fn several_queues_and_every_queue_are_claimed_as_the_sql_claims_them() {
 }
 
 #[test]
+fn paused_queues_and_kinds_are_passed_over_as_the_sql_passes_them() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // Two sets of queues with the same pauses: a queue paused (a / x), one kind paused in one
+    // queue (K in b / y), one kind paused in every queue (G); jobs of every kind in each.
+    for (q1, q2) in [("a", "b"), ("x", "y")] {
+        c.query_one(&format!("SELECT jobq_pause('{q1}')"), &[]).unwrap();
+        c.query_one(&format!("SELECT jobq_pause('{q2}', 'K')"), &[]).unwrap();
+    }
+    c.query_one("SELECT jobq_pause(NULL, 'G')", &[]).unwrap();
+    let jobs = [("a", "NULL"), ("a", "'K'"), ("b", "'K'"), ("b", "NULL"), ("b", "'G'"), ("c", "'G'"), ("c", "'K'"), ("c", "NULL"), ("b", "'H'")];
+    let mut enqueued: Vec<Vec<i64>> = Vec::new();
+    for queues in [["a", "b", "c"], ["x", "y", "z"]] {
+        let ids = jobs
+            .iter()
+            .map(|(q, kind)| {
+                let q = queues[(q.as_bytes()[0] - b'a') as usize];
+                c.query_one(&format!("SELECT jobq_enqueue('{q}', kind => {kind})"), &[]).unwrap().get(0)
+            })
+            .collect();
+        enqueued.push(ids);
+    }
+    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['a', 'b', 'c'], 20");
+    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['x', 'y', 'z'], 20");
+    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
+    // Started: b's unkinded and H jobs, c's K and unkinded jobs.
+    let started = [3, 6, 7, 8];
+    assert_eq!(ids(&fast), started.map(|i| enqueued[0][i]));
+    assert_eq!(ids(&sql), started.map(|i| enqueued[1][i]));
+    // One queue, paused or not: the same rule.
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['a'], 20");
+    assert_eq!((ids(&rows), sql), (vec![], false));
+    c.query_one("SELECT jobq_resume('a')", &[]).unwrap();
+    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['a'], 20");
+    assert_eq!((ids(&rows), sql), (vec![enqueued[0][0], enqueued[0][1]], false));
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
 fn a_waiting_row_held_by_another_transaction_is_passed_over_without_waiting() {
     let (cluster, db_name, mut c) = db();
     let w = register(&mut c);
@@ -341,12 +380,6 @@ fn what_the_fast_path_does_not_serve_goes_to_the_sql_with_its_answers() {
         let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, call);
         assert_eq!((ids(&rows), sql), (vec![id], true), "jobq_checkout($1, {call})");
     }
-    // A pause of another queue: the SQL serves (and claims from the queue not paused).
-    c.query_one("SELECT jobq_pause('other')", &[]).unwrap();
-    let id = enqueue(&mut c, "q");
-    let (rows, sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q']");
-    assert_eq!((ids(&rows), sql), (vec![id], true));
-    c.query_one("SELECT jobq_resume('other')", &[]).unwrap();
     // The SQL's errors reach the client with their own SQLSTATEs: a worker that does not
     // exist (JQ001), another role's worker (42501), bad input (22004, 22023), a read-only
     // transaction (25006); and nothing was claimed.
