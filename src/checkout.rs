@@ -545,8 +545,14 @@ unsafe fn start(
     pg_sys::tuplestore_putvalues(store, desc, out_v.as_mut_ptr(), out_n.as_mut_ptr());
 }
 
-/// The rows of jobq.pauses (queue, kind), read once per call: usually none.
-struct Pauses(Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>);
+/// The rows of jobq.pauses, read once per call: usually none.
+struct Pauses(Vec<Pause>);
+
+/// A pause: of a queue (every kind, or one kind), or of a kind in every queue (queue None).
+struct Pause {
+    queue: Option<Vec<u8>>,
+    kind: Option<Vec<u8>>,
+}
 
 impl Pauses {
     /// None when jobq.pauses lacks its text columns queue and kind (then the SQL serves).
@@ -566,7 +572,7 @@ impl Pauses {
                 let d = pg_sys::heap_getattr(t, attno, desc, &mut null);
                 (!null).then(|| text(d).to_vec())
             };
-            rows.push((get(queue), get(kind)));
+            rows.push(Pause { queue: get(queue), kind: get(kind) });
         }
         pg_sys::systable_endscan(scan);
         Some(Pauses(rows))
@@ -575,9 +581,9 @@ impl Pauses {
     /// Whether a waiting job of `queue` and `kind` is paused, as the SQL's condition says: a
     /// pause of its queue (of every kind, or of its kind), or of its kind in every queue.
     fn hold(&self, queue: Option<&[u8]>, kind: Option<&[u8]>) -> bool {
-        self.0.iter().any(|(q, k)| match q {
-            Some(q) => Some(q.as_slice()) == queue && (k.is_none() || (kind.is_some() && k.as_deref() == kind)),
-            None => kind.is_some() && k.as_deref() == kind,
+        self.0.iter().any(|p| match &p.queue {
+            Some(q) => Some(q.as_slice()) == queue && (p.kind.is_none() || (kind.is_some() && p.kind.as_deref() == kind)),
+            None => kind.is_some() && p.kind.as_deref() == kind,
         })
     }
 }
