@@ -154,6 +154,16 @@ def main():
         for t in threads:
             t.start()
         rels = ", ".join(f"'{t}'::regclass" for t in sql["tables"])
+
+        def checkpoint_buffers():
+            # Buffers written by checkpoints so far (PostgreSQL 15/16: pg_stat_bgwriter; 17+:
+            # pg_stat_checkpointer): a window in which it grew had a checkpoint writing.
+            try:
+                return mon.execute("SELECT buffers_checkpoint FROM pg_stat_bgwriter").fetchone()[0]
+            except psycopg.errors.UndefinedColumn:
+                return mon.execute("SELECT buffers_written FROM pg_stat_checkpointer").fetchone()[0]
+
+        ckpt = checkpoint_buffers()
         for k in range(5, total + 1, 5):
             time.sleep(max(0, start + k - time.monotonic()))
             now = time.monotonic()
@@ -167,9 +177,10 @@ def main():
                 f"FROM unnest(ARRAY[{rels}]) r"
             ).fetchone()
             phase = "clean" if k <= a.clean else "pressure" if k <= a.clean + a.pressure else "after"
+            before, ckpt = ckpt, checkpoint_buffers()
             print(json.dumps({"t": k, "phase": phase, "jobs_per_s": n / 5, "checkout_p99_ms": p99,
                               "hot_mb": float(size), "dead_tuples": int(dead),
-                              "empty_checkouts": empty}), flush=True)
+                              "empty_checkouts": empty, "checkpoint_buffers": ckpt - before}), flush=True)
         stop.set()
         for t in threads:
             t.join()
