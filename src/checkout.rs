@@ -40,7 +40,7 @@
 use crate::counters::jobq::tally;
 use crate::kept::kept;
 use crate::liveness::usable;
-use crate::rows::{column, fetch, text, tupdesc_attr, IndexEntries};
+use crate::rows::{attr, column, fetch, text, tupdesc_attr, IndexEntries};
 use crate::slots::Slots;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
@@ -304,18 +304,14 @@ unsafe fn claim(
     while n < max && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
         let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
         let rdesc = (*r.ready).rd_att;
-        let get = |attno: i32| {
-            let mut null = false;
-            let d = pg_sys::heap_getattr(t, attno, rdesc, &mut null);
-            (!null).then_some(d)
-        };
+        let get = |attno: i32| attr(t, rdesc, attno);
+        let queue = || text(get(l.r_queue as i32).unwrap_or_else(|| error!("jobq: a ready row without a queue")));
         if let Queues::Some(names) = queues {
-            let queue = get(l.r_queue as i32).unwrap_or_else(|| error!("jobq: a ready row without a queue"));
-            if !names.iter().any(|n| n.as_slice() == text(queue)) {
+            if !names.iter().any(|n| n.as_slice() == queue()) {
                 continue;
             }
         }
-        if !pauses.0.is_empty() && pauses.hold(get(l.r_queue as i32).map(|d| text(d)), get(l.r_kind).map(|d| text(d))) {
+        if !pauses.0.is_empty() && pauses.hold(queue(), get(l.r_kind).map(|d| text(d))) {
             continue;
         }
         let id = get(l.r_id as i32).unwrap_or_else(|| error!("jobq: a ready row without a job id")).value() as i64;
@@ -420,11 +416,7 @@ struct OwnKeys {
 /// or gives up an until_executing key (jobq._take_keys does those).
 unsafe fn own_keys(live: pg_sys::Relation, l: &Layout, row: pg_sys::HeapTuple) -> Option<OwnKeys> {
     let desc = (*live).rd_att;
-    let get = |c: usize| {
-        let mut null = false;
-        let d = pg_sys::heap_getattr(row, (c + 1) as i32, desc, &mut null);
-        (!null).then_some(d)
-    };
+    let get = |c: usize| attr(row, desc, (c + 1) as i32);
     if get(l.rate_key).is_some() {
         return None;
     }
@@ -567,11 +559,7 @@ impl Pauses {
             if t.is_null() {
                 break;
             }
-            let get = |attno| {
-                let mut null = false;
-                let d = pg_sys::heap_getattr(t, attno, desc, &mut null);
-                (!null).then(|| text(d).to_vec())
-            };
+            let get = |attno| attr(t, desc, attno).map(|d| text(d).to_vec());
             rows.push(Pause { queue: get(queue), kind: get(kind) });
         }
         pg_sys::systable_endscan(scan);
@@ -580,9 +568,9 @@ impl Pauses {
 
     /// Whether a waiting job of `queue` and `kind` is paused, as the SQL's condition says: a
     /// pause of its queue (of every kind, or of its kind), or of its kind in every queue.
-    fn hold(&self, queue: Option<&[u8]>, kind: Option<&[u8]>) -> bool {
+    fn hold(&self, queue: &[u8], kind: Option<&[u8]>) -> bool {
         self.0.iter().any(|p| match &p.queue {
-            Some(q) => Some(q.as_slice()) == queue && (p.kind.is_none() || (kind.is_some() && p.kind.as_deref() == kind)),
+            Some(q) => q.as_slice() == queue && (p.kind.is_none() || (kind.is_some() && p.kind.as_deref() == kind)),
             None => kind.is_some() && p.kind.as_deref() == kind,
         })
     }

@@ -63,11 +63,7 @@ pub(crate) unsafe fn usable(workers: pg_sys::Relation, worker: pg_sys::Datum, sn
     let Some(t) = crate::rows::fetch(workers, col("id")? as i16, pg_sys::F_UUID_EQ, worker, snapshot) else {
         return Some(false);
     };
-    let get = |attno: i32| {
-        let mut null = false;
-        let d = pg_sys::heap_getattr(t, attno, desc, &mut null);
-        (!null).then_some(d)
-    };
+    let get = |attno: i32| crate::rows::attr(t, desc, attno);
     if alive {
         let ts = |d: Option<pg_sys::Datum>| d.and_then(|d| TimestampWithTimeZone::try_from(d.value() as i64).ok());
         let (hb, pid, start) = (col("heartbeat_at")?, col("backend_pid")?, col("backend_start")?);

@@ -27,6 +27,13 @@ pub unsafe fn fetch(
     copy
 }
 
+/// Attribute `attno` (1-based) of tuple `t` described by `desc`; None when it is NULL.
+pub unsafe fn attr(t: pg_sys::HeapTuple, desc: pg_sys::TupleDesc, attno: i32) -> Option<pg_sys::Datum> {
+    let mut null = false;
+    let d = pg_sys::heap_getattr(t, attno, desc, &mut null);
+    (!null).then_some(d)
+}
+
 /// Inserting the index entries of new row versions of one table as the executor does them
 /// (unique checks, partial and summarizing indexes), for one call's inserts or updates.
 pub struct IndexEntries {

@@ -19,7 +19,7 @@
 //! Where the SQL gives up for this call when a row committed since its snapshot holds the slot
 //! it chose, this looks at the next lower one: either way a key never has more rows than
 //! numbers, which is the guarantee.
-use crate::rows::{column, tupdesc_attr, IndexEntries};
+use crate::rows::{attr, column, tupdesc_attr, IndexEntries};
 use pgrx::pg_sys;
 use std::ffi::c_char;
 use std::ptr::null_mut;
@@ -82,7 +82,7 @@ impl Slots {
         let mut dirty: pg_sys::SnapshotData = std::mem::zeroed();
         dirty.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
         let mut held = Vec::new();
-        self.each(&mut dirty, ns, k, None, |t, _| held.push(self.slot_of(t)));
+        self.each(&mut dirty, ns, k, None, |t, _| held.extend(attr(t, (*self.rel).rd_att, 3).map(|s| s.value() as i32)));
         (1..=limit).rev().find(|&s| {
             if held.contains(&s) || !lock(ns, s, key) {
                 return false;
@@ -108,9 +108,7 @@ impl Slots {
     pub unsafe fn release(&mut self, ns: u8, key: &[u8], slot: i32, job: i64, snapshot: pg_sys::Snapshot) -> bool {
         let mut row = None;
         self.each(snapshot, ns, text_datum(key), Some(slot), |t, tid| {
-            let mut null = false;
-            let j = pg_sys::heap_getattr(t, 4, (*self.rel).rd_att, &mut null);
-            if !null && j.value() as i64 == job {
+            if attr(t, (*self.rel).rd_att, 4).is_some_and(|j| j.value() as i64 == job) {
                 row = Some(tid);
             }
         });
@@ -120,10 +118,6 @@ impl Slots {
         pg_sys::heap_delete(self.rel, &mut tid, cid, null_mut(), true, &mut tmfd, false) == pg_sys::TM_Result::TM_Ok
     }
 
-    unsafe fn slot_of(&self, t: pg_sys::HeapTuple) -> i32 {
-        let mut null = false;
-        pg_sys::heap_getattr(t, 3, (*self.rel).rd_att, &mut null).value() as i32
-    }
 
     /// Each row of (ns, key[, slot]) visible in `snapshot`, through the primary key.
     unsafe fn each(
