@@ -262,6 +262,23 @@ fn slots_alone_are_taken_and_given_back_without_the_sql() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// Enqueues `jobs` (queue a, b or c; the rest of the call, '@' standing for the set's tag)
+/// twice: in queues a, b, c with tag "f" (for the fast path), then in x, y, z with tag "s" (for
+/// the SQL). The two sets' ids.
+fn enqueue_in_two_sets(c: &mut Client, jobs: &[(&str, &str)]) -> Vec<Vec<i64>> {
+    [("f", ["a", "b", "c"]), ("s", ["x", "y", "z"])]
+        .iter()
+        .map(|(tag, queues)| {
+            jobs.iter()
+                .map(|(q, extra)| {
+                    let q = queues[(q.as_bytes()[0] - b'a') as usize];
+                    c.query_one(&format!("SELECT jobq_enqueue('{q}'{})", extra.replace('@', tag)), &[]).unwrap().get(0)
+                })
+                .collect()
+        })
+        .collect()
+}
+
 #[test]
 fn several_queues_and_every_queue_are_claimed_as_the_sql_claims_them() {
     let (_, _, mut c) = db();
@@ -278,17 +295,7 @@ fn several_queues_and_every_queue_are_claimed_as_the_sql_claims_them() {
         ("a", ", priority => 1"),
         ("c", ""),
     ];
-    let mut enqueued: Vec<Vec<i64>> = Vec::new();
-    for (tag, queues) in [("f", ["a", "b", "c"]), ("s", ["x", "y", "z"])] {
-        let ids = jobs
-            .iter()
-            .map(|(q, extra)| {
-                let q = queues[(q.as_bytes()[0] - b'a') as usize];
-                c.query_one(&format!("SELECT jobq_enqueue('{q}'{})", extra.replace('@', tag)), &[]).unwrap().get(0)
-            })
-            .collect();
-        enqueued.push(ids);
-    }
+    let enqueued = enqueue_in_two_sets(&mut c, &jobs);
     let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['a', 'b', 'b'], 10");
     let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['x', 'y', 'y'], 10");
     assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
@@ -321,18 +328,18 @@ fn paused_queues_and_kinds_are_passed_over_as_the_sql_passes_them() {
         c.query_one(&format!("SELECT jobq_pause('{q2}', 'K')"), &[]).unwrap();
     }
     c.query_one("SELECT jobq_pause(NULL, 'G')", &[]).unwrap();
-    let jobs = [("a", "NULL"), ("a", "'K'"), ("b", "'K'"), ("b", "NULL"), ("b", "'G'"), ("c", "'G'"), ("c", "'K'"), ("c", "NULL"), ("b", "'H'")];
-    let mut enqueued: Vec<Vec<i64>> = Vec::new();
-    for queues in [["a", "b", "c"], ["x", "y", "z"]] {
-        let ids = jobs
-            .iter()
-            .map(|(q, kind)| {
-                let q = queues[(q.as_bytes()[0] - b'a') as usize];
-                c.query_one(&format!("SELECT jobq_enqueue('{q}', kind => {kind})"), &[]).unwrap().get(0)
-            })
-            .collect();
-        enqueued.push(ids);
-    }
+    let jobs = [
+        ("a", ""),
+        ("a", ", kind => 'K'"),
+        ("b", ", kind => 'K'"),
+        ("b", ""),
+        ("b", ", kind => 'G'"),
+        ("c", ", kind => 'G'"),
+        ("c", ", kind => 'K'"),
+        ("c", ""),
+        ("b", ", kind => 'H'"),
+    ];
+    let enqueued = enqueue_in_two_sets(&mut c, &jobs);
     let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['a', 'b', 'c'], 20");
     let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['x', 'y', 'z'], 20");
     assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
