@@ -9,10 +9,11 @@
 //!   empty) read once: a waiting job of a paused queue or kind is passed over, as the SQL's
 //!   condition passes it over;
 //! - for one queue, `ready_by_queue` walked from the queue's claim floor (src/floors.rs) in
-//!   claim order, with the scan keys the SQL's index condition has: `queue = $1`,
-//!   `(priority, run_at, id) >= floor` (a row comparison) and `run_at <= now`; for every queue
-//!   (NULL) or several, `ready_any` from the floor of all queues with the last two, each row's
-//!   queue tested against the names, as the SQL's statement for several queues does;
+//!   claim order, with the scan keys the SQL's index condition has: `queue_hash =
+//!   hashtext($1)`, `(priority, run_at, id) >= floor` (a row comparison) and `run_at <= now`,
+//!   each row's queue tested (two queues may share a hash); for every queue (NULL) or several,
+//!   `ready_any` from the floor of all queues with the last two, each row's queue tested
+//!   against the names, as the SQL's statement for several queues does;
 //! - each plain job's ready row deleted with `heap_delete` without waiting: a row another
 //!   transaction holds is passed over, as `FOR UPDATE SKIP LOCKED` passes it over, and deleting
 //!   it at once writes no lock record before the delete (the SQL locks, then deletes: one WAL
@@ -57,6 +58,7 @@ struct Layout {
     result: pg_sys::Oid,
     // jobq.ready, 1-based
     r_queue: i16,
+    r_queue_hash: i16,
     r_priority: i16,
     r_run_at: i16,
     r_id: i16,
@@ -238,15 +240,16 @@ unsafe fn claim(
     let pauses = Pauses::read(r.pauses, snapshot)?;
     let now = pg_sys::GetCurrentTimestamp();
 
-    // The walk, in claim order from the floor: for one queue, ready_by_queue (queue, priority,
-    // run_at, id) with queue = $1 AND (priority, run_at, id) >= its floor AND run_at <= now;
+    // The walk, in claim order from the floor: for one queue, ready_by_queue (queue_hash,
+    // priority, run_at, id) with queue_hash = hashtext($1) AND (priority, run_at, id) >= its
+    // floor AND run_at <= now, each row's queue tested below;
     // otherwise ready_any (priority, run_at, id) with (priority, run_at, id) >= the floor of
     // all queues AND run_at <= now, each row's queue tested below. The SQL's index conditions.
     let (one, first) = match queues {
         Queues::One(q) => (Some((*q, std::str::from_utf8(text(*q)).ok()?.to_owned())), 2i16),
         _ => (None, 1i16),
     };
-    let want: &[i16] = if one.is_some() { &[l.r_queue, l.r_priority, l.r_run_at, l.r_id] } else { &[l.r_priority, l.r_run_at, l.r_id] };
+    let want: &[i16] = if one.is_some() { &[l.r_queue_hash, l.r_priority, l.r_run_at, l.r_id] } else { &[l.r_priority, l.r_run_at, l.r_id] };
     let ix = (*r.index).rd_index;
     let n_cols = want.len();
     if (*ix).indrelid != (*r.ready).rd_id || (*ix).indnkeyatts as usize != n_cols || (*ix).indkey.values.as_slice(n_cols) != want || !(*r.index).rd_indexprs.is_null() {
@@ -271,9 +274,9 @@ unsafe fn claim(
     );
     let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
     let mut nkeys = 0;
-    if let Some((q, _)) = one {
-        let collation = *(*r.index).rd_indcollation;
-        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::TEXTOID, collation, oid(pg_sys::F_TEXTEQ), q);
+    if let Some((q, _)) = &one {
+        let hash = crate::rows::hashtext(*q);
+        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), hash);
         nkeys = 1;
     }
     keys[nkeys].sk_flags = pg_sys::SK_ROW_HEADER as i32;
@@ -306,10 +309,14 @@ unsafe fn claim(
         let rdesc = (*r.ready).rd_att;
         let get = |attno: i32| attr(t, rdesc, attno);
         let queue = || text(get(l.r_queue as i32).unwrap_or_else(|| error!("jobq: a ready row without a queue")));
-        if let Queues::Some(names) = queues {
-            if !names.iter().any(|n| n.as_slice() == queue()) {
-                continue;
-            }
+        // One queue: a row of another queue with the same hash is not ours.
+        let ours = match (&one, queues) {
+            (Some((_, name)), _) => name.as_bytes() == queue(),
+            (None, Queues::Some(names)) => names.iter().any(|n| n.as_slice() == queue()),
+            _ => true,
+        };
+        if !ours {
+            continue;
         }
         if !pauses.0.is_empty() && pauses.hold(queue(), get(l.r_kind).map(|d| text(d))) {
             continue;
@@ -675,6 +682,7 @@ unsafe fn layout(r: &Rels, desc: pg_sys::TupleDesc) -> Option<Layout> {
         live: key.1,
         result: key.2,
         r_queue: rcol("queue")?,
+        r_queue_hash: rcol("queue_hash")?,
         r_priority: rcol("priority")?,
         r_run_at: rcol("run_at")?,
         r_id: rcol("id")?,

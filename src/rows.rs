@@ -122,3 +122,15 @@ pub unsafe fn text<'a>(d: pg_sys::Datum) -> &'a [u8] {
     let len = pgrx::varlena::varsize_any_exhdr(t);
     std::slice::from_raw_parts(pgrx::varlena::vardata_any(t) as *const u8, len)
 }
+
+/// hashtext(t) under the database's default collation, as SQL's `hashtext(text)` computes it
+/// (the advisory locks of src/slots.rs, jobq.ready's `queue_hash`).
+pub unsafe fn hashtext(t: pg_sys::Datum) -> pg_sys::Datum {
+    unsafe extern "C-unwind" {
+        // The SQL function itself (pgrx's binding wraps it in a Rust function, which the
+        // function manager cannot call).
+        #[link_name = "hashtext"]
+        fn sql_hashtext(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+    }
+    pg_sys::DirectFunctionCall1Coll(Some(sql_hashtext), pg_sys::DEFAULT_COLLATION_OID, t)
+}

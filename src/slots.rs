@@ -156,9 +156,8 @@ impl Slots {
 }
 
 unsafe extern "C-unwind" {
-    // The SQL functions themselves (pgrx's bindings wrap them in Rust functions, which the
+    // The SQL function itself (pgrx's binding wraps it in a Rust function, which the
     // function manager cannot call).
-    fn hashtext(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
     fn pg_try_advisory_xact_lock_int4(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
 }
 
@@ -172,7 +171,7 @@ unsafe fn text_datum(bytes: &[u8]) -> pg_sys::Datum {
 unsafe fn lock(ns: u8, slot: i32, key: &[u8]) -> bool {
     let mut name = format!("{}{}:", ns as char, slot).into_bytes();
     name.extend_from_slice(key);
-    let hash = pg_sys::DirectFunctionCall1Coll(Some(hashtext), pg_sys::DEFAULT_COLLATION_OID, text_datum(&name));
+    let hash = crate::rows::hashtext(text_datum(&name));
     let got = pg_sys::DirectFunctionCall2Coll(
         Some(pg_try_advisory_xact_lock_int4),
         pg_sys::InvalidOid,

@@ -60,7 +60,7 @@ fn assert_indexes_agree(c: &mut Client, w: Uuid, jobs: &[i64]) {
         for id in jobs {
             by_id.extend(col(&mut t, "SELECT id FROM jobq.live_jobs WHERE id = $1", &[id]));
         }
-        let waiting = col(&mut t, "SELECT id FROM jobq.ready WHERE queue = 'q' ORDER BY queue, priority, run_at, id", &[]);
+        let waiting = col(&mut t, "SELECT id FROM jobq.ready WHERE queue_hash = hashtext('q') AND queue = 'q' ORDER BY queue_hash, priority, run_at, id", &[]);
         t.rollback().unwrap();
         (executing, by_id, waiting)
     };
@@ -315,6 +315,38 @@ fn several_queues_and_every_queue_are_claimed_as_the_sql_claims_them() {
     assert_eq!(ids(&all), [enqueued[0][2], enqueued[1][2], enqueued[0][6], enqueued[1][6]]);
     assert_job_tables_consistent(&mut c);
     assert_indexes_agree(&mut c, w, &enqueued.concat());
+}
+
+/// Two queues whose names have the same hashtext, ready_by_queue's leading column
+/// (src/sql/schema.sql, jobq.ready): their waiting jobs sit in one run of the index,
+/// interleaved, and a checkout of either, in the fast path or in the SQL, takes only its own,
+/// in claim order; a cancel finds a waiting job of either (jobq._lock_ready).
+#[test]
+fn queues_that_share_a_hash_are_kept_apart() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let (a, b) = ("q22137", "q190411");
+    let same: bool = c.query_one("SELECT hashtext($1) = hashtext($2)", &[&a, &b]).unwrap().get(0);
+    assert!(same, "{a} and {b} no longer share a hash: choose two names that do");
+    // Interleaved in claim order: each queue's jobs alternate with the other's.
+    let mut jobs: Vec<(String, i64)> = Vec::new();
+    for i in 0..12 {
+        let q = if i % 2 == 0 { a } else { b };
+        let id: i64 = c.query_one("SELECT jobq_enqueue($1, '{}', priority => $2)", &[&q, &(i / 4)]).unwrap().get(0);
+        jobs.push((q.to_owned(), id));
+    }
+    let of = |q: &str| -> Vec<i64> { jobs.iter().filter(|(x, _)| x == q).map(|&(_, id)| id).collect() };
+    let cancelled: String = c.query_one("SELECT jobq_cancel($1)", &[&of(b)[0]]).unwrap().get(0);
+    assert_eq!(cancelled, "cancelled");
+    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, &format!("ARRAY['{a}'], 4"));
+    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, &format!("ARRAY['{b}'], 4"));
+    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
+    assert_eq!(ids(&fast), of(a)[..4]);
+    assert_eq!(ids(&sql), of(b)[1..5]);
+    let (rest, _) = checkout_in(&mut c, "READ COMMITTED", w, &format!("ARRAY['{b}'], 10"));
+    assert_eq!(ids(&rest), of(b)[5..]);
+    assert_job_tables_consistent(&mut c);
+    assert_indexes_agree(&mut c, w, &jobs.iter().map(|&(_, id)| id).collect::<Vec<_>>());
 }
 
 #[test]

@@ -302,7 +302,7 @@ BEGIN
             WITH cand AS (
                 SELECT r.ctid AS rid, r.id, r.keyed
                   FROM jobq.ready r
-                 WHERE r.queue = v_queue AND r.run_at <= v_now
+                 WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.run_at <= v_now
                    AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
@@ -399,7 +399,7 @@ BEGIN
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
                            r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
-                     WHERE r.queue = v_queue AND r.run_at <= v_now
+                     WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.run_at <= v_now
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
