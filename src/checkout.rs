@@ -27,8 +27,8 @@
 //! - the job row marked executing with `heap_update` and the index entries the update needs
 //!   (none when it is a HOT update), the counter noted, the row returned.
 //!
-//! `jobq_checkout` (src/sql/checkout.sql) calls this first, then asks `jobq._checkout_rest()`
-//! what is left for `jobq._checkout`, the SQL that serves every case. Left whole, before
+//! `jobq_checkout` itself is this module's C function (src/sql/checkout.sql declares it); what
+//! it does not serve goes to `jobq._checkout`, the SQL that serves every case. Left whole, before
 //! anything was changed here: a NULL worker, a NULL or out-of-range `max_jobs`, `wait`, an
 //! empty array of queues or a NULL name in it, REPEATABLE READ or SERIALIZABLE, a read-only
 //! transaction, a worker that is not registered, alive and the caller's (the SQL says why:
@@ -89,39 +89,106 @@ struct Layout {
 
 thread_local! {
     static LAYOUT: Cell<Option<Layout>> = const { Cell::new(None) };
-    /// What the last call left to the SQL (`jobq._checkout_rest`).
-    static REST: Cell<Option<i32>> = const { Cell::new(None) };
 }
 
 #[no_mangle]
-pub extern "C" fn pg_finfo_jobq_checkout_fast() -> &'static pg_sys::Pg_finfo_record {
+pub extern "C" fn pg_finfo_jobq_checkout() -> &'static pg_sys::Pg_finfo_record {
     const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
     &V1
 }
 
-/// `jobq._checkout_fast(worker uuid, queues text[], max_jobs integer, wait interval)`, which
-/// `jobq_checkout` calls first (src/sql/checkout.sql). Its rows go to a tuplestore (a
-/// set-returning function in materialize mode); what is left for the SQL is then read with
-/// `jobq._checkout_rest()`.
+/// `jobq_checkout(worker uuid, queues text[], max_jobs integer, wait interval)` (declared in
+/// src/sql/checkout.sql: `SECURITY DEFINER`, its search_path pinned). A set-returning function
+/// in materialize mode: the jobs claimed here go to its tuplestore, then those `jobq._checkout`
+/// claims when it has to run (module comment).
 ///
-/// The SQL is called by `jobq_checkout` and not from here: an error it raises (JQ001 for a
-/// dead worker) would pass through Rust, where pgrx keeps only the SQLSTATEs it knows.
+/// Not `#[pg_guard]`, and nothing here owns anything: `jobq._checkout` is called through the
+/// function manager from this frame, outside any Rust code that catches errors, so that an
+/// error it raises (JQ001 for a dead worker, 42501, 22023, a cancel) reaches the client as it
+/// was raised. pgrx would turn the codes it does not know (JQ001) into XX000. The Rust work is
+/// in the two guarded calls around it.
 #[no_mangle]
+pub unsafe extern "C-unwind" fn jobq_checkout(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let sql = checkout_common(fcinfo);
+    if !sql.is_null() {
+        let call = (*(*sql).flinfo).fn_addr.expect("jobq: jobq._checkout has no address");
+        call(sql);
+        append_rows(fcinfo, sql);
+    }
+    pg_sys::Datum::from(0usize)
+}
+
+/// The common checkout, into the result's tuplestore; then the call of `jobq._checkout` that
+/// must follow, prepared (null when none must): the whole call when this was not a common
+/// checkout (nothing was done), or the jobs still wanted when the walk met a ready row changed
+/// since its snapshot.
 #[pg_guard]
-pub unsafe extern "C-unwind" fn jobq_checkout_fast(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+unsafe extern "C-unwind" fn checkout_common(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::FunctionCallInfo {
     pg_sys::InitMaterializedSRF(fcinfo, 0);
     let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
     let (store, desc) = ((*rsinfo).setResult, (*rsinfo).setDesc);
-    REST.set(None);
     let arg = |n: usize| (!pgrx::fcinfo::pg_arg_is_null(fcinfo, n)).then(|| pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n));
-    let max_jobs = arg(2).map(|d| d.value() as i32);
-    if let (Some(worker), queues, Some(max), None) = (arg(0), arg(1), max_jobs, arg(3)) {
+    let mut rest = None; // the SQL's max_jobs, wait: the whole call
+    if let (Some(worker), queues, Some(max), None) = (arg(0), arg(1), arg(2).map(|d| d.value() as i32), arg(3)) {
         if (1..=10_000).contains(&max) {
-            let got = which_queues(queues).and_then(|queues| fast(worker, &queues, max, store, desc));
-            REST.set(got.map(|(n, rest)| if rest { max - n } else { 0 }));
+            match which_queues(queues).and_then(|queues| fast(worker, &queues, max, store, desc)) {
+                Some((n, true)) if n < max => rest = Some(max - n),
+                Some(_) => return null_mut(),
+                None => {}
+            }
         }
     }
-    pg_sys::Datum::from(0usize)
+    // jobq._checkout(worker, queues, max_jobs, wait), with this call's arguments or, for the
+    // rest, (worker, queues, the jobs still wanted, NULL), as a set-returning function in
+    // materialize mode with a ReturnSetInfo of its own.
+    let oid = pg_sys::DirectFunctionCall1Coll(
+        Some(regprocedurein),
+        pg_sys::InvalidOid,
+        pg_sys::Datum::from(c"jobq._checkout(uuid, text[], integer, interval)".as_ptr()),
+    );
+    let flinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
+    pg_sys::fmgr_info(pg_sys::Oid::from(oid.value() as u32), flinfo);
+    let sql_rsinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::ReturnSetInfo>()) as *mut pg_sys::ReturnSetInfo;
+    (*sql_rsinfo).type_ = pg_sys::NodeTag::T_ReturnSetInfo;
+    (*sql_rsinfo).econtext = (*rsinfo).econtext;
+    (*sql_rsinfo).expectedDesc = (*rsinfo).expectedDesc;
+    (*sql_rsinfo).allowedModes = pg_sys::SetFunctionReturnMode::SFRM_Materialize as i32;
+    (*sql_rsinfo).returnMode = pg_sys::SetFunctionReturnMode::SFRM_ValuePerCall;
+    let nargs = 4;
+    let size = std::mem::size_of::<pg_sys::FunctionCallInfoBaseData>() + nargs * std::mem::size_of::<pg_sys::NullableDatum>();
+    let sql = pg_sys::palloc0(size) as pg_sys::FunctionCallInfo;
+    (*sql).flinfo = flinfo;
+    (*sql).resultinfo = sql_rsinfo as *mut pg_sys::Node;
+    (*sql).nargs = nargs as i16;
+    let (from, to) = ((*fcinfo).args.as_slice(nargs), (*sql).args.as_mut_slice(nargs));
+    to.copy_from_slice(from);
+    if let Some(left) = rest {
+        to[2] = pg_sys::NullableDatum { value: pg_sys::Datum::from(left), isnull: false };
+        to[3] = pg_sys::NullableDatum { value: pg_sys::Datum::from(0usize), isnull: true };
+    }
+    sql
+}
+
+unsafe extern "C-unwind" {
+    // The SQL function itself (pgrx's binding wraps it in a Rust function, which the function
+    // manager cannot call).
+    fn regprocedurein(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+}
+
+/// The rows `jobq._checkout` returned, after those of the common checkout.
+#[pg_guard]
+unsafe extern "C-unwind" fn append_rows(fcinfo: pg_sys::FunctionCallInfo, sql: pg_sys::FunctionCallInfo) {
+    let (ours, theirs) = ((*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo, (*sql).resultinfo as *mut pg_sys::ReturnSetInfo);
+    let got = (*theirs).setResult;
+    if got.is_null() {
+        return; // no rows
+    }
+    let slot = pg_sys::MakeSingleTupleTableSlot((*theirs).setDesc, &pg_sys::TTSOpsMinimalTuple);
+    while pg_sys::tuplestore_gettupleslot(got, true, false, slot) {
+        pg_sys::tuplestore_puttupleslot((*ours).setResult, slot);
+    }
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::tuplestore_end(got);
 }
 
 /// The queues a checkout asks for.
@@ -152,17 +219,6 @@ unsafe fn which_queues(queues: Option<pg_sys::Datum>) -> Option<Queues> {
         return Some(Queues::One(*elems));
     }
     Some(Queues::Some((0..n).map(|i| text(*elems.add(i)).to_vec()).collect()))
-}
-
-#[pg_schema]
-mod jobq {
-    /// What the last `jobq._checkout_fast` of this session left to the SQL: NULL, the whole
-    /// call (it was not a common checkout, and nothing was done); otherwise the number of jobs
-    /// still to look for (0: none).
-    #[pgrx::pg_extern(volatile, parallel_unsafe, name = "_checkout_rest")]
-    fn checkout_rest() -> Option<i32> {
-        super::REST.get()
-    }
 }
 
 struct Rels {

@@ -77,7 +77,7 @@ extension_sql_file!("sql/workers.sql", name = "workers", requires = [liveness::j
 extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers", counters::jobq::tally]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/rate_limits.sql", name = "rate_limits", requires = ["locks"]);
-extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["rate_limits", checkout::jobq::checkout_rest, waits::jobq::wait_begin, waits::jobq::wait, liveness::jobq::usable_worker]);
+extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["rate_limits", waits::jobq::wait_begin, waits::jobq::wait, liveness::jobq::usable_worker]);
 extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout", gucs::jobq::retention_ms]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
 extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause", schedules::jobq::cron_next, schedules::jobq::cron_latest]);

@@ -1,6 +1,6 @@
-//! jobq_checkout's two paths (src/checkout.rs): the common checkout done without a plan
-//! (`jobq._checkout_fast`), and the SQL (`jobq._checkout`) that serves every other case and
-//! the rest of a call that met a keyed job. Each test counts which path ran with
+//! jobq_checkout's two paths (src/checkout.rs): the common checkout done without a plan (the
+//! C function `jobq_checkout` itself), and the SQL (`jobq._checkout`) that serves every other
+//! case and the rest of a call that met a ready row changed since its snapshot. Each test counts which path ran with
 //! `track_functions` (a call of jobq._checkout is the SQL path), so that the fast path is
 //! proven to be taken where it should, to claim what the SQL claims and to leave the same rows.
 mod common;

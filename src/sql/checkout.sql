@@ -1,9 +1,9 @@
 -- Checkout: the hot path.
 --
--- Its common case (one queue, READ COMMITTED, a usable worker, no pause) runs in Rust without
--- a plan (src/checkout.rs, jobq._checkout_fast); jobq_checkout below calls it first and hands
--- every other case to jobq._checkout, the SQL that serves them all, described here. Both claim
--- the same jobs with the same rows, locks and keys (tests/checkout.rs).
+-- Its common case (READ COMMITTED, a usable worker, no wait) runs in Rust without a plan:
+-- jobq_checkout is a C function (src/checkout.rs), which hands every other case to
+-- jobq._checkout, the SQL that serves them all, described here. Both claim the same jobs with
+-- the same rows, locks and keys (tests/checkout.rs).
 --
 -- jobq._checkout: one statement per batch picks the first due, unpaused rows of jobq.ready in claim order
 -- through its index (no sort), locks them with FOR UPDATE SKIP LOCKED (never waiting for
@@ -200,30 +200,14 @@ END $$;
 
 -- jobq_checkout: the common checkout is done in Rust, without a plan (src/checkout.rs); every
 -- other case, and the rest of a call that met a ready row changed since its snapshot, by
--- jobq._checkout below, the SQL that serves them all. Both claim the same jobs with the same rows and locks. The SQL is
--- called from here, not from the Rust: its errors (JQ001) reach the client unchanged.
-CREATE FUNCTION jobq._checkout_fast(worker uuid, queues text[], max_jobs integer, wait interval)
-RETURNS SETOF jobq.job
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'jobq_checkout_fast';
-
+-- jobq._checkout below, the SQL that serves them all. Both claim the same jobs with the same
+-- rows and locks. The Rust calls the SQL through the function manager, outside the code that
+-- catches errors, so that its errors (JQ001) reach the client unchanged.
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
                               wait interval DEFAULT NULL)
 RETURNS SETOF jobq.job
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
-DECLARE
-    v_rest  integer;
-BEGIN
-    RETURN QUERY SELECT * FROM jobq._checkout_fast(worker, queues, max_jobs, wait);
-    v_rest := jobq._checkout_rest();
-    IF v_rest IS NULL THEN
-        -- Not a common checkout: nothing was done.
-        RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, wait);
-    ELSIF v_rest > 0 THEN
-        -- The walk met a ready row changed since its snapshot: the SQL looks at its newest
-        -- version and for the other jobs.
-        RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, v_rest, NULL);
-    END IF;
-END $$;
+LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS 'MODULE_PATHNAME', 'jobq_checkout';
 
 -- plan_cache_mode: PL/pgSQL keeps each statement's plan, but PostgreSQL re-plans a
 -- parameterised statement on every call when it estimates the generic plan dearer than
