@@ -340,37 +340,36 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::health::jobq::_last_pass
-CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
-	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"took_ms" double precision,  /* f64 */
-	"workers_reaped" INT,  /* i32 */
-	"jobs_requeued" INT,  /* i32 */
-	"jobs_dead" INT,  /* i32 */
-	"locks_released" INT,  /* i32 */
-	"jobs_pruned" INT,  /* i32 */
-	"error" TEXT  /* Option < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'last_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
 ) RETURNS void
-VOLATILE 
+STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -414,80 +413,49 @@ AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
 )
-STABLE PARALLEL SAFE 
+STRICT STABLE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
 ) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
+VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'caller_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -498,14 +466,6 @@ CREATE  FUNCTION jobq."_may_act_for"(
 STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -748,53 +708,56 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
 STRICT VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_take_tallies
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[]  /* Vec < i64 > */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1181,6 +1144,91 @@ BEGIN
                         FOR UPDATE OF x SKIP LOCKED);
     RETURN FOUND OR NOT EXISTS (SELECT 1 FROM jobq.rate_limits l WHERE l.key = _take_rate.key);
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1698,6 +1746,7 @@ DECLARE
     v_until  timestamptz;
     v_look   timestamptz;
     v_due    timestamptz;
+    v_hashes integer[] := ARRAY(SELECT hashtext(q) FROM unnest(queues) q);  -- ready_by_queue's keys
 BEGIN
     IF wait <= interval '0' OR wait > interval '1 hour' THEN
         RAISE EXCEPTION 'jobq: wait must be more than 0 and at most 1 hour, got %', wait USING ERRCODE = '22023';
@@ -1724,7 +1773,8 @@ BEGIN
             -- schedules an earlier one moves it). Read anew at each look: it costs a scan of
             -- these queues' waiting rows, which is small when nothing is available.
             SELECT min(r.run_at) INTO v_due FROM jobq.ready r
-             WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at > v_look;
+             WHERE (queues IS NULL OR (r.queue_hash = ANY (v_hashes) AND r.queue = ANY (queues)))
+               AND r.run_at > v_look;
             -- Nothing claimed: let go of whatever the look locked, and of the locks on the
             -- tables it read (held, they would block DDL on them for the whole wait).
             RAISE SQLSTATE 'JQ000';
@@ -1735,54 +1785,6 @@ BEGIN
         PERFORM jobq._wait(v_until, v_due);
     END LOOP;
 END $$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_histogram_add
-CREATE  FUNCTION jobq."_histogram_add"(
-	"a" bigint[], /* Vec < Option < i64 > > */
-	"b" bigint[] /* Vec < Option < i64 > > */
-) RETURNS bigint[] /* Vec < i64 > */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_bounds
-CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_take_tallies
-CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
-	"queue" TEXT,  /* String */
-	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
-	"enqueued" bigint,  /* i64 */
-	"started" bigint,  /* i64 */
-	"completed" bigint,  /* i64 */
-	"failed" bigint,  /* i64 */
-	"dead" bigint,  /* i64 */
-	"wait_ms" bigint[],  /* Vec < i64 > */
-	"run_ms" bigint[]  /* Vec < i64 > */
-)
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_quantile
-CREATE  FUNCTION jobq."histogram_quantile"(
-	"hist" bigint[], /* Vec < Option < i64 > > */
-	"q" double precision /* f64 */
-) RETURNS double precision /* Option < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -250,7 +250,8 @@ fn lowest_row(queue: Option<&str>, from: Key) -> Result<Option<Key>, ()> {
     Spi::connect(|c| {
         let t = c.select(
             "SELECT r.priority, r.run_at, r.id FROM jobq.ready r
-              WHERE ($1::text IS NULL OR r.queue = $1) AND (r.priority, r.run_at, r.id) >= ($2, $3, $4)
+              WHERE ($1::text IS NULL OR (r.queue_hash = hashtext($1) AND r.queue = $1))
+                AND (r.priority, r.run_at, r.id) >= ($2, $3, $4)
               ORDER BY r.priority, r.run_at, r.id LIMIT 1",
             None,
             &[queue.into(), from.0.into(), run_at.into(), from.2.into()],

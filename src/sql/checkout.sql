@@ -506,6 +506,7 @@ DECLARE
     v_until  timestamptz;
     v_look   timestamptz;
     v_due    timestamptz;
+    v_hashes integer[] := ARRAY(SELECT hashtext(q) FROM unnest(queues) q);  -- ready_by_queue's keys
 BEGIN
     IF wait <= interval '0' OR wait > interval '1 hour' THEN
         RAISE EXCEPTION 'jobq: wait must be more than 0 and at most 1 hour, got %', wait USING ERRCODE = '22023';
@@ -532,7 +533,8 @@ BEGIN
             -- schedules an earlier one moves it). Read anew at each look: it costs a scan of
             -- these queues' waiting rows, which is small when nothing is available.
             SELECT min(r.run_at) INTO v_due FROM jobq.ready r
-             WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at > v_look;
+             WHERE (queues IS NULL OR (r.queue_hash = ANY (v_hashes) AND r.queue = ANY (queues)))
+               AND r.run_at > v_look;
             -- Nothing claimed: let go of whatever the look locked, and of the locks on the
             -- tables it read (held, they would block DDL on them for the whole wait).
             RAISE SQLSTATE 'JQ000';
