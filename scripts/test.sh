@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: set-up, then for each PostgreSQL version
-# `cargo pgrx test pgNN`, which runs the #[pg_test] unit tests in src/ and every integration
-# test in tests/ (those start their own clusters, of the version under test). Everything runs
-# as root except PostgreSQL itself, which runs as `postgres`.
+# The whole test suite, from a fresh machine: set-up, the upgrade script's check and clippy,
+# then for each PostgreSQL version `cargo pgrx test pgNN`, which runs the #[pg_test] unit
+# tests in src/ and every integration test in tests/ (those start their own clusters, of the
+# version under test). Everything runs as root except PostgreSQL itself, which runs as
+# `postgres`.
 #   scripts/test.sh                        PostgreSQL 15, 17 and 18
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
 # After each version's suite, the scale-out tests (proxy/: jobq_proxy over three node clusters
@@ -16,6 +17,8 @@ export JOBQ_PG_VERSIONS=${JOBQ_PG_VERSIONS:-15 17 18}
 ./scripts/setup.sh
 # The upgrade script from 0.1.0 must be what src/ generates (scripts/upgrade-script.sh).
 ./scripts/upgrade-script.sh --check
+# No clippy warning anywhere in the workspace (PostgreSQL 15's build of each member).
+cargo clippy --workspace --all-targets -- -D warnings
 # cargo pgrx test initdb's as `postgres` under this directory, so postgres must own it; it
 # lives under /tmp so that postgres can reach it whatever the permissions above the clone.
 PGDATA_PARENT=/tmp/jobq-pgrx-test

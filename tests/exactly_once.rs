@@ -18,7 +18,7 @@ fn every_job_completes_exactly_once_under_16_concurrent_workers() {
     for q in 0..4 {
         c.execute(
             "SELECT jobq_enqueue_batch($1, ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, $2::int) g), priority => $3)",
-            &[&format!("q{q}"), &((JOBS / 4) as i32), &(q as i32 % 2)],
+            &[&format!("q{q}"), &((JOBS / 4) as i32), &(q % 2)],
         )
         .unwrap();
     }

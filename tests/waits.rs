@@ -16,9 +16,13 @@ use uuid::Uuid;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
+/// What a waiting checkout's thread returns: the ids it got (or the SQLSTATE it failed with)
+/// and how long the call took.
+type Waited = (Result<Vec<i64>, String>, Duration);
+
 /// A checkout with `wait` on its own connection and thread: sends its backend pid, then
-/// returns the ids it got (or the SQLSTATE it failed with) and how long the call took.
-fn waiter(url: String, worker: Uuid, queue: &str, wait: &str) -> (i32, thread::JoinHandle<(Result<Vec<i64>, String>, Duration)>) {
+/// returns what it got (`Waited`).
+fn waiter(url: String, worker: Uuid, queue: &str, wait: &str) -> (i32, thread::JoinHandle<Waited>) {
     let (tx, rx) = mpsc::channel();
     let (queue, wait) = (queue.to_string(), wait.to_string());
     let h = thread::spawn(move || {
