@@ -9,6 +9,7 @@ as_pg() { if [ "$(id -u)" = 0 ]; then sudo -u postgres "$@"; else "$@"; fi; }
 
 # init_cluster DIR PORT SYNC MAX_CONNECTIONS: a fresh cluster in DIR (one running there is
 # stopped first), jobq preloaded and serving database `bench`, synchronous_commit=SYNC, started.
+# BENCH_CONF, when set, is appended to postgresql.conf (experiments: BENCH_CONF="wal_compression = on").
 init_cluster() {
   as_pg "$PGBIN/pg_ctl" -D "$1" -m immediate stop >/dev/null 2>&1 || true
   rm -rf "$1"; install -d -o postgres -g postgres "$1"
@@ -22,6 +23,7 @@ shared_buffers = '1GB'
 synchronous_commit = $3
 shared_preload_libraries = 'jobq'
 jobq.database = 'bench'
+${BENCH_CONF:-}
 CONF
   as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1/server.log" -w start >/dev/null
 }

@@ -170,7 +170,13 @@ def main():
             except psycopg.errors.UndefinedColumn:
                 return mon.execute("SELECT buffers_written FROM pg_stat_checkpointer").fetchone()[0]
 
+        def wal():
+            # WAL written so far: bytes (the insert position) and full-page images (pg_stat_wal,
+            # which backends report at most once a second).
+            return mon.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn, wal_fpi FROM pg_stat_wal").fetchone()
+
         ckpt = checkpoint_buffers()
+        walpos = wal()
         for k in range(5, total + 1, 5):
             time.sleep(max(0, start + k - time.monotonic()))
             now = time.monotonic()
@@ -189,9 +195,12 @@ def main():
             ).fetchone()
             phase = "clean" if k <= a.clean else "pressure" if k <= a.clean + a.pressure else "after"
             before, ckpt = ckpt, checkpoint_buffers()
+            wal_before, walpos = walpos, wal()
             print(json.dumps({"t": k, "phase": phase, "jobs_per_s": n / 5, "checkout_p99_ms": p99,
                               "hot_mb": float(size), "dead_tuples": int(dead),
-                              "empty_checkouts": empty, "checkpoint_buffers": ckpt - before}), flush=True)
+                              "empty_checkouts": empty, "checkpoint_buffers": ckpt - before,
+                              "wal_mb": round(float(walpos[0] - wal_before[0]) / 1048576, 1),
+                              "wal_fpi": int(walpos[1] - wal_before[1])}), flush=True)
         stop.set()
         for t in threads:
             t.join()

@@ -45,14 +45,15 @@ for sc in $SCENARIOS; do
     python3 bench/pressure.py "$s" "$sc" "$DSN" --clean "$CLEAN" --pressure "$PRESSURE" --after "$AFTER" > "$RAW/$s-$sc.jsonl"
   done
 done
-python3 - "$RAW" "$CLEAN" "$PRESSURE" "$AFTER" "$SCENARIOS" "$SYSTEMS" "$(git rev-parse --short HEAD)" "$(machine)" > "$OUT" <<'PY'
+python3 - "$RAW" "$CLEAN" "$PRESSURE" "$AFTER" "$SCENARIOS" "$SYSTEMS" "$(git rev-parse --short HEAD)" "$(machine)" "${BENCH_CONF:-}" > "$OUT" <<'PY'
 import json, sys
-raw, clean, pressure, after, scenarios, systems, rev, machine = sys.argv[1:]
+raw, clean, pressure, after, scenarios, systems, rev, machine, conf = sys.argv[1:]
 clean, pressure, after = int(clean), int(pressure), int(after)
 names = {"xid": "one session idle in a transaction holding an xid",
          "readers": "four REPEATABLE READ sessions looping SELECT count(*) over the tables checkout reads"}
 print("# Throughput under pressure from elsewhere\n")
-print(f"`bench/pressure.sh --clean {clean} --pressure {pressure} --after {after}`, {machine}, synchronous_commit = on, jobq {rev}. "
+print(f"`bench/pressure.sh --clean {clean} --pressure {pressure} --after {after}`, {machine}, synchronous_commit = on"
+      + (f", {conf}" if conf else "") + f", jobq {rev}. "
       "16 workers (batch 10, 1 ms of work per job, each job completed in its own transaction), ~4,000 jobs kept ready "
       "(the producer counts enqueued minus completed itself). Empty checkouts: calls that found nothing (workers starved).\n")
 for sc in scenarios.split():
@@ -78,14 +79,16 @@ for sc in scenarios.split():
     print("| --- | ---: | ---: | ---: | ---: |")
     for s, cells in ck:
         print(f"| {s} | " + " | ".join(f"{n}: {m:.0f}" if n else "0: -" for n, m in cells) + " |")
-    print("\nEvery 5 s (jobs/s, checkout p99 ms, buffers written by a checkpoint in the window):\n")
-    print("| s | phase | " + " | ".join(f"{s} jobs/s | {s} p99 | {s} checkpoint buffers" for s in rows) + " |")
-    print("| ---: | --- | " + " | ".join("---: | ---: | ---:" for _ in rows) + " |")
+    print("\nEvery 5 s (jobs/s, checkout p99 ms, buffers written by a checkpoint in the window, MB of WAL "
+          "written in it and its full-page images; '-' where a run predates the column):\n")
+    print("| s | phase | " + " | ".join(f"{s} jobs/s | {s} p99 | {s} checkpoint buffers | {s} WAL MB | {s} FPIs" for s in rows) + " |")
+    print("| ---: | --- | " + " | ".join("---: | ---: | ---: | ---: | ---:" for _ in rows) + " |")
     for i, x in enumerate(next(iter(rows.values()))):
         cells = []
         for s in rows:
             y = rows[s][i] if i < len(rows[s]) else None
-            cells.append(f"{y['jobs_per_s']:.0f} | {y['checkout_p99_ms'] or 0:.1f} | {y.get('checkpoint_buffers', '-')}" if y else "- | - | -")
+            cells.append(f"{y['jobs_per_s']:.0f} | {y['checkout_p99_ms'] or 0:.1f} | {y.get('checkpoint_buffers', '-')} | "
+                         f"{y.get('wal_mb', '-')} | {y.get('wal_fpi', '-')}" if y else "- | - | - | - | -")
         print(f"| {x['t']} | {x['phase']} | " + " | ".join(cells) + " |")
     print()
 PY
