@@ -142,7 +142,7 @@ unsafe extern "C-unwind" fn checkout_common(fcinfo: pg_sys::FunctionCallInfo) ->
     // rest, (worker, queues, the jobs still wanted, NULL), as a set-returning function in
     // materialize mode with a ReturnSetInfo of its own.
     let oid = pg_sys::DirectFunctionCall1Coll(
-        Some(regprocedurein),
+        Some(crate::rows::sql_fn::regprocedurein),
         pg_sys::InvalidOid,
         pg_sys::Datum::from(c"jobq._checkout(uuid, text[], integer, interval)".as_ptr()),
     );
@@ -167,12 +167,6 @@ unsafe extern "C-unwind" fn checkout_common(fcinfo: pg_sys::FunctionCallInfo) ->
         to[3] = pg_sys::NullableDatum { value: pg_sys::Datum::from(0usize), isnull: true };
     }
     sql
-}
-
-unsafe extern "C-unwind" {
-    // The SQL function itself (pgrx's binding wraps it in a Rust function, which the function
-    // manager cannot call).
-    fn regprocedurein(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
 }
 
 /// The rows `jobq._checkout` returned, after those of the common checkout.

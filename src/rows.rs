@@ -1,6 +1,7 @@
 //! Rows read and written without a plan (src/complete.rs, src/checkout.rs, src/liveness.rs):
-//! one row by primary key, and a new row version's index entries. A statement's executor
-//! start-up costs more than the work itself (README, Performance).
+//! one row by primary key, a new row version's index entries, and the SQL functions those paths
+//! call through the function manager. A statement's executor start-up costs more than the
+//! work itself (README, Performance).
 use pgrx::pg_sys;
 use std::ffi::CStr;
 
@@ -123,14 +124,19 @@ pub unsafe fn text<'a>(d: pg_sys::Datum) -> &'a [u8] {
     std::slice::from_raw_parts(pgrx::varlena::vardata_any(t) as *const u8, len)
 }
 
+/// SQL functions themselves, for `DirectFunctionCall*` (pgrx's bindings wrap them in Rust
+/// functions, which the function manager cannot call).
+pub mod sql_fn {
+    use pgrx::pg_sys::{Datum, FunctionCallInfo};
+    unsafe extern "C-unwind" {
+        pub fn hashtext(fcinfo: FunctionCallInfo) -> Datum;
+        pub fn pg_try_advisory_xact_lock_int4(fcinfo: FunctionCallInfo) -> Datum;
+        pub fn regprocedurein(fcinfo: FunctionCallInfo) -> Datum;
+    }
+}
+
 /// hashtext(t) under the database's default collation, as SQL's `hashtext(text)` computes it
 /// (the advisory locks of src/slots.rs, jobq.ready's `queue_hash`).
 pub unsafe fn hashtext(t: pg_sys::Datum) -> pg_sys::Datum {
-    unsafe extern "C-unwind" {
-        // The SQL function itself (pgrx's binding wraps it in a Rust function, which the
-        // function manager cannot call).
-        #[link_name = "hashtext"]
-        fn sql_hashtext(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
-    }
-    pg_sys::DirectFunctionCall1Coll(Some(sql_hashtext), pg_sys::DEFAULT_COLLATION_OID, t)
+    pg_sys::DirectFunctionCall1Coll(Some(sql_fn::hashtext), pg_sys::DEFAULT_COLLATION_OID, t)
 }

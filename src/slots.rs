@@ -155,12 +155,6 @@ impl Slots {
     }
 }
 
-unsafe extern "C-unwind" {
-    // The SQL function itself (pgrx's binding wraps it in a Rust function, which the
-    // function manager cannot call).
-    fn pg_try_advisory_xact_lock_int4(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
-}
-
 unsafe fn text_datum(bytes: &[u8]) -> pg_sys::Datum {
     pg_sys::Datum::from(pg_sys::cstring_to_text_with_len(bytes.as_ptr() as *const c_char, bytes.len() as i32))
 }
@@ -173,7 +167,7 @@ unsafe fn lock(ns: u8, slot: i32, key: &[u8]) -> bool {
     name.extend_from_slice(key);
     let hash = crate::rows::hashtext(text_datum(&name));
     let got = pg_sys::DirectFunctionCall2Coll(
-        Some(pg_try_advisory_xact_lock_int4),
+        Some(crate::rows::sql_fn::pg_try_advisory_xact_lock_int4),
         pg_sys::InvalidOid,
         pg_sys::Datum::from(CLASS),
         hash,
