@@ -31,6 +31,15 @@ fn checkout_in(c: &mut Client, isolation: &str, w: Uuid, call: &str) -> (Vec<Val
     (rows, calls > 0)
 }
 
+/// The same checkout through both paths: `fast_call` in READ COMMITTED, which the fast path must
+/// serve, then `sql_call` in REPEATABLE READ, which the SQL must; the rows each returned.
+fn in_both_paths(c: &mut Client, w: Uuid, fast_call: &str, sql_call: &str) -> (Vec<Value>, Vec<Value>) {
+    let (fast, fast_sql) = checkout_in(c, "READ COMMITTED", w, fast_call);
+    let (sql, sql_sql) = checkout_in(c, "REPEATABLE READ", w, sql_call);
+    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran ({fast_call}; {sql_call})");
+    (fast, sql)
+}
+
 fn ids(rows: &[Value]) -> Vec<i64> {
     rows.iter().map(|r| r["id"].as_i64().unwrap()).collect()
 }
@@ -89,10 +98,7 @@ fn the_fast_path_claims_what_the_sql_claims_and_leaves_the_same_rows() {
             enqueued.push(id);
         }
     }
-    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 10");
-    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['r'], 10");
-    assert!(!fast_sql, "the fast path served a checkout of one queue");
-    assert!(sql_sql, "the SQL served a checkout under REPEATABLE READ");
+    let (fast, sql) = in_both_paths(&mut c, w, "ARRAY['q'], 10", "ARRAY['r'], 10");
     // Claim order: the better priority first, then by id; the job not yet due stays.
     assert_eq!(ids(&fast), [enqueued[3], enqueued[0], enqueued[1]]);
     assert_eq!(ids(&sql), [enqueued[7], enqueued[4], enqueued[5]]);
@@ -150,9 +156,7 @@ fn keyed_jobs_start_in_the_fast_path_as_the_sql_starts_them() {
             .collect();
         enqueued.push(ids);
     }
-    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['q'], 20");
-    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['r'], 20");
-    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
+    let (fast, sql) = in_both_paths(&mut c, w, "ARRAY['q'], 20", "ARRAY['r'], 20");
     // Claimed: all but the second job of the full concurrency key and of the spent rate key.
     let started = [0, 1, 2, 4, 6, 7, 8];
     assert_eq!(ids(&fast), started.map(|i| enqueued[0][i]));
@@ -296,9 +300,7 @@ fn several_queues_and_every_queue_are_claimed_as_the_sql_claims_them() {
         ("c", ""),
     ];
     let enqueued = enqueue_in_two_sets(&mut c, &jobs);
-    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['a', 'b', 'b'], 10");
-    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['x', 'y', 'y'], 10");
-    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
+    let (fast, sql) = in_both_paths(&mut c, w, "ARRAY['a', 'b', 'b'], 10", "ARRAY['x', 'y', 'y'], 10");
     let order = [1, 0, 4, 5];
     assert_eq!(ids(&fast), order.map(|i| enqueued[0][i]));
     assert_eq!(ids(&sql), order.map(|i| enqueued[1][i]));
@@ -338,9 +340,7 @@ fn queues_that_share_a_hash_are_kept_apart() {
     let of = |q: &str| -> Vec<i64> { jobs.iter().filter(|(x, _)| x == q).map(|&(_, id)| id).collect() };
     let cancelled: String = c.query_one("SELECT jobq_cancel($1)", &[&of(b)[0]]).unwrap().get(0);
     assert_eq!(cancelled, "cancelled");
-    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, &format!("ARRAY['{a}'], 4"));
-    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, &format!("ARRAY['{b}'], 4"));
-    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
+    let (fast, sql) = in_both_paths(&mut c, w, &format!("ARRAY['{a}'], 4"), &format!("ARRAY['{b}'], 4"));
     assert_eq!(ids(&fast), of(a)[..4]);
     assert_eq!(ids(&sql), of(b)[1..5]);
     let (rest, _) = checkout_in(&mut c, "READ COMMITTED", w, &format!("ARRAY['{b}'], 10"));
@@ -372,9 +372,7 @@ fn paused_queues_and_kinds_are_passed_over_as_the_sql_passes_them() {
         ("b", ", kind => 'H'"),
     ];
     let enqueued = enqueue_in_two_sets(&mut c, &jobs);
-    let (fast, fast_sql) = checkout_in(&mut c, "READ COMMITTED", w, "ARRAY['a', 'b', 'c'], 20");
-    let (sql, sql_sql) = checkout_in(&mut c, "REPEATABLE READ", w, "ARRAY['x', 'y', 'z'], 20");
-    assert_eq!((fast_sql, sql_sql), (false, true), "which path ran");
+    let (fast, sql) = in_both_paths(&mut c, w, "ARRAY['a', 'b', 'c'], 20", "ARRAY['x', 'y', 'z'], 20");
     // Started: b's unkinded and H jobs, c's K and unkinded jobs.
     let started = [3, 6, 7, 8];
     assert_eq!(ids(&fast), started.map(|i| enqueued[0][i]));
