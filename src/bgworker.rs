@@ -27,7 +27,8 @@
 //!   waits to lock its database exclusively (`DROP DATABASE`, `ALTER DATABASE … RENAME`), and
 //!   then leaves, as autovacuum does, so that such a command is never blocked by it. Woken
 //!   through its latch by the commits of enqueues with `jobq.notify = deferred`, it sends
-//!   their NOTIFYs (`src/wakes.rs`).
+//!   their NOTIFYs (`src/wakes.rs`). After each pass it compacts the hot tables when a held
+//!   horizon has filled them with dead versions (`jobq._compact_pass()`, src/compact.rs).
 //!
 //! Both re-read the configuration on SIGHUP, exit promptly on SIGTERM (with code 1, so a
 //! `pg_terminate_backend()` does not unregister them for good), start only once the server
@@ -514,6 +515,8 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
         unsafe { pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, c"jobq reap pass".as_ptr()) };
         // Errors of the pass are caught and logged inside _reap_pass.
         BackgroundWorker::transaction(|| hold_extension() && Spi::run("SELECT jobq._reap_pass()").is_ok());
+        // In a transaction of its own, as short as it can be: it may lock the hot tables.
+        BackgroundWorker::transaction(|| hold_extension() && Spi::run("SELECT jobq._compact_pass()").is_ok());
         unsafe {
             pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, c"jobq reap pass".as_ptr());
             // As a backend does between transactions: the rows the pass changed reach the

@@ -244,10 +244,6 @@ unsafe fn fast(
     if ids.contains(&pg_sys::InvalidOid) {
         return None;
     }
-    // As a statement of a volatile function would: see what this transaction did so far, in
-    // a new snapshot (READ COMMITTED).
-    pg_sys::CommandCounterIncrement();
-    pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     let (row_ex, share) = (pg_sys::RowExclusiveLock as i32, pg_sys::AccessShareLock as i32);
     let r = Rels {
         ready: pg_sys::table_open(ids[0], row_ex),
@@ -256,6 +252,11 @@ unsafe fn fast(
         workers: pg_sys::table_open(ids[3], share),
         pauses: pg_sys::table_open(ids[4], share),
     };
+    // As a statement of a volatile function would: see what this transaction did so far, in
+    // a new snapshot (READ COMMITTED), taken once the tables are locked: a compaction of
+    // them (src/compact.rs) the locks waited for is in it.
+    pg_sys::CommandCounterIncrement();
+    pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     let got = claim(&r, worker, queues, max, store, desc);
     // The locks stay until the end of the transaction, as the executor's do.
     let no = pg_sys::NoLock as i32;

@@ -112,13 +112,14 @@ unsafe fn fast(job: i64, worker: pg_sys::Datum, result: Option<pg_sys::Datum>) -
     if live_id == pg_sys::InvalidOid || finished_id == pg_sys::InvalidOid || workers_id == pg_sys::InvalidOid {
         return None;
     }
-    // As a statement of a volatile function would: see what this transaction did so far, in
-    // a new snapshot (READ COMMITTED).
-    pg_sys::CommandCounterIncrement();
-    pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     let live = pg_sys::table_open(live_id, pg_sys::RowExclusiveLock as i32);
     let finished = pg_sys::table_open(finished_id, pg_sys::RowExclusiveLock as i32);
     let workers = pg_sys::table_open(workers_id, pg_sys::AccessShareLock as i32);
+    // As a statement of a volatile function would: see what this transaction did so far, in
+    // a new snapshot (READ COMMITTED), taken once the tables are locked: a compaction of
+    // jobq.live_jobs (src/compact.rs) the lock waited for is in it.
+    pg_sys::CommandCounterIncrement();
+    pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     let done = claim_end(live, finished, workers, job, worker, result);
     // The locks stay until the end of the transaction, as the executor's do.
     pg_sys::table_close(workers, pg_sys::NoLock as i32);

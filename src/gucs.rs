@@ -10,6 +10,8 @@ pub static REAP_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static HEARTBEAT_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000);
 /// Retention is in seconds: a day in milliseconds would still fit, a month would not.
 pub static RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+/// Dead row versions in the hot tables before the background worker compacts them (src/compact.rs).
+pub static COMPACT_AFTER: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 
 /// Who sends the NOTIFY of an enqueue (src/wakes.rs).
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Debug)]
@@ -76,6 +78,16 @@ pub fn define(preloading: bool) {
         i32::MAX,
         GucContext::Suset,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"jobq.compact_after",
+        c"Dead row versions in jobq's hot tables (a transaction elsewhere holds the xmin horizon) before the background worker compacts them with TRUNCATE; 0: never.",
+        c"A compaction locks jobq.live_jobs and jobq.ready for as long as copying their live rows takes; a REPEATABLE READ transaction whose snapshot predates it gets 40001 from jobq's functions.",
+        &COMPACT_AFTER,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_enum_guc(
         c"jobq.notify",

@@ -5,6 +5,7 @@
 //!   Each file is named after the concern it holds: `schema`, `workers`, `enqueue`,
 //!   `rate_limits`, `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`,
 //!   `schedules` (recurring jobs), `counters` (the dashboard's per-minute counts), `reap`,
+//!   `compact` (the hot tables emptied by TRUNCATE under a held horizon),
 //!   `stats`, `node` (scale-out: ids that name their node), `observe`.
 //! - `src/gucs.rs`: the `jobq.*` settings, and the tiny functions SQL uses to read them.
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
@@ -23,6 +24,8 @@
 //! - `src/counters.rs`: per-queue, per-minute counts of what jobs did (enqueued, started,
 //!   completed, failed, dead; wait and run time histograms), noted as jobs move, published at
 //!   commit to shared memory and moved to `jobq.queue_minutes` by every reap pass.
+//! - `src/compact.rs`: what makes the compaction of the hot tables under a held horizon
+//!   (`jobq._compact`, src/sql/compact.sql) safe for every other transaction.
 //! - `src/bgworker.rs`: the background workers: a launcher, and a reaper in every database
 //!   where jobq is installed that runs the reap pass, raises the floors and sends deferred
 //!   wake-ups.
@@ -30,6 +33,7 @@ use pgrx::prelude::*;
 
 mod bgworker;
 mod checkout;
+mod compact;
 mod complete;
 mod counters;
 mod floors;
@@ -66,6 +70,7 @@ pub extern "C-unwind" fn _PG_init() {
         waits::init();
         health::init();
         counters::init();
+        compact::init();
         bgworker::init();
     }
 }
@@ -73,7 +78,7 @@ pub extern "C-unwind" fn _PG_init() {
 // The hand-written SQL, in dependency order. `bootstrap` makes schema.sql run before the
 // objects pgrx generates (the settings functions in schema `jobq`), `finalize` runs last.
 extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("sql/workers.sql", name = "workers", requires = [liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller]);
+extension_sql_file!("sql/workers.sql", name = "workers", requires = [compact::jobq::hold_hot_tables, liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller]);
 extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers", counters::jobq::tally]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/rate_limits.sql", name = "rate_limits", requires = ["locks"]);
@@ -83,7 +88,8 @@ extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
 extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause", schedules::jobq::cron_next, schedules::jobq::cron_latest]);
 extension_sql_file!("sql/counters.sql", name = "counters", requires = ["schedules", counters::jobq::take_tallies, counters::jobq::histogram_add, counters::jobq::histogram_quantile]);
 extension_sql_file!("sql/reap.sql", name = "reap", requires = ["counters", health::jobq::note_pass, gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
-extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
+extension_sql_file!("sql/compact.sql", name = "compact", requires = ["reap", compact::jobq::note_compaction, compact::jobq::compact_after]);
+extension_sql_file!("sql/stats.sql", name = "stats", requires = ["compact"]);
 extension_sql_file!("sql/node.sql", name = "node", requires = ["stats"]);
 extension_sql_file!("sql/observe.sql", name = "observe", requires = ["node", health::jobq::last_pass]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["observe"], finalize);

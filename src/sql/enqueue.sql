@@ -101,7 +101,9 @@ BEGIN
             CONTINUE WHEN NOT FOUND;  -- the holder let go in between: try again
             IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL THEN
                 -- Debounce: the waiting job takes the new payload, priority and run_at
-                -- (its ready row first: jobq._lock_ready).
+                -- (its ready row first: jobq._lock_ready), after any compaction of the hot
+                -- tables in progress (src/compact.rs).
+                PERFORM jobq._hold_hot_tables();
                 v_ready := jobq._lock_ready(v_holder.job_id);
                 IF v_ready IS NOT NULL THEN
                     UPDATE jobq.ready r SET priority = jobq_enqueue.priority, run_at = v_run_at

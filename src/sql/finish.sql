@@ -31,6 +31,9 @@ BEGIN
     IF job_id IS NULL OR worker IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id and worker must not be NULL' USING ERRCODE = '22004';
     END IF;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
     -- The job leaves jobq.live_jobs; with jobq.retention = 0 nothing is kept, otherwise it
     -- goes to jobq.finished_jobs. One DELETE and one INSERT, not jobq._archive's UPDATE first:
     -- the hot path writes each row version once (README, Performance).
@@ -80,6 +83,9 @@ BEGIN
         RAISE EXCEPTION 'jobq: retry_in must be between 0 and 100000 years, got %', retry_in
             USING ERRCODE = '22023';
     END IF;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
     SELECT x.queue, x.attempt, x.max_attempts, x.cancel_requested_at, x.unique_key, x.unique_strategy,
            x.concurrency_key, x.concurrency_slot, x.started_at INTO j
       FROM jobq.live_jobs x
@@ -129,6 +135,9 @@ BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
     END IF;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
     LOOP
         -- A waiting job: its ready row first, then the job row (jobq._lock_ready).
         v_ready := jobq._lock_ready(job_id);

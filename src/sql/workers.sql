@@ -99,6 +99,9 @@ BEGIN
     ELSIF array_position(holding, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'jobq: holding must not contain NULL' USING ERRCODE = '22004';
     END IF;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
     -- One row write, however many jobs the worker holds.
     UPDATE jobq.workers w SET heartbeat_at = clock_timestamp()
      WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
@@ -215,6 +218,9 @@ BEGIN
     IF worker IS NULL THEN
         RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
     END IF;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
     -- Same lock order as the reaper (worker row, then its jobs): one of the two wins.
     PERFORM 1 FROM jobq.workers w
       WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)

@@ -1,0 +1,89 @@
+-- Compaction of the hot tables (the long-transaction issue; the safety of it for every other
+-- transaction is in src/compact.rs).
+--
+-- While a transaction elsewhere holds the xmin horizon (an idle `BEGIN`, a report, a replication
+-- slot catching up), every version a job leaves in jobq.live_jobs and jobq.ready stays, vacuum
+-- cannot remove it, and the tables grow by every job that runs. TRUNCATE removes a table's
+-- rows whatever snapshot is held. So once the hot tables hold `min_dead` dead versions and
+-- four times as many as live rows, jobq._compact, under an ACCESS EXCLUSIVE lock on both,
+-- copies their live rows out, truncates them and writes the rows back, unchanged (ids, states,
+-- keys, claim order): the tables are then the size of the work in flight again.
+--
+-- What it costs and when it does not run:
+-- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
+--   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
+--   run with more than 100,000 live rows.
+-- - It never waits long for its lock (lock_timeout 50 ms, retried at the next pass), and does not
+--   try while a transaction that started more than a second ago holds a lock on either table (a
+--   REPEATABLE READ reader of them, pg_dump): TRUNCATE cannot run before that transaction ends.
+-- - Rows visible to a snapshot taken before the truncation are not visible to it afterwards
+--   (TRUNCATE is not MVCC-safe): jobq's functions guard against it (jobq._hold_hot_tables), but a
+--   REPEATABLE READ transaction of a client that reads jobq.jobs or jobq.live_jobs directly
+--   sees no live job after a compaction committed since its snapshot.
+-- min_dead = 0 compacts now, whatever the tables hold (tests, an operator).
+CREATE FUNCTION jobq._compact(min_dead bigint) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_live     jobq.live_jobs[];
+    v_ready    jobq.ready[];
+    v_dead     bigint;
+    v_rows     bigint;
+    v_before   bigint;
+    v_start    timestamptz;
+BEGIN
+    IF min_dead > 0 THEN
+        SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
+          FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass]) t;
+        IF v_dead < greatest(min_dead, 4 * v_rows) OR v_rows > 100000 THEN
+            RETURN false;
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'relation' AND l.granted
+                      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass)
+                      AND l.pid <> pg_backend_pid()
+                      AND a.xact_start < clock_timestamp() - interval '1 second') THEN
+            RETURN false;
+        END IF;
+    END IF;
+    BEGIN
+        PERFORM set_config('lock_timeout', '50ms', true);
+        LOCK TABLE jobq.live_jobs, jobq.ready IN ACCESS EXCLUSIVE MODE;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+    v_start := clock_timestamp();
+    -- Before the truncation, under the lock: whoever locks the tables next reads it.
+    IF NOT jobq._note_compaction() THEN
+        RAISE EXCEPTION 'jobq: compaction needs jobq in shared_preload_libraries'
+            USING ERRCODE = '55000';
+    END IF;
+    v_before := pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready');
+    SELECT array_agg(j) INTO v_live FROM jobq.live_jobs j;
+    SELECT array_agg(r) INTO v_ready FROM jobq.ready r;
+    TRUNCATE jobq.live_jobs, jobq.ready;
+    INSERT INTO jobq.live_jobs SELECT * FROM unnest(v_live);
+    -- ready's stored queue_hash is computed again, not copied.
+    INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
+                            concurrency_limit, while_key, rate_key)
+    SELECT r.queue, r.priority, r.run_at, r.id, r.kind, r.keyed, r.concurrency_key,
+           r.concurrency_limit, r.while_key, r.rate_key
+      FROM unnest(v_ready) r;
+    RAISE LOG 'jobq: compacted the hot tables in % ms: % jobs kept, % MB before, % MB after',
+        round(extract(epoch FROM clock_timestamp() - v_start) * 1000, 1),
+        coalesce(array_length(v_live, 1), 0), round(v_before / 1048576.0, 1),
+        round((pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')) / 1048576.0, 1);
+    RETURN true;
+END $$;
+
+-- The background worker's call, after each reap pass, in a transaction of its own: a failure is
+-- logged and never stops the reaper.
+CREATE FUNCTION jobq._compact_pass() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF jobq.compact_after() > 0 THEN
+        PERFORM jobq._compact(jobq.compact_after());
+    END IF;
+EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
+END $$;

@@ -1,0 +1,374 @@
+//! Compaction of the hot tables under a held horizon (src/compact.rs, src/sql/compact.sql):
+//! `jobq._compact` empties jobq.live_jobs and jobq.ready with TRUNCATE and writes their live
+//! rows back. These tests prove that it keeps every job as it was, that a call which waited
+//! for it sees the rows it wrote back (READ COMMITTED), that a REPEATABLE READ transaction
+//! whose snapshot predates it gets 40001 instead of a wrong answer, that workers racing
+//! compactions lose no job and run none twice, and that the background worker compacts by
+//! itself while a transaction elsewhere holds the horizon.
+mod common;
+
+use common::*;
+use postgres::{Client, IsolationLevel};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Every column of every row of both hot tables, in id order: what a compaction must keep.
+fn fingerprint(c: &mut Client) -> (String, String) {
+    let r = c
+        .query_one(
+            "SELECT (SELECT coalesce(md5(string_agg(j::text, '|' ORDER BY j.id)), '') FROM jobq.live_jobs j),
+                    (SELECT coalesce(md5(string_agg(r::text, '|' ORDER BY r.id)), '') FROM jobq.ready r)",
+            &[],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+/// The hot tables' size (tables, indexes, TOAST) in bytes, and live_jobs' file.
+fn size_and_file(c: &mut Client) -> (i64, i64) {
+    let r = c
+        .query_one(
+            "SELECT pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready'),
+                    pg_relation_filenode('jobq.live_jobs')::bigint",
+            &[],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+/// `n` jobs of queue `churn` enqueued, claimed by `w` and completed, in batches of 1,000:
+/// each leaves dead versions in both hot tables.
+fn churn(c: &mut Client, w: Uuid, n: i64) {
+    for _ in 0..n / 1000 {
+        c.batch_execute("SELECT count(*) FROM jobq_enqueue_batch('churn', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 1000)))")
+            .unwrap();
+        let done: i64 = c
+            .query_one("SELECT count(*) FILTER (WHERE jobq_complete(id, $1)) FROM jobq_checkout($1, ARRAY['churn'], 1000)", &[&w])
+            .unwrap()
+            .get(0);
+        assert_eq!(done, 1000);
+    }
+}
+
+/// A session idle in a transaction that holds an xid: vacuum can remove nothing newer.
+fn hold_horizon(cluster: &Cluster, db: &str) -> Client {
+    let mut h = cluster.connect(db);
+    h.batch_execute("BEGIN; SELECT txid_current()").unwrap();
+    h
+}
+
+/// Jobs of every shape in queue `q`: payloads (one stored out of line), priorities, future run_at,
+/// kinds, unique, concurrency and rate keys. Returns their ids.
+fn varied_jobs(c: &mut Client) -> Vec<i64> {
+    c.batch_execute("SELECT jobq_set_rate_limit('r', 1000, '1 second')").unwrap();
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let args = match i % 8 {
+            0 => format!("'q', '{{\"n\": {i}}}', priority => {}", i % 3),
+            1 => "'q', jsonb_build_object('big', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 3000) g))".to_string(),
+            2 => format!("'q', '{{}}', run_at => now() + interval '1 hour', kind => 'Later{i}'"),
+            3 => format!("'q', '{{}}', unique_key => 'u{i}', unique_strategy => 'until_executed'"),
+            4 => format!("'q', '{{}}', unique_key => 'x{i}', unique_strategy => 'until_executing'"),
+            5 => "'q', '{}', concurrency_key => 'c', concurrency_limit => 3".to_string(),
+            6 => format!("'q', '{{}}', unique_key => 'w{i}', unique_strategy => 'while_executing'"),
+            _ => "'q', '{}', rate_key => 'r', kind => 'Rated'".to_string(),
+        };
+        ids.push(c.query_one(&format!("SELECT jobq_enqueue({args})"), &[]).unwrap().get(0));
+    }
+    ids
+}
+
+#[test]
+fn a_compaction_keeps_every_job_and_removes_the_dead_versions() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    varied_jobs(&mut c);
+    let claimed: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 12)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(claimed.len(), 12);
+    let mut held = hold_horizon(cluster, &name);
+    churn(&mut c, w, 20_000);
+    let before = fingerprint(&mut c);
+    let due: Vec<i64> = c
+        .query("SELECT id FROM jobq.ready WHERE queue = 'q' AND run_at <= now() ORDER BY priority, run_at, id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let (size, file) = size_and_file(&mut c);
+
+    assert!(c.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+
+    let (size_after, file_after) = size_and_file(&mut c);
+    assert_ne!(file_after, file, "live_jobs was not truncated");
+    assert!(size_after * 5 < size, "the hot tables did not shrink: {size} -> {size_after} bytes");
+    assert_eq!(fingerprint(&mut c), before, "a row of the hot tables changed");
+    assert_job_tables_consistent(&mut c);
+    // The claimed jobs are still the worker's, the waiting ones come out in the same order.
+    for id in &claimed {
+        assert!(c.query_one("SELECT jobq_complete($1, $2)", &[id, &w]).unwrap().get::<_, bool>(0));
+    }
+    let mut got = Vec::new();
+    loop {
+        let batch: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 1)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+        let Some(&id) = batch.first() else { break };
+        got.push(id);
+        assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+    }
+    assert_eq!(got, due, "the waiting jobs, in claim order");
+    held.batch_execute("COMMIT").unwrap();
+    assert_job_tables_consistent(&mut c);
+}
+
+/// A backend of `cluster` waits for a lock.
+fn waiting(c: &mut Client, pid: i32) -> bool {
+    c.query_one("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", &[&pid]).unwrap().get(0)
+}
+
+#[test]
+fn calls_that_waited_for_a_compaction_see_the_rows_it_wrote_back() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    let ids: Vec<i64> = (0..4).map(|_| c.query_one("SELECT jobq_enqueue('q', '{}')", &[]).unwrap().get(0)).collect();
+    c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 3)", &[&w]).unwrap();
+    // ids[2] is executing with a cancel requested; ids[3] waits.
+    assert_eq!(c.query_one("SELECT jobq_cancel($1)", &[&ids[2]]).unwrap().get::<_, String>(0), "executing");
+    // Each call, as the first statement of its own READ COMMITTED transaction: its statement's
+    // snapshot is taken before its function locks the tables, while the compaction holds them.
+    let calls: Vec<(&str, String)> = vec![
+        ("complete (Rust)", format!("SELECT jobq_complete({}, '{w}')::text", ids[0])),
+        ("fail", format!("SELECT jobq_fail({}, '{w}')", ids[1])),
+        ("heartbeat", format!("SELECT jobq_heartbeat('{w}')::text")),
+        ("cancel", format!("SELECT jobq_cancel({})", ids[3])),
+    ];
+    let mut compactor = cluster.connect(&name);
+    compactor.batch_execute("BEGIN").unwrap();
+    assert!(compactor.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+    let threads: Vec<_> = calls
+        .iter()
+        .map(|(what, sql)| {
+            let mut s = cluster.connect(&name);
+            let pid: i32 = s.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+            let (what, sql) = (what.to_string(), sql.clone());
+            (pid, std::thread::spawn(move || {
+                // Counting calls of jobq._complete: the Rust path must serve the completion,
+                // which it does only if its snapshot is taken after its locks.
+                let mut t = s.transaction().unwrap();
+                t.batch_execute("SET LOCAL track_functions = 'pl'").unwrap();
+                let before = pending_calls(&mut t, "_complete");
+                let answer: String = t.query_one(&sql, &[]).unwrap().get(0);
+                let sql_path = pending_calls(&mut t, "_complete") > before;
+                t.commit().unwrap();
+                (what, answer, sql_path)
+            }))
+        })
+        .collect();
+    for (pid, _) in &threads {
+        wait_until("the call to wait for the compaction's lock", Duration::from_secs(30), || waiting(&mut c, *pid));
+    }
+    compactor.batch_execute("COMMIT").unwrap();
+    let answers: Vec<(String, String, bool)> = threads.into_iter().map(|(_, t)| t.join().unwrap()).collect();
+    assert_eq!(
+        answers,
+        vec![
+            ("complete (Rust)".to_string(), "true".to_string(), false),
+            ("fail".to_string(), "ready".to_string(), false),
+            ("heartbeat".to_string(), format!("{{{}}}", ids[2]), false),
+            ("cancel".to_string(), "cancelled".to_string(), false),
+        ]
+    );
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn a_repeatable_read_snapshot_older_than_a_compaction_gets_40001() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    let ids: Vec<i64> = (0..3).map(|_| c.query_one("SELECT jobq_enqueue('q', '{}')", &[]).unwrap().get(0)).collect();
+    c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 2)", &[&w]).unwrap();
+    let mut compactor = cluster.connect(&name);
+    let calls = [
+        format!("SELECT jobq_complete({}, '{w}')::text", ids[0]),
+        format!("SELECT jobq_fail({}, '{w}')", ids[1]),
+        format!("SELECT jobq_heartbeat('{w}', ARRAY[{}, {}])::text", ids[0], ids[1]),
+        format!("SELECT jobq_cancel({})", ids[2]),
+    ];
+    let mut a = cluster.connect(&name);
+    for sql in &calls {
+        let mut t = a.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
+        t.batch_execute("SELECT 1").unwrap(); // the transaction's snapshot
+        assert!(compactor.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+        let e = t.query_one(sql.as_str(), &[]).expect_err(sql);
+        assert_eq!(sqlstate(&e), "40001", "{sql}: {e}");
+        t.rollback().unwrap();
+    }
+    // A checkout in such a transaction sees no waiting job, and takes none (no error).
+    c.batch_execute("SELECT jobq_enqueue('q2', '{}')").unwrap();
+    let mut t = a.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
+    t.batch_execute("SELECT 1").unwrap();
+    assert!(compactor.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+    assert_eq!(t.query("SELECT id FROM jobq_checkout($1, ARRAY['q2'], 1)", &[&w]).unwrap().len(), 0);
+    t.commit().unwrap();
+    // Retried, in transactions that start after the compaction, every call does its work.
+    let mut answers = Vec::new();
+    for sql in &calls {
+        let mut t = a.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
+        answers.push(t.query_one(sql.as_str(), &[]).unwrap().get::<_, String>(0));
+        t.commit().unwrap();
+    }
+    assert_eq!(answers, vec!["true".to_string(), "ready".to_string(), "{}".to_string(), "cancelled".to_string()]);
+    let mut t = a.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
+    assert_eq!(t.query("SELECT id FROM jobq_checkout($1, ARRAY['q2'], 1)", &[&w]).unwrap().len(), 1);
+    t.commit().unwrap();
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn workers_racing_compactions_lose_no_job_and_run_none_twice() {
+    let (cluster, name, mut c) = db();
+    const JOBS: i64 = 4000;
+    c.batch_execute(&format!("SELECT count(*) FROM jobq_enqueue_batch('h', ARRAY(SELECT '{{}}'::jsonb FROM generate_series(1, {})))", JOBS / 2))
+        .unwrap();
+    let done: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let compactions = Arc::new(AtomicUsize::new(0));
+    let retries = Arc::new(AtomicUsize::new(0));
+    // A compactor that never stops until the workers are done.
+    let compactor = {
+        let (mut k, stop, compactions) = (cluster.connect(&name), stop.clone(), compactions.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if k.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0) {
+                    compactions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    // A producer: the other half of the jobs, while workers and compactions run.
+    let produced = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (mut p, produced) = (cluster.connect(&name), produced.clone());
+        std::thread::spawn(move || {
+            for _ in 0..JOBS / 2 / 100 {
+                p.batch_execute("SELECT count(*) FROM jobq_enqueue_batch('h', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 100)))").unwrap();
+            }
+            produced.store(true, Ordering::Relaxed);
+        })
+    };
+    // Eight workers, half at READ COMMITTED, half at REPEATABLE READ (which retry on 40001).
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            let (mut s, done, retries, produced) = (cluster.connect(&name), done.clone(), retries.clone(), produced.clone());
+            std::thread::spawn(move || {
+                let w = register(&mut s);
+                let rr = i % 2 == 1;
+                let level = if rr { IsolationLevel::RepeatableRead } else { IsolationLevel::ReadCommitted };
+                let mut empty = 0;
+                // Until the producer is done and the queue looks empty 50 times in a row.
+                while !(produced.load(Ordering::Relaxed) && empty >= 50) {
+                    let mut t = s.build_transaction().isolation_level(level).start().unwrap();
+                    let ids: Vec<i64> = t.query("SELECT id FROM jobq_checkout($1, ARRAY['h'], 5)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+                    t.commit().unwrap();
+                    empty = if ids.is_empty() && produced.load(Ordering::Relaxed) { empty + 1 } else { 0 };
+                    for id in ids {
+                        loop {
+                            let mut t = s.build_transaction().isolation_level(level).start().unwrap();
+                            match t.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]) {
+                                Ok(r) => {
+                                    assert!(r.get::<_, bool>(0), "job {id} was no longer held by its worker");
+                                    t.commit().unwrap();
+                                    done.lock().unwrap().push(id);
+                                    break;
+                                }
+                                Err(e) => {
+                                    assert_eq!(sqlstate(&e), "40001", "{e}");
+                                    assert!(rr, "40001 at READ COMMITTED");
+                                    retries.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    producer.join().unwrap();
+    for t in workers {
+        t.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    compactor.join().unwrap();
+    let done = done.lock().unwrap();
+    let distinct: HashSet<i64> = done.iter().copied().collect();
+    assert_eq!(distinct.len(), done.len(), "a job was completed twice");
+    assert_eq!(done.len() as i64, JOBS, "jobs lost");
+    assert!(compactions.load(Ordering::Relaxed) >= 5, "only {} compactions ran", compactions.load(Ordering::Relaxed));
+    let left: i64 = c.query_one("SELECT count(*) FROM jobq.live_jobs", &[]).unwrap().get(0);
+    assert_eq!(left, 0);
+    assert_job_tables_consistent(&mut c);
+    eprintln!("{} compactions, {} retries after 40001", compactions.load(Ordering::Relaxed), retries.load(Ordering::Relaxed));
+}
+
+const DB: &str = "compacted";
+
+/// When the background worker's last reap pass ended.
+fn last_pass(c: &mut Client) -> String {
+    c.query_one("SELECT coalesce((SELECT ended_at::text FROM jobq._last_pass()), '')", &[]).unwrap().get(0)
+}
+
+/// A cluster whose background worker serves database `compacted` and compacts after 20,000
+/// dead versions.
+fn compacting_cluster() -> &'static Cluster {
+    static C: OnceLock<Cluster> = OnceLock::new();
+    C.get_or_init(|| {
+        let c = Cluster::start(
+            "compact",
+            &["jobq.database = 'compacted'", "jobq.reap_interval = '200ms'", "jobq.compact_after = 20000"],
+        );
+        c.connect("postgres").batch_execute(&format!("CREATE DATABASE {DB}")).unwrap();
+        c.connect(DB).batch_execute("SET client_min_messages = error; CREATE EXTENSION jobq").unwrap();
+        c
+    })
+}
+
+#[test]
+fn the_background_worker_compacts_while_a_horizon_is_held_and_not_while_a_reader_holds_a_lock() {
+    let cluster = compacting_cluster();
+    let mut c = cluster.connect(DB);
+    let w = register(&mut c);
+    let waiting: Vec<i64> = (0..10).map(|i| c.query_one(&format!("SELECT jobq_enqueue('q', '{{\"n\": {i}}}')"), &[]).unwrap().get(0)).collect();
+    let before = fingerprint(&mut c);
+
+    // A REPEATABLE READ reader of jobq.live_jobs holds its lock: no compaction while it lasts,
+    // however many dead versions pile up behind its snapshot.
+    let mut reader = cluster.connect(DB);
+    let mut t = reader.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
+    t.query_one("SELECT count(*) FROM jobq.live_jobs", &[]).unwrap();
+    let (_, file) = size_and_file(&mut c);
+    churn(&mut c, w, 30_000);
+    // Let the statistics count them, then two reap passes (and the compaction attempt after
+    // the first) run.
+    wait_until("the statistics to count the dead versions", Duration::from_secs(30), || {
+        c.query_one("SELECT pg_stat_get_dead_tuples('jobq.live_jobs'::regclass) + pg_stat_get_dead_tuples('jobq.ready'::regclass) >= 20000", &[])
+            .unwrap()
+            .get(0)
+    });
+    for _ in 0..2 {
+        let seen = last_pass(&mut c);
+        wait_until("a reap pass", Duration::from_secs(30), || last_pass(&mut c) != seen);
+    }
+    assert_eq!(size_and_file(&mut c).1, file, "compacted under a reader's lock");
+    t.commit().unwrap();
+
+    // Only an idle transaction holding an xid now: the background worker compacts.
+    let mut held = hold_horizon(cluster, DB);
+    churn(&mut c, w, 10_000);
+    wait_until("the background worker to compact the hot tables", Duration::from_secs(60), || size_and_file(&mut c).1 != file);
+    held.batch_execute("COMMIT").unwrap();
+    assert_eq!(fingerprint(&mut c), before, "a waiting job changed");
+    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, waiting);
+    assert_job_tables_consistent(&mut c);
+}
