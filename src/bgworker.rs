@@ -516,12 +516,19 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
         // Errors of the pass are caught and logged inside _reap_pass.
         BackgroundWorker::transaction(|| hold_extension() && Spi::run("SELECT jobq._reap_pass()").is_ok());
         // In a transaction of its own, as short as it can be: it may lock the hot tables.
-        BackgroundWorker::transaction(|| hold_extension() && Spi::run("SELECT jobq._compact_pass()").is_ok());
+        let compacted = BackgroundWorker::transaction(|| {
+            hold_extension() && Spi::get_one::<bool>("SELECT jobq._compact_pass()").ok().flatten() == Some(true)
+        });
         unsafe {
             pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, c"jobq reap pass".as_ptr());
             // As a backend does between transactions: the rows the pass changed reach the
             // statistics autovacuum reads (at most once a second; PostgreSQL batches them).
             pg_sys::pgstat_report_stat(false);
+            // After a compaction at once: the next pass must not read the dead versions it
+            // removed from statistics not yet flushed, and compact again.
+            if compacted {
+                pg_sys::pgstat_report_stat(true);
+            }
         }
     }
     unsafe { pg_sys::proc_exit(1) };

@@ -78,12 +78,12 @@ END $$;
 
 -- The background worker's call, after each reap pass, in a transaction of its own: a failure is
 -- logged and never stops the reaper.
-CREATE FUNCTION jobq._compact_pass() RETURNS void
+-- Whether it compacted.
+CREATE FUNCTION jobq._compact_pass() RETURNS boolean
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
-    IF jobq.compact_after() > 0 THEN
-        PERFORM jobq._compact(jobq.compact_after());
-    END IF;
+    RETURN jobq.compact_after() > 0 AND jobq._compact(jobq.compact_after());
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
+    RETURN false;
 END $$;
