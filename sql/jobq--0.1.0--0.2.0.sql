@@ -340,199 +340,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_last_pass
-CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
-	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"took_ms" double precision,  /* f64 */
-	"workers_reaped" INT,  /* i32 */
-	"jobs_requeued" INT,  /* i32 */
-	"jobs_dead" INT,  /* i32 */
-	"locks_released" INT,  /* i32 */
-	"jobs_pruned" INT,  /* i32 */
-	"error" TEXT  /* Option < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'last_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::compact::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::compact::jobq::_hold_hot_tables
-CREATE  FUNCTION jobq."_hold_hot_tables"() RETURNS void
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'hold_hot_tables_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::compact::jobq::compact_after
-CREATE  FUNCTION jobq."compact_after"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'compact_after_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::compact::jobq::_note_compaction
-CREATE  FUNCTION jobq."_note_compaction"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_compaction_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_quantile
-CREATE  FUNCTION jobq."histogram_quantile"(
-	"hist" bigint[], /* Vec < Option < i64 > > */
-	"q" double precision /* f64 */
-) RETURNS double precision /* Option < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_histogram_add
-CREATE  FUNCTION jobq."_histogram_add"(
-	"a" bigint[], /* Vec < Option < i64 > > */
-	"b" bigint[] /* Vec < Option < i64 > > */
-) RETURNS bigint[] /* Vec < i64 > */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_bounds
-CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_take_tallies
-CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
-	"queue" TEXT,  /* String */
-	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
-	"enqueued" bigint,  /* i64 */
-	"started" bigint,  /* i64 */
-	"completed" bigint,  /* i64 */
-	"failed" bigint,  /* i64 */
-	"dead" bigint,  /* i64 */
-	"wait_ms" bigint[],  /* Vec < i64 > */
-	"run_ms" bigint[]  /* Vec < i64 > */
-)
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_tally
-CREATE  FUNCTION jobq."_tally"(
-	"queue" TEXT, /* & str */
-	"event" TEXT, /* & str */
-	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"at" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'tally_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
 /* </end connected objects> */
 
@@ -559,6 +366,18 @@ CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- jobq::liveness::jobq::_usable_worker
 CREATE  FUNCTION jobq."_usable_worker"(
 	"worker" uuid /* pgrx :: Uuid */
@@ -569,15 +388,267 @@ AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_tally
+CREATE  FUNCTION jobq."_tally"(
+	"queue" TEXT, /* & str */
+	"event" TEXT, /* & str */
+	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"at" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tally_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_take_tallies
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[]  /* Vec < i64 > */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'floor_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::compact::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::compact::jobq::compact_after
+CREATE  FUNCTION jobq."compact_after"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'compact_after_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::compact::jobq::_hold_hot_tables
+CREATE  FUNCTION jobq."_hold_hot_tables"() RETURNS void
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'hold_hot_tables_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1199,85 +1270,6 @@ BEGIN
                         FOR UPDATE OF x SKIP LOCKED);
     RETURN FOUND OR NOT EXISTS (SELECT 1 FROM jobq.rate_limits l WHERE l.key = _take_rate.key);
 END $$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2634,103 +2626,6 @@ END $$;
 /* <begin connected objects> */
 -- requires:
 --   reap
---   compact::jobq::note_compaction
---   compact::jobq::compact_after
-
--- Compaction of the hot tables (the long-transaction issue; the safety of it for every other
--- transaction is in src/compact.rs).
---
--- While a transaction elsewhere holds the xmin horizon (an idle `BEGIN`, a report, a replication
--- slot catching up), every version a job leaves in jobq.live_jobs and jobq.ready stays, vacuum
--- cannot remove it, and the tables grow by every job that runs. TRUNCATE removes a table's
--- rows whatever snapshot is held. So once the hot tables hold `min_dead` dead versions and
--- four times as many as live rows, jobq._compact, under an ACCESS EXCLUSIVE lock on both,
--- copies their live rows out, truncates them and writes the rows back, unchanged (ids, states,
--- keys, claim order): the tables are then the size of the work in flight again.
---
--- What it costs and when it does not run:
--- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
---   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
---   run with more than 100,000 live rows.
--- - It never waits long for its lock (lock_timeout 50 ms, retried at the next pass), and does not
---   try while a transaction that started more than a second ago holds a lock on either table (a
---   REPEATABLE READ reader of them, pg_dump): TRUNCATE cannot run before that transaction ends.
--- - Rows visible to a snapshot taken before the truncation are not visible to it afterwards
---   (TRUNCATE is not MVCC-safe): jobq's functions guard against it (jobq._hold_hot_tables), but a
---   REPEATABLE READ transaction of a client that reads jobq.jobs or jobq.live_jobs directly
---   sees no live job after a compaction committed since its snapshot.
--- min_dead = 0 compacts now, whatever the tables hold (tests, an operator).
-CREATE FUNCTION jobq._compact(min_dead bigint) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
-DECLARE
-    v_live     jobq.live_jobs[];
-    v_ready    jobq.ready[];
-    v_dead     bigint;
-    v_rows     bigint;
-    v_before   bigint;
-    v_start    timestamptz;
-BEGIN
-    IF min_dead > 0 THEN
-        SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
-          FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass]) t;
-        IF v_dead < greatest(min_dead, 4 * v_rows) OR v_rows > 100000 THEN
-            RETURN false;
-        END IF;
-        IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                    WHERE l.locktype = 'relation' AND l.granted
-                      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-                      AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass)
-                      AND l.pid <> pg_backend_pid()
-                      AND a.xact_start < clock_timestamp() - interval '1 second') THEN
-            RETURN false;
-        END IF;
-    END IF;
-    BEGIN
-        PERFORM set_config('lock_timeout', '50ms', true);
-        LOCK TABLE jobq.live_jobs, jobq.ready IN ACCESS EXCLUSIVE MODE;
-    EXCEPTION WHEN lock_not_available THEN
-        RETURN false;
-    END;
-    v_start := clock_timestamp();
-    -- Before the truncation, under the lock: whoever locks the tables next reads it.
-    IF NOT jobq._note_compaction() THEN
-        RAISE EXCEPTION 'jobq: compaction needs jobq in shared_preload_libraries'
-            USING ERRCODE = '55000';
-    END IF;
-    v_before := pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready');
-    SELECT array_agg(j) INTO v_live FROM jobq.live_jobs j;
-    SELECT array_agg(r) INTO v_ready FROM jobq.ready r;
-    TRUNCATE jobq.live_jobs, jobq.ready;
-    INSERT INTO jobq.live_jobs SELECT * FROM unnest(v_live);
-    -- ready's stored queue_hash is computed again, not copied.
-    INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
-                            concurrency_limit, while_key, rate_key)
-    SELECT r.queue, r.priority, r.run_at, r.id, r.kind, r.keyed, r.concurrency_key,
-           r.concurrency_limit, r.while_key, r.rate_key
-      FROM unnest(v_ready) r;
-    RAISE LOG 'jobq: compacted the hot tables in % ms: % jobs kept, % MB before, % MB after',
-        round(extract(epoch FROM clock_timestamp() - v_start) * 1000, 1),
-        coalesce(array_length(v_live, 1), 0), round(v_before / 1048576.0, 1),
-        round((pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')) / 1048576.0, 1);
-    RETURN true;
-END $$;
-
--- The background worker's call, after each reap pass, in a transaction of its own: a failure is
--- logged and never stops the reaper.
--- Whether it compacted.
-CREATE FUNCTION jobq._compact_pass() RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
-BEGIN
-    RETURN jobq.compact_after() > 0 AND jobq._compact(jobq.compact_after());
-EXCEPTION WHEN OTHERS THEN
-    RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
-    RETURN false;
-END $$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   compact
 
 -- Observing: the per-queue summary dashboards read.
 
@@ -2865,6 +2760,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
           FROM pg_stat_activity a
          WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
            AND coalesce(a.backend_xmin, a.backend_xid) IS NOT NULL
+           -- A vacuum's snapshot holds back no other vacuum (PROC_IN_VACUUM).
+           AND a.backend_type <> 'autovacuum worker'
         UNION ALL
         SELECT 'replication slot ' || r.slot_name, r.active_pid, NULL, CASE WHEN r.active THEN 'active' ELSE 'inactive' END,
                NULL, age(r.xmin)
@@ -2901,8 +2798,121 @@ SELECT current_database()::text AS database,
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- jobq::compact::jobq::_note_compaction
+CREATE  FUNCTION jobq."_note_compaction"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_compaction_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   observe
+--   compact::jobq::note_compaction
+--   compact::jobq::compact_after
+
+-- Compaction of the hot tables (the long-transaction issue; the safety of it for every other
+-- transaction is in src/compact.rs).
+--
+-- While a transaction elsewhere holds the xmin horizon (an idle `BEGIN`, a report, a replication
+-- slot catching up), every version a job leaves in jobq.live_jobs and jobq.ready stays, vacuum
+-- cannot remove it, and the tables grow by every job that runs. TRUNCATE removes a table's
+-- rows whatever snapshot is held. So once the hot tables hold `min_dead` dead versions and
+-- four times as many as live rows, while something has held the horizon for more than 10 s,
+-- jobq._compact, under an ACCESS EXCLUSIVE lock on both,
+-- copies their live rows out, truncates them and writes the rows back, unchanged (ids, states,
+-- keys, claim order): the tables are then the size of the work in flight again.
+--
+-- What it costs and when it does not run:
+-- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
+--   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
+--   run with more than 100,000 live rows.
+-- - It never waits long for its lock (lock_timeout 50 ms, retried at the next pass), and does not
+--   try while a transaction that started more than a second ago holds a lock on either table (a
+--   REPEATABLE READ reader of them, pg_dump): TRUNCATE cannot run before that transaction ends.
+-- - Rows visible to a snapshot taken before the truncation are not visible to it afterwards
+--   (TRUNCATE is not MVCC-safe): jobq's functions guard against it (jobq._hold_hot_tables), but a
+--   REPEATABLE READ transaction of a client that reads jobq.jobs or jobq.live_jobs directly
+--   sees no live job after a compaction committed since its snapshot.
+-- min_dead = 0 compacts now, whatever the tables hold (tests, an operator).
+CREATE FUNCTION jobq._compact(min_dead bigint) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_live     jobq.live_jobs[];
+    v_ready    jobq.ready[];
+    v_dead     bigint;
+    v_rows     bigint;
+    v_before   bigint;
+    v_start    timestamptz;
+BEGIN
+    IF min_dead > 0 THEN
+        SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
+          FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass]) t;
+        IF v_dead < greatest(min_dead, 4 * v_rows) OR v_rows > 100000 THEN
+            RETURN false;
+        END IF;
+        -- Only where vacuum cannot do it: something has held the xmin horizon for more than
+        -- 10 s (a replication slot or a prepared transaction for any time). Without that, the
+        -- dead versions are autovacuum's, however many pile up between its visits.
+        IF NOT EXISTS (SELECT 1 FROM jobq._oldest_horizon() h
+                        WHERE h.xact_age IS NULL OR h.xact_age > interval '10 seconds') THEN
+            RETURN false;
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'relation' AND l.granted
+                      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass)
+                      AND l.pid <> pg_backend_pid()
+                      AND a.xact_start < clock_timestamp() - interval '1 second') THEN
+            RETURN false;
+        END IF;
+    END IF;
+    BEGIN
+        PERFORM set_config('lock_timeout', '50ms', true);
+        LOCK TABLE jobq.live_jobs, jobq.ready IN ACCESS EXCLUSIVE MODE;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+    v_start := clock_timestamp();
+    -- Before the truncation, under the lock: whoever locks the tables next reads it.
+    IF NOT jobq._note_compaction() THEN
+        RAISE EXCEPTION 'jobq: compaction needs jobq in shared_preload_libraries'
+            USING ERRCODE = '55000';
+    END IF;
+    v_before := pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready');
+    SELECT array_agg(j) INTO v_live FROM jobq.live_jobs j;
+    SELECT array_agg(r) INTO v_ready FROM jobq.ready r;
+    TRUNCATE jobq.live_jobs, jobq.ready;
+    INSERT INTO jobq.live_jobs SELECT * FROM unnest(v_live);
+    -- ready's stored queue_hash is computed again, not copied.
+    INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
+                            concurrency_limit, while_key, rate_key)
+    SELECT r.queue, r.priority, r.run_at, r.id, r.kind, r.keyed, r.concurrency_key,
+           r.concurrency_limit, r.while_key, r.rate_key
+      FROM unnest(v_ready) r;
+    RAISE LOG 'jobq: compacted the hot tables in % ms: % jobs kept, % MB before, % MB after',
+        round(extract(epoch FROM clock_timestamp() - v_start) * 1000, 1),
+        coalesce(array_length(v_live, 1), 0), round(v_before / 1048576.0, 1),
+        round((pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')) / 1048576.0, 1);
+    RETURN true;
+END $$;
+
+-- The background worker's call, after each reap pass, in a transaction of its own: a failure is
+-- logged and never stops the reaper.
+-- Whether it compacted.
+CREATE FUNCTION jobq._compact_pass() RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    RETURN jobq.compact_after() > 0 AND jobq._compact(jobq.compact_after());
+EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
+    RETURN false;
+END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   compact
 
 -- finalize
 -- Privileges: who may call what (SPEC, section Privileges). Runs last, once every object of

@@ -88,11 +88,11 @@ extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
 extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause", schedules::jobq::cron_next, schedules::jobq::cron_latest]);
 extension_sql_file!("sql/counters.sql", name = "counters", requires = ["schedules", counters::jobq::take_tallies, counters::jobq::histogram_add, counters::jobq::histogram_quantile]);
 extension_sql_file!("sql/reap.sql", name = "reap", requires = ["counters", health::jobq::note_pass, gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
-extension_sql_file!("sql/compact.sql", name = "compact", requires = ["reap", compact::jobq::note_compaction, compact::jobq::compact_after]);
-extension_sql_file!("sql/stats.sql", name = "stats", requires = ["compact"]);
+extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/node.sql", name = "node", requires = ["stats"]);
 extension_sql_file!("sql/observe.sql", name = "observe", requires = ["node", health::jobq::last_pass]);
-extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["observe"], finalize);
+extension_sql_file!("sql/compact.sql", name = "compact", requires = ["observe", compact::jobq::note_compaction, compact::jobq::compact_after]);
+extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["compact"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

@@ -5,7 +5,8 @@
 -- slot catching up), every version a job leaves in jobq.live_jobs and jobq.ready stays, vacuum
 -- cannot remove it, and the tables grow by every job that runs. TRUNCATE removes a table's
 -- rows whatever snapshot is held. So once the hot tables hold `min_dead` dead versions and
--- four times as many as live rows, jobq._compact, under an ACCESS EXCLUSIVE lock on both,
+-- four times as many as live rows, while something has held the horizon for more than 10 s,
+-- jobq._compact, under an ACCESS EXCLUSIVE lock on both,
 -- copies their live rows out, truncates them and writes the rows back, unchanged (ids, states,
 -- keys, claim order): the tables are then the size of the work in flight again.
 --
@@ -35,6 +36,13 @@ BEGIN
         SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
           FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass]) t;
         IF v_dead < greatest(min_dead, 4 * v_rows) OR v_rows > 100000 THEN
+            RETURN false;
+        END IF;
+        -- Only where vacuum cannot do it: something has held the xmin horizon for more than
+        -- 10 s (a replication slot or a prepared transaction for any time). Without that, the
+        -- dead versions are autovacuum's, however many pile up between its visits.
+        IF NOT EXISTS (SELECT 1 FROM jobq._oldest_horizon() h
+                        WHERE h.xact_age IS NULL OR h.xact_age > interval '10 seconds') THEN
             RETURN false;
         END IF;
         IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid

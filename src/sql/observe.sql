@@ -57,6 +57,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
           FROM pg_stat_activity a
          WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
            AND coalesce(a.backend_xmin, a.backend_xid) IS NOT NULL
+           -- A vacuum's snapshot holds back no other vacuum (PROC_IN_VACUUM).
+           AND a.backend_type <> 'autovacuum worker'
         UNION ALL
         SELECT 'replication slot ' || r.slot_name, r.active_pid, NULL, CASE WHEN r.active THEN 'active' ELSE 'inactive' END,
                NULL, age(r.xmin)
