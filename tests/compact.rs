@@ -1,10 +1,14 @@
 //! Compaction of the hot tables under a held horizon (src/compact.rs, src/sql/compact.sql):
 //! `jobq._compact` empties jobq.live_jobs and jobq.ready with TRUNCATE and writes their live
-//! rows back. These tests prove that it keeps every job as it was, that a call which waited
-//! for it sees the rows it wrote back (READ COMMITTED), that a REPEATABLE READ transaction
-//! whose snapshot predates it gets 40001 instead of a wrong answer, that workers racing
-//! compactions lose no job and run none twice, and that the background worker compacts by
-//! itself while a transaction elsewhere holds the horizon, and only then.
+//! rows back. These tests prove that:
+//! - it keeps every job as it was;
+//! - a call which waited for it sees the rows it wrote back (READ COMMITTED);
+//! - a REPEATABLE READ transaction whose snapshot predates it gets 40001, not a wrong answer;
+//! - it waits for its conditions, and never runs beside pg_dump;
+//! - a waiting checkout does not hold it off;
+//! - workers racing compactions lose no job and run none twice;
+//! - the background worker compacts by itself while a transaction elsewhere holds the
+//!   horizon, and only then.
 mod common;
 
 use common::*;
@@ -179,6 +183,52 @@ fn calls_that_waited_for_a_compaction_see_the_rows_it_wrote_back() {
             ("cancel".to_string(), "cancelled".to_string(), false),
         ]
     );
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn a_compaction_runs_while_a_checkout_waits_and_the_waiter_then_claims() {
+    let (cluster, name, mut c) = db();
+    let mut waiter = cluster.connect(&name);
+    let w = register(&mut waiter);
+    let pid: i32 = waiter.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let waiting = std::thread::spawn(move || -> Vec<i64> {
+        waiter.query("SELECT id FROM jobq_checkout($1, ARRAY['idle'], 1, '30 seconds')", &[&w]).unwrap().iter().map(|r| r.get(0)).collect()
+    });
+    wait_until("the checkout to wait", Duration::from_secs(30), || {
+        c.query_one("SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND wait_event = 'Extension'", &[&pid])
+            .unwrap()
+            .get(0)
+    });
+    // Between its looks the waiter holds no lock on the tables: the compaction gets its lock
+    // within its 50 ms lock_timeout.
+    assert!(c.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0), "the compaction did not get its lock");
+    let id: i64 = c.query_one("SELECT jobq_enqueue('idle', '{}')", &[]).unwrap().get(0);
+    assert_eq!(waiting.join().unwrap(), vec![id]);
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn a_compaction_waits_for_dead_versions_and_a_held_horizon_and_never_runs_beside_pg_dump() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    // Too few dead versions: no compaction, however old the horizon.
+    let mut held = hold_horizon(cluster, &name);
+    assert!(!c.query_one("SELECT jobq._compact(1000000)", &[]).unwrap().get::<_, bool>(0));
+    churn(&mut c, w, 5000);
+    wait_until("the statistics to count the dead versions", Duration::from_secs(30), || {
+        c.query_one("SELECT pg_stat_get_dead_tuples('jobq.live_jobs'::regclass) >= 5000", &[]).unwrap().get(0)
+    });
+    // A session that names itself as pg_dump does.
+    let dump = postgres::Client::connect(&format!("{} application_name=pg_dump", cluster.url(&name)), postgres::NoTls).unwrap();
+    horizon_older_than_10_s(&mut c);
+    assert!(!c.query_one("SELECT jobq._compact(1000)", &[]).unwrap().get::<_, bool>(0), "compacted beside pg_dump");
+    drop(dump);
+    wait_until("pg_dump's session to end", Duration::from_secs(30), || {
+        c.query_one("SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'pg_dump')", &[]).unwrap().get(0)
+    });
+    assert!(c.query_one("SELECT jobq._compact(1000)", &[]).unwrap().get::<_, bool>(0));
+    held.batch_execute("COMMIT").unwrap();
     assert_job_tables_consistent(&mut c);
 }
 
