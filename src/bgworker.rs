@@ -434,6 +434,17 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db_oid), None);
     let database = BackgroundWorker::get_extra().to_owned();
     let db = db_oid.to_u32();
+    // Every transaction of the reaper at READ COMMITTED, whatever default_transaction_isolation
+    // the server, the database or a reload says: a compaction's copy must see every row
+    // committed before its lock (src/sql/compact.sql), and a pass must not fail with 40001.
+    unsafe {
+        pg_sys::SetConfigOption(
+            c"default_transaction_isolation".as_ptr(),
+            c"read committed".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        );
+    }
     unsafe { pg_sys::before_shmem_exit(Some(unmark), pg_sys::Datum::from(db)) };
 
     // Deferred wake-ups (src/wakes.rs): once this reaper serves, an enqueue's commit sets its

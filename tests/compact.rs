@@ -209,9 +209,14 @@ fn a_compaction_runs_while_a_checkout_waits_and_the_waiter_then_claims() {
 }
 
 #[test]
-fn a_compaction_waits_for_dead_versions_and_a_held_horizon_and_never_runs_beside_pg_dump() {
+fn a_compaction_needs_read_committed_dead_versions_and_a_held_horizon_and_never_runs_beside_pg_dump() {
     let (cluster, name, mut c) = db();
     let w = register(&mut c);
+    // Not in a transaction snapshot: its copy would miss rows committed before its lock.
+    let mut t = c.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
+    let e = t.query_one("SELECT jobq._compact(0)", &[]).expect_err("compacted at REPEATABLE READ");
+    assert_eq!(sqlstate(&e), "0A000");
+    t.rollback().unwrap();
     // Too few dead versions: no compaction, however old the horizon.
     let mut held = hold_horizon(cluster, &name);
     assert!(!c.query_one("SELECT jobq._compact(1000000)", &[]).unwrap().get::<_, bool>(0));
@@ -377,10 +382,21 @@ fn compacting_cluster() -> &'static Cluster {
             "compact",
             &["jobq.database = 'compacted'", "jobq.reap_interval = '200ms'", "jobq.compact_after = 20000"],
         );
-        c.connect("postgres").batch_execute(&format!("CREATE DATABASE {DB}")).unwrap();
+        // Transactions default to REPEATABLE READ here: the background worker must compact at
+        // READ COMMITTED all the same (src/bgworker.rs), and the test's sessions set it.
+        let mut admin = c.connect("postgres");
+        admin.batch_execute(&format!("CREATE DATABASE {DB}")).unwrap();
+        admin.batch_execute(&format!("ALTER DATABASE {DB} SET default_transaction_isolation = 'repeatable read'")).unwrap();
         c.connect(DB).batch_execute("SET client_min_messages = error; CREATE EXTENSION jobq").unwrap();
         c
     })
+}
+
+/// A session of database `compacted` at READ COMMITTED.
+fn connect_rc(cluster: &Cluster) -> Client {
+    let mut c = cluster.connect(DB);
+    c.batch_execute("SET default_transaction_isolation = 'read committed'").unwrap();
+    c
 }
 
 /// After the statistics count at least 20,000 dead versions, two more reap passes (and the
@@ -407,7 +423,7 @@ fn horizon_older_than_10_s(c: &mut Client) {
 #[test]
 fn the_background_worker_compacts_under_a_held_horizon_only() {
     let cluster = compacting_cluster();
-    let mut c = cluster.connect(DB);
+    let mut c = connect_rc(cluster);
     let w = register(&mut c);
     let waiting: Vec<i64> = (0..10).map(|i| c.query_one(&format!("SELECT jobq_enqueue('q', '{{\"n\": {i}}}')"), &[]).unwrap().get(0)).collect();
     let before = fingerprint(&mut c);
@@ -431,7 +447,8 @@ fn the_background_worker_compacts_under_a_held_horizon_only() {
 
     // An idle transaction holding an xid, which takes no lock on them: the background worker
     // compacts.
-    let mut held = hold_horizon(cluster, DB);
+    let mut held = connect_rc(cluster);
+    held.batch_execute("BEGIN; SELECT txid_current()").unwrap();
     churn(&mut c, w, 10_000);
     horizon_older_than_10_s(&mut c);
     wait_until("the background worker to compact the hot tables", Duration::from_secs(60), || size_and_file(&mut c).1 != file);

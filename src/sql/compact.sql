@@ -32,6 +32,12 @@ DECLARE
     v_before   bigint;
     v_start    timestamptz;
 BEGIN
+    -- Its copy must see every row committed before it got its lock: a statement's snapshot
+    -- taken after the LOCK, which only READ COMMITTED gives (a transaction snapshot taken
+    -- before it would miss rows, and the TRUNCATE would lose them).
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jobq: compaction needs READ COMMITTED' USING ERRCODE = '0A000';
+    END IF;
     IF min_dead > 0 THEN
         SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
           FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass]) t;
