@@ -340,54 +340,40 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::privileges::jobq::_may_act_for
-CREATE  FUNCTION jobq."_may_act_for"(
-	"owner" oid /* pg_sys :: Oid */
-) RETURNS bool /* bool */
-STRICT STABLE PARALLEL SAFE 
+-- jobq::floors::jobq::_lower_floor
+CREATE  FUNCTION jobq."_lower_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT, /* & str */
+	"priority" INT, /* i32 */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"id" bigint /* i64 */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
+-- jobq::floors::jobq::_floor
+CREATE  FUNCTION jobq."_floor"(
+	"ready" oid, /* pg_sys :: Oid */
+	"queue" TEXT /* Option < & str > */
+) RETURNS TABLE (
+	"priority" INT,  /* i32 */
+	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"id" bigint  /* i64 */
+)
+STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+AS 'MODULE_PATHNAME', 'floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -408,7 +394,80 @@ AS 'MODULE_PATHNAME', 'last_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'caller_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_may_act_for
+CREATE  FUNCTION jobq."_may_act_for"(
+	"owner" oid /* pg_sys :: Oid */
+) RETURNS bool /* bool */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_tally
+CREATE  FUNCTION jobq."_tally"(
+	"queue" TEXT, /* & str */
+	"event" TEXT, /* & str */
+	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"at" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tally_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -438,19 +497,6 @@ AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::counters::jobq::_tally
-CREATE  FUNCTION jobq."_tally"(
-	"queue" TEXT, /* & str */
-	"event" TEXT, /* & str */
-	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"at" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'tally_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- jobq::counters::jobq::histogram_quantile
 CREATE  FUNCTION jobq."histogram_quantile"(
 	"hist" bigint[], /* Vec < Option < i64 > > */
@@ -459,43 +505,6 @@ CREATE  FUNCTION jobq."histogram_quantile"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_histogram_add
-CREATE  FUNCTION jobq."_histogram_add"(
-	"a" bigint[], /* Vec < Option < i64 > > */
-	"b" bigint[] /* Vec < Option < i64 > > */
-) RETURNS bigint[] /* Vec < i64 > */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::_usable_worker
-CREATE  FUNCTION jobq."_usable_worker"(
-	"worker" uuid /* pgrx :: Uuid */
-) RETURNS bool /* bool */
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -515,11 +524,43 @@ CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::compact::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- jobq::compact::jobq::compact_after
+CREATE  FUNCTION jobq."compact_after"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'compact_after_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- jobq::compact::jobq::_hold_hot_tables
 CREATE  FUNCTION jobq."_hold_hot_tables"() RETURNS void
 STRICT VOLATILE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'hold_hot_tables_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::compact::jobq::_note_compaction
+CREATE  FUNCTION jobq."_note_compaction"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_compaction_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1144,31 +1185,29 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::compact::jobq::_note_compaction
-CREATE  FUNCTION jobq."_note_compaction"() RETURNS bool /* bool */
-STRICT VOLATILE 
+-- jobq::liveness::jobq::_usable_worker
+CREATE  FUNCTION jobq."_usable_worker"(
+	"worker" uuid /* pgrx :: Uuid */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_compaction_wrapper';
+AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::compact::jobq::compact_after
-CREATE  FUNCTION jobq."compact_after"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'compact_after_wrapper';
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1192,6 +1231,14 @@ CREATE  FUNCTION jobq."_wake"(
 VOLATILE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2121,66 +2168,7 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::floors::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_lower_floor
-CREATE  FUNCTION jobq."_lower_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT, /* & str */
-	"priority" INT, /* i32 */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"id" bigint /* i64 */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::floors::jobq::_floor
-CREATE  FUNCTION jobq."_floor"(
-	"ready" oid, /* pg_sys :: Oid */
-	"queue" TEXT /* Option < & str > */
-) RETURNS TABLE (
-	"priority" INT,  /* i32 */
-	"run_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"id" bigint  /* i64 */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'floor_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2193,6 +2181,18 @@ CREATE  FUNCTION jobq."_cron_latest"(
 IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2509,6 +2509,10 @@ DECLARE
     n         integer;
 BEGIN
     workers_reaped := 0; jobs_requeued := 0; jobs_dead := 0; locks_released := 0; jobs_pruned := 0;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends; 40001 for a manual jobq_reap() in an older REPEATABLE READ snapshot,
+    -- which would see no job of a dead worker to requeue (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
 
     -- A worker counts as alive while a checkout of it waits (src/waits.rs): the heartbeat of
     -- a live worker that waits now is refreshed before anyone is judged.
@@ -2827,14 +2831,30 @@ SELECT current_database()::text AS database,
 -- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
 --   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
 --   run with more than 100,000 live rows.
--- - It never waits long for its lock (lock_timeout 50 ms, retried at the next pass), and does not
---   try while a transaction that started more than a second ago holds a lock on either table (a
---   REPEATABLE READ reader of them, pg_dump): TRUNCATE cannot run before that transaction ends.
+-- - It never waits long for its lock (lock_timeout 50 ms, or half of deadlock_timeout if less;
+--   the background worker tries again after 1 s, 2 s, 4 s … up to a minute), and does not try
+--   while a transaction that started more than a second ago (or a prepared one) holds a lock on
+--   either table (a REPEATABLE READ reader of them): TRUNCATE cannot run before it ends. Nor
+--   while pg_dump is connected (jobq._dump_connected).
 -- - Rows visible to a snapshot taken before the truncation are not visible to it afterwards
 --   (TRUNCATE is not MVCC-safe): jobq's functions guard against it (jobq._hold_hot_tables), but a
 --   REPEATABLE READ transaction of a client that reads jobq.jobs or jobq.live_jobs directly
 --   sees no live job after a compaction committed since its snapshot.
 -- min_dead = 0 compacts now, whatever the tables hold (tests, an operator).
+-- pg_dump takes its snapshot first and locks the tables it dumps after: a compaction
+-- committed in between would leave the queue's live jobs out of the dump (and keep their
+-- unique keys and slots in it). It names itself (application_name 'pg_dump', and pg_dumpall's
+-- 'pg_dumpall') unless told otherwise. Reads the sessions anew, not this transaction's copy.
+CREATE FUNCTION jobq._dump_connected() RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM pg_stat_clear_snapshot();
+    RETURN EXISTS (SELECT 1 FROM pg_stat_activity a
+                    WHERE a.datname = current_database() AND a.application_name LIKE 'pg\_dump%');
+END $$;
+
+-- True: compacted. False: nothing to do (or not now: a condition above). NULL: its lock was
+-- not granted in time.
 CREATE FUNCTION jobq._compact(min_dead bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -2864,28 +2884,33 @@ BEGIN
                         WHERE h.xact_age IS NULL OR h.xact_age > interval '10 seconds') THEN
             RETURN false;
         END IF;
-        IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        -- A prepared transaction's locks have no pid: they count as old.
+        IF EXISTS (SELECT 1 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
                     WHERE l.locktype = 'relation' AND l.granted
                       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
                       AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass)
-                      AND l.pid <> pg_backend_pid()
-                      AND a.xact_start < clock_timestamp() - interval '1 second') THEN
+                      AND l.pid IS DISTINCT FROM pg_backend_pid()
+                      AND (l.pid IS NULL OR a.xact_start < clock_timestamp() - interval '1 second')) THEN
             RETURN false;
         END IF;
-        -- pg_dump takes its snapshot first and locks the tables it dumps after: a compaction
-        -- committed in between would leave the queue's live jobs out of the dump. It names
-        -- itself (application_name) for as long as it is connected.
-        IF EXISTS (SELECT 1 FROM pg_stat_activity a
-                    WHERE a.datname = current_database() AND a.application_name = 'pg_dump') THEN
+        IF jobq._dump_connected() THEN
             RETURN false;
         END IF;
     END IF;
+    -- In checkout's order (jobq.ready, then jobq.live_jobs), and never waiting as long as the
+    -- deadlock detector would: a lock not granted in time is NULL, tried again later.
     BEGIN
-        PERFORM set_config('lock_timeout', '50ms', true);
-        LOCK TABLE jobq.live_jobs, jobq.ready IN ACCESS EXCLUSIVE MODE;
+        PERFORM set_config('lock_timeout', greatest(1, least(50, extract(epoch FROM
+                    current_setting('deadlock_timeout')::interval) * 500))::integer || 'ms', true);
+        LOCK TABLE jobq.ready, jobq.live_jobs IN ACCESS EXCLUSIVE MODE;
     EXCEPTION WHEN lock_not_available THEN
-        RETURN false;
+        RETURN NULL;
     END;
+    -- Once more under the lock: a pg_dump that connected since the look above may have taken
+    -- its snapshot already (a narrow window remains: one that connects from here to the commit).
+    IF min_dead > 0 AND jobq._dump_connected() THEN
+        RETURN false;
+    END IF;
     v_start := clock_timestamp();
     -- Before the truncation, under the lock: whoever locks the tables next reads it.
     IF NOT jobq._note_compaction() THEN
@@ -2912,14 +2937,21 @@ END $$;
 
 -- The background worker's call, after each reap pass, in a transaction of its own: a failure is
 -- logged and never stops the reaper.
--- Whether it compacted.
-CREATE FUNCTION jobq._compact_pass() RETURNS boolean
+-- 1: compacted; 0: nothing to do; -1: it could not (its lock not granted in time, or an
+-- error): the background worker then waits longer before the next try (src/bgworker.rs).
+CREATE FUNCTION jobq._compact_pass() RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_done boolean;
 BEGIN
-    RETURN jobq.compact_after() > 0 AND jobq._compact(jobq.compact_after());
+    IF jobq.compact_after() <= 0 THEN
+        RETURN 0;
+    END IF;
+    v_done := jobq._compact(jobq.compact_after());
+    RETURN CASE WHEN v_done THEN 1 WHEN NOT v_done THEN 0 ELSE -1 END;
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
-    RETURN false;
+    RETURN -1;
 END $$;
 /* </end connected objects> */
 

@@ -454,6 +454,7 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
     let mut current = interval();
     let mut last_pass: Option<Instant> = None;
     let mut sweep = true;
+    let mut compact_backoff = Backoff::default();
     let tick = || interval().min(FLOOR_TICK);
     let mut last_tick = Instant::now().checked_sub(FLOOR_TICK).unwrap_or_else(Instant::now);
     // Rounded up to whole milliseconds, the unit of WaitLatch: rounded down, the last
@@ -526,10 +527,21 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
         unsafe { pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, c"jobq reap pass".as_ptr()) };
         // Errors of the pass are caught and logged inside _reap_pass.
         BackgroundWorker::transaction(|| hold_extension() && Spi::run("SELECT jobq._reap_pass()").is_ok());
-        // In a transaction of its own, as short as it can be: it may lock the hot tables.
-        let compacted = BackgroundWorker::transaction(|| {
-            hold_extension() && Spi::get_one::<bool>("SELECT jobq._compact_pass()").ok().flatten() == Some(true)
-        });
+        // In a transaction of its own, as short as it can be: it may lock the hot tables. One
+        // that could not (its lock not granted in time, an error) is tried again after 1 s,
+        // 2 s, 4 s … up to a minute: each try makes every caller wait for up to 50 ms.
+        let mut compacted = false;
+        if !compact_backoff.waiting() {
+            let outcome = BackgroundWorker::transaction(|| {
+                if hold_extension() { Spi::get_one::<i32>("SELECT jobq._compact_pass()").ok().flatten() } else { None }
+            });
+            compacted = outcome == Some(1);
+            if outcome == Some(-1) {
+                compact_backoff.failed();
+            } else {
+                compact_backoff.reset();
+            }
+        }
         unsafe {
             pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, c"jobq reap pass".as_ptr());
             // As a backend does between transactions: the rows the pass changed reach the

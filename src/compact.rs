@@ -91,9 +91,10 @@ pub mod jobq {
     #[pg_extern(volatile, name = "_hold_hot_tables")]
     pub fn hold_hot_tables() {
         unsafe {
+            // In checkout's order, and the compaction's: jobq.ready, then jobq.live_jobs.
             let (live, ready) = hot_tables();
-            pg_sys::LockRelationOid(live, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
             pg_sys::LockRelationOid(ready, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            pg_sys::LockRelationOid(live, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
             if pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32 || !ENABLED.load(Ordering::Relaxed) {
                 return;
             }

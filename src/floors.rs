@@ -222,7 +222,17 @@ pub fn raise() {
         } else {
             None
         };
-        seen.iter()
+        // The lookups below read jobq.ready in a snapshot taken once it is locked: one taken
+        // before would see the table empty after a compaction (src/compact.rs) that committed
+        // in between, and raise every floor to HIGHEST.
+        if let Some(r) = rel {
+            unsafe {
+                pg_sys::LockRelationOid(r, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+                pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+            }
+        }
+        let found = seen
+            .iter()
             .map(|(_, id, key)| {
                 if rel.map(|r| r.to_u32()) != Some(id.rel) {
                     return None; // the extension was dropped or re-created: forget this floor
@@ -230,7 +240,11 @@ pub fn raise() {
                 // A failed lookup leaves the floor where it is.
                 Some(lowest_row(id.queue.as_deref(), *key).map_or(*key, |m| m.unwrap_or(HIGHEST)))
             })
-            .collect()
+            .collect();
+        if rel.is_some() {
+            unsafe { pg_sys::PopActiveSnapshot() };
+        }
+        found
     });
     // Step 3. Only this pass frees slots, so a slot it read still holds the same floor.
     let mut floors = FLOORS.exclusive();

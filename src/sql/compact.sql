@@ -14,14 +14,30 @@
 -- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
 --   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
 --   run with more than 100,000 live rows.
--- - It never waits long for its lock (lock_timeout 50 ms, retried at the next pass), and does not
---   try while a transaction that started more than a second ago holds a lock on either table (a
---   REPEATABLE READ reader of them, pg_dump): TRUNCATE cannot run before that transaction ends.
+-- - It never waits long for its lock (lock_timeout 50 ms, or half of deadlock_timeout if less;
+--   the background worker tries again after 1 s, 2 s, 4 s … up to a minute), and does not try
+--   while a transaction that started more than a second ago (or a prepared one) holds a lock on
+--   either table (a REPEATABLE READ reader of them): TRUNCATE cannot run before it ends. Nor
+--   while pg_dump is connected (jobq._dump_connected).
 -- - Rows visible to a snapshot taken before the truncation are not visible to it afterwards
 --   (TRUNCATE is not MVCC-safe): jobq's functions guard against it (jobq._hold_hot_tables), but a
 --   REPEATABLE READ transaction of a client that reads jobq.jobs or jobq.live_jobs directly
 --   sees no live job after a compaction committed since its snapshot.
 -- min_dead = 0 compacts now, whatever the tables hold (tests, an operator).
+-- pg_dump takes its snapshot first and locks the tables it dumps after: a compaction
+-- committed in between would leave the queue's live jobs out of the dump (and keep their
+-- unique keys and slots in it). It names itself (application_name 'pg_dump', and pg_dumpall's
+-- 'pg_dumpall') unless told otherwise. Reads the sessions anew, not this transaction's copy.
+CREATE FUNCTION jobq._dump_connected() RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM pg_stat_clear_snapshot();
+    RETURN EXISTS (SELECT 1 FROM pg_stat_activity a
+                    WHERE a.datname = current_database() AND a.application_name LIKE 'pg\_dump%');
+END $$;
+
+-- True: compacted. False: nothing to do (or not now: a condition above). NULL: its lock was
+-- not granted in time.
 CREATE FUNCTION jobq._compact(min_dead bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -51,28 +67,33 @@ BEGIN
                         WHERE h.xact_age IS NULL OR h.xact_age > interval '10 seconds') THEN
             RETURN false;
         END IF;
-        IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        -- A prepared transaction's locks have no pid: they count as old.
+        IF EXISTS (SELECT 1 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
                     WHERE l.locktype = 'relation' AND l.granted
                       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
                       AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass)
-                      AND l.pid <> pg_backend_pid()
-                      AND a.xact_start < clock_timestamp() - interval '1 second') THEN
+                      AND l.pid IS DISTINCT FROM pg_backend_pid()
+                      AND (l.pid IS NULL OR a.xact_start < clock_timestamp() - interval '1 second')) THEN
             RETURN false;
         END IF;
-        -- pg_dump takes its snapshot first and locks the tables it dumps after: a compaction
-        -- committed in between would leave the queue's live jobs out of the dump. It names
-        -- itself (application_name) for as long as it is connected.
-        IF EXISTS (SELECT 1 FROM pg_stat_activity a
-                    WHERE a.datname = current_database() AND a.application_name = 'pg_dump') THEN
+        IF jobq._dump_connected() THEN
             RETURN false;
         END IF;
     END IF;
+    -- In checkout's order (jobq.ready, then jobq.live_jobs), and never waiting as long as the
+    -- deadlock detector would: a lock not granted in time is NULL, tried again later.
     BEGIN
-        PERFORM set_config('lock_timeout', '50ms', true);
-        LOCK TABLE jobq.live_jobs, jobq.ready IN ACCESS EXCLUSIVE MODE;
+        PERFORM set_config('lock_timeout', greatest(1, least(50, extract(epoch FROM
+                    current_setting('deadlock_timeout')::interval) * 500))::integer || 'ms', true);
+        LOCK TABLE jobq.ready, jobq.live_jobs IN ACCESS EXCLUSIVE MODE;
     EXCEPTION WHEN lock_not_available THEN
-        RETURN false;
+        RETURN NULL;
     END;
+    -- Once more under the lock: a pg_dump that connected since the look above may have taken
+    -- its snapshot already (a narrow window remains: one that connects from here to the commit).
+    IF min_dead > 0 AND jobq._dump_connected() THEN
+        RETURN false;
+    END IF;
     v_start := clock_timestamp();
     -- Before the truncation, under the lock: whoever locks the tables next reads it.
     IF NOT jobq._note_compaction() THEN
@@ -99,12 +120,19 @@ END $$;
 
 -- The background worker's call, after each reap pass, in a transaction of its own: a failure is
 -- logged and never stops the reaper.
--- Whether it compacted.
-CREATE FUNCTION jobq._compact_pass() RETURNS boolean
+-- 1: compacted; 0: nothing to do; -1: it could not (its lock not granted in time, or an
+-- error): the background worker then waits longer before the next try (src/bgworker.rs).
+CREATE FUNCTION jobq._compact_pass() RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_done boolean;
 BEGIN
-    RETURN jobq.compact_after() > 0 AND jobq._compact(jobq.compact_after());
+    IF jobq.compact_after() <= 0 THEN
+        RETURN 0;
+    END IF;
+    v_done := jobq._compact(jobq.compact_after());
+    RETURN CASE WHEN v_done THEN 1 WHEN NOT v_done THEN 0 ELSE -1 END;
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
-    RETURN false;
+    RETURN -1;
 END $$;

@@ -57,6 +57,10 @@ DECLARE
     n         integer;
 BEGIN
     workers_reaped := 0; jobs_requeued := 0; jobs_dead := 0; locks_released := 0; jobs_pruned := 0;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends; 40001 for a manual jobq_reap() in an older REPEATABLE READ snapshot,
+    -- which would see no job of a dead worker to requeue (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
 
     -- A worker counts as alive while a checkout of it waits (src/waits.rs): the heartbeat of
     -- a live worker that waits now is refreshed before anyone is judged.
