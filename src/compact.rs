@@ -116,11 +116,4 @@ pub mod jobq {
             }
         }
     }
-
-    /// `jobq.compact_after`: the dead row versions the hot tables may hold before the
-    /// background worker compacts them (0: never).
-    #[pg_extern(stable, parallel_safe)]
-    pub fn compact_after() -> i64 {
-        crate::gucs::COMPACT_AFTER.get() as i64
-    }
 }

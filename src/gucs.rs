@@ -111,4 +111,11 @@ pub mod jobq {
     pub fn retention_ms() -> i64 {
         super::RETENTION_S.get() as i64 * 1000
     }
+
+    /// `jobq.compact_after`: the dead row versions the hot tables may hold before the
+    /// background worker compacts them (0: never; src/compact.rs).
+    #[pg_extern(stable, parallel_safe)]
+    pub fn compact_after() -> i64 {
+        super::COMPACT_AFTER.get() as i64
+    }
 }
