@@ -12,7 +12,8 @@
 mod common;
 
 use common::*;
-use postgres::{Client, IsolationLevel};
+use postgres::types::ToSql;
+use postgres::{Client, GenericClient, IsolationLevel};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -57,11 +58,21 @@ fn churn(c: &mut Client, w: Uuid, n: i64) {
     }
 }
 
-/// A session idle in a transaction that holds an xid: vacuum can remove nothing newer.
-fn hold_horizon(cluster: &Cluster, db: &str) -> Client {
-    let mut h = cluster.connect(db);
+/// Session `h`, left idle in a transaction that holds an xid: vacuum can remove nothing newer.
+fn hold_horizon(mut h: Client) -> Client {
     h.batch_execute("BEGIN; SELECT txid_current()").unwrap();
     h
+}
+
+/// `jobq._compact(0)`, a compaction now: Some(true) when it compacted, None when its lock was
+/// not granted within its timeout.
+fn compact_now(c: &mut impl GenericClient) -> Option<bool> {
+    c.query_one("SELECT jobq._compact(0)", &[]).unwrap().get(0)
+}
+
+/// The first column of every row of `sql`: job ids.
+fn ids(c: &mut impl GenericClient, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<i64> {
+    c.query(sql, params).unwrap().iter().map(|r| r.get(0)).collect()
 }
 
 /// Jobs of every shape in queue `q`: payloads (one stored out of line), priorities, future run_at,
@@ -90,9 +101,9 @@ fn a_compaction_keeps_every_job_and_removes_the_dead_versions() {
     let (cluster, name, mut c) = db();
     let w = register(&mut c);
     varied_jobs(&mut c);
-    let claimed: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 12)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    let claimed: Vec<i64> = ids(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 12)", &[&w]);
     assert_eq!(claimed.len(), 12);
-    let mut held = hold_horizon(cluster, &name);
+    let mut held = hold_horizon(cluster.connect(&name));
     churn(&mut c, w, 20_000);
     let before = fingerprint(&mut c);
     let due: Vec<i64> = c
@@ -103,7 +114,7 @@ fn a_compaction_keeps_every_job_and_removes_the_dead_versions() {
         .collect();
     let (size, file) = size_and_file(&mut c);
 
-    assert!(c.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+    assert_eq!(compact_now(&mut c), Some(true));
 
     let (size_after, file_after) = size_and_file(&mut c);
     assert_ne!(file_after, file, "live_jobs was not truncated");
@@ -116,7 +127,7 @@ fn a_compaction_keeps_every_job_and_removes_the_dead_versions() {
     }
     let mut got = Vec::new();
     loop {
-        let batch: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 1)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+        let batch: Vec<i64> = ids(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 1)", &[&w]);
         let Some(&id) = batch.first() else { break };
         got.push(id);
         assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
@@ -149,7 +160,7 @@ fn calls_that_waited_for_a_compaction_see_the_rows_it_wrote_back() {
     ];
     let mut compactor = cluster.connect(&name);
     compactor.batch_execute("BEGIN").unwrap();
-    assert!(compactor.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+    assert_eq!(compact_now(&mut compactor), Some(true));
     let threads: Vec<_> = calls
         .iter()
         .map(|(what, sql)| {
@@ -193,7 +204,7 @@ fn a_compaction_runs_while_a_checkout_waits_and_the_waiter_then_claims() {
     let w = register(&mut waiter);
     let pid: i32 = waiter.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     let waiting = std::thread::spawn(move || -> Vec<i64> {
-        waiter.query("SELECT id FROM jobq_checkout($1, ARRAY['idle'], 1, '30 seconds')", &[&w]).unwrap().iter().map(|r| r.get(0)).collect()
+        ids(&mut waiter, "SELECT id FROM jobq_checkout($1, ARRAY['idle'], 1, '30 seconds')", &[&w])
     });
     wait_until("the checkout to wait", Duration::from_secs(30), || {
         c.query_one("SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND wait_event = 'Extension'", &[&pid])
@@ -202,7 +213,7 @@ fn a_compaction_runs_while_a_checkout_waits_and_the_waiter_then_claims() {
     });
     // Between its looks the waiter holds no lock on the tables: the compaction gets its lock
     // within its 50 ms lock_timeout.
-    assert!(c.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0), "the compaction did not get its lock");
+    assert_eq!(compact_now(&mut c), Some(true), "the compaction did not get its lock");
     let id: i64 = c.query_one("SELECT jobq_enqueue('idle', '{}')", &[]).unwrap().get(0);
     assert_eq!(waiting.join().unwrap(), vec![id]);
     assert_job_tables_consistent(&mut c);
@@ -218,7 +229,7 @@ fn a_compaction_needs_read_committed_dead_versions_and_a_held_horizon_and_never_
     assert_eq!(sqlstate(&e), "0A000");
     t.rollback().unwrap();
     // Too few dead versions: no compaction, however old the horizon.
-    let mut held = hold_horizon(cluster, &name);
+    let mut held = hold_horizon(cluster.connect(&name));
     assert!(!c.query_one("SELECT jobq._compact(1000000)", &[]).unwrap().get::<_, bool>(0));
     churn(&mut c, w, 5000);
     wait_until("the statistics to count the dead versions", Duration::from_secs(30), || {
@@ -254,7 +265,7 @@ fn a_repeatable_read_snapshot_older_than_a_compaction_gets_40001() {
     for sql in &calls {
         let mut t = a.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
         t.batch_execute("SELECT 1").unwrap(); // the transaction's snapshot
-        assert!(compactor.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+        assert_eq!(compact_now(&mut compactor), Some(true));
         let e = t.query_one(sql.as_str(), &[]).expect_err(sql);
         assert_eq!(sqlstate(&e), "40001", "{sql}: {e}");
         t.rollback().unwrap();
@@ -262,7 +273,7 @@ fn a_repeatable_read_snapshot_older_than_a_compaction_gets_40001() {
     // A manual reap pass too (it would see no job of a dead worker to requeue).
     let mut t = a.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
     t.batch_execute("SELECT 1").unwrap();
-    assert!(compactor.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+    assert_eq!(compact_now(&mut compactor), Some(true));
     assert_eq!(sqlstate(&t.query_one("SELECT jobq_reap()", &[]).expect_err("jobq_reap")), "40001");
     t.rollback().unwrap();
     let mut t = a.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
@@ -272,7 +283,7 @@ fn a_repeatable_read_snapshot_older_than_a_compaction_gets_40001() {
     c.batch_execute("SELECT jobq_enqueue('q2', '{}')").unwrap();
     let mut t = a.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
     t.batch_execute("SELECT 1").unwrap();
-    assert!(compactor.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, bool>(0));
+    assert_eq!(compact_now(&mut compactor), Some(true));
     assert_eq!(t.query("SELECT id FROM jobq_checkout($1, ARRAY['q2'], 1)", &[&w]).unwrap().len(), 0);
     t.commit().unwrap();
     // Retried, in transactions that start after the compaction, every call does its work.
@@ -304,8 +315,8 @@ fn workers_racing_compactions_lose_no_job_and_run_none_twice() {
         let (mut k, stop, compactions) = (cluster.connect(&name), stop.clone(), compactions.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                // NULL when its lock was not granted within its timeout.
-                if k.query_one("SELECT jobq._compact(0)", &[]).unwrap().get::<_, Option<bool>>(0) == Some(true) {
+                // None when its lock was not granted within its timeout.
+                if compact_now(&mut k) == Some(true) {
                     compactions.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -334,10 +345,10 @@ fn workers_racing_compactions_lose_no_job_and_run_none_twice() {
                 // Until the producer is done and the queue looks empty 50 times in a row.
                 while !(produced.load(Ordering::Relaxed) && empty >= 50) {
                     let mut t = s.build_transaction().isolation_level(level).start().unwrap();
-                    let ids: Vec<i64> = t.query("SELECT id FROM jobq_checkout($1, ARRAY['h'], 5)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+                    let claimed = ids(&mut t, "SELECT id FROM jobq_checkout($1, ARRAY['h'], 5)", &[&w]);
                     t.commit().unwrap();
-                    empty = if ids.is_empty() && produced.load(Ordering::Relaxed) { empty + 1 } else { 0 };
-                    for id in ids {
+                    empty = if claimed.is_empty() && produced.load(Ordering::Relaxed) { empty + 1 } else { 0 };
+                    for id in claimed {
                         loop {
                             let mut t = s.build_transaction().isolation_level(level).start().unwrap();
                             match t.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]) {
@@ -457,14 +468,13 @@ fn the_background_worker_compacts_under_a_held_horizon_only() {
 
     // An idle transaction holding an xid, which takes no lock on them: the background worker
     // compacts.
-    let mut held = connect_rc(cluster);
-    held.batch_execute("BEGIN; SELECT txid_current()").unwrap();
+    let mut held = hold_horizon(connect_rc(cluster));
     churn(&mut c, w, 10_000);
     horizon_older_than_10_s(&mut c);
     wait_until("the background worker to compact the hot tables", Duration::from_secs(60), || size_and_file(&mut c).1 != file);
     held.batch_execute("COMMIT").unwrap();
     assert_eq!(fingerprint(&mut c), before, "a waiting job changed");
-    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    let got: Vec<i64> = ids(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)", &[&w]);
     assert_eq!(got, waiting);
     assert_job_tables_consistent(&mut c);
 }
