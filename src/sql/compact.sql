@@ -125,12 +125,13 @@ END $$;
 CREATE FUNCTION jobq._compact_pass() RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_done boolean;
+    v_after bigint := jobq.compact_after();
+    v_done  boolean;
 BEGIN
-    IF jobq.compact_after() <= 0 THEN
+    IF v_after <= 0 THEN
         RETURN 0;
     END IF;
-    v_done := jobq._compact(jobq.compact_after());
+    v_done := jobq._compact(v_after);
     RETURN CASE WHEN v_done THEN 1 WHEN NOT v_done THEN 0 ELSE -1 END;
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;
