@@ -8,6 +8,10 @@ and its completion in its own transaction. A producer keeps about 4,000 jobs rea
   xid      one session idle in a transaction that holds an xid (BEGIN; SELECT txid_current();)
   readers  four REPEATABLE READ sessions, each in one transaction for the whole pressure,
            looping SELECT count(*) over the tables the system's checkout reads
+  static   the control for `readers`: the same four sessions looping the same count(*) over a
+           table of 4,000 rows that nothing writes (bench_static): what four busy readers cost
+           the workers on this machine whatever the queue's layout, so that `readers` can be
+           split into that share and the part the queue's own design loses
 Every 5 s it prints a JSON line: completions/s, the checkout calls' p99 (ms) in that
 interval, and the hot tables' sizes (tables + indexes, MB) and dead tuples.
 
@@ -15,6 +19,7 @@ interval, and the hot tables' sizes (tables + indexes, MB) and dead tuples.
 """
 import argparse
 import json
+import multiprocessing
 import threading
 import time
 
@@ -28,6 +33,16 @@ SYSTEMS = {
         "ready": "SELECT count(*) FROM jobq.ready WHERE queue = 'bench'",
         "enqueue": "SELECT count(*) FROM jobq_enqueue_batch('bench', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, %(n)s)))",
         "tables": ["jobq.ready", "jobq.live_jobs"],
+    },
+    # jobq with every job keyed (one of 100 concurrency keys, limit 5): each attempt also inserts
+    # and deletes a row of jobq.slots.
+    "jobq_ckey": {
+        "checkout": "SELECT id FROM jobq_checkout(%(w)s, ARRAY['bench'], 10)",
+        "complete": "SELECT jobq_complete(%(id)s, %(w)s)",
+        "ready": "SELECT count(*) FROM jobq.ready WHERE queue = 'bench'",
+        "enqueue": "SELECT count(jobq_enqueue('bench', concurrency_key => 'k' || (g % 100), concurrency_limit => 5)) "
+        "FROM generate_series(1, %(n)s) g",
+        "tables": ["jobq.ready", "jobq.live_jobs", "jobq.slots"],
     },
     "baseline": {
         "checkout": "UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id IN ("
@@ -57,10 +72,20 @@ SYSTEMS = {
 }
 
 
+def reader(dsn, tables, seconds):
+    """One of the readers: a REPEATABLE READ transaction for `seconds`, looping count(*)."""
+    with psycopg.connect(dsn) as c:
+        c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for t in tables:
+                c.execute(f"SELECT count(*) FROM {t}").fetchone()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("system", choices=SYSTEMS)
-    ap.add_argument("scenario", choices=["xid", "readers"])
+    ap.add_argument("scenario", choices=["xid", "readers", "static"])
     ap.add_argument("dsn")
     ap.add_argument("--clean", type=int, default=60)
     ap.add_argument("--pressure", type=int, default=300)
@@ -82,7 +107,7 @@ def main():
     def worker(i):
         nonlocal completed
         with psycopg.connect(a.dsn, autocommit=True) as c:
-            w = c.execute("SELECT w FROM bench_workers WHERE client = %s", (i,)).fetchone()[0] if a.system == "jobq" else None
+            w = c.execute("SELECT w FROM bench_workers WHERE client = %s", (i,)).fetchone()[0] if a.system.startswith("jobq") else None
             while not stop.is_set():
                 t0 = time.monotonic()
                 ids = [r[0] for r in c.execute(sql["checkout"], {"w": w}).fetchall()]
@@ -126,14 +151,13 @@ def main():
                 conns.append(c)
                 time.sleep(a.pressure)
             else:
-                def reader():
-                    with psycopg.connect(a.dsn) as c:
-                        c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                        end = time.monotonic() + a.pressure
-                        while time.monotonic() < end and not stop.is_set():
-                            for t in sql["tables"]:
-                                c.execute(f"SELECT count(*) FROM {t}").fetchone()
-                readers = [threading.Thread(target=reader) for _ in range(4)]
+                tables = sql["tables"] if a.scenario == "readers" else ["bench_static"]
+
+                # Each reader in a process of its own, so that the readers' client side (thousands
+                # of calls a second over a small table) never competes with the workers' for this
+                # interpreter's lock: what is measured is the database's share, not the harness's.
+                ctx = multiprocessing.get_context("spawn")
+                readers = [ctx.Process(target=reader, args=(a.dsn, tables, a.pressure)) for _ in range(4)]
                 for r in readers:
                     r.start()
                 for r in readers:
@@ -154,6 +178,10 @@ def main():
                 time.sleep(1)
 
     with psycopg.connect(a.dsn, autocommit=True) as mon:
+        if a.scenario == "static":
+            mon.execute("DROP TABLE IF EXISTS bench_static")
+            mon.execute("CREATE TABLE bench_static AS SELECT g AS id, '{}'::jsonb AS payload FROM generate_series(1, 4000) g")
+            mon.execute("VACUUM ANALYZE bench_static")
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(a.workers)]
         threads += [threading.Thread(target=producer), threading.Thread(target=pressure)]
         if "maintain" in sql:

@@ -6,6 +6,7 @@
 # hand-written baseline under the same pressure. Scenarios (bench/pressure.py):
 #   xid      one session idle in a transaction that holds an xid
 #   readers  four REPEATABLE READ sessions looping SELECT count(*) over the tables checkout reads
+#   static   the readers' control: the same four sessions over a 4,000-row table nothing writes
 #
 #   bench/pressure.sh [--clean S] [--pressure S] [--after S] [--scenarios "xid readers"] [--systems "jobq baseline"]
 #                     [--only "jobq:xid ..."]   run only these system:scenario pairs again; the
@@ -50,7 +51,8 @@ import json, sys
 raw, clean, pressure, after, scenarios, systems, rev, machine, conf = sys.argv[1:]
 clean, pressure, after = int(clean), int(pressure), int(after)
 names = {"xid": "one session idle in a transaction holding an xid",
-         "readers": "four REPEATABLE READ sessions looping SELECT count(*) over the tables checkout reads"}
+         "readers": "four REPEATABLE READ sessions looping SELECT count(*) over the tables checkout reads",
+         "static": "control: the same four sessions looping SELECT count(*) over a 4,000-row table nothing writes"}
 print("# Throughput under pressure from elsewhere\n")
 print(f"`bench/pressure.sh --clean {clean} --pressure {pressure} --after {after}`, {machine}, synchronous_commit = on"
       + (f", {conf}" if conf else "") + f", jobq {rev}. "
