@@ -40,7 +40,7 @@ SYSTEMS = {
         "checkout": "SELECT id FROM jobq_checkout(%(w)s, ARRAY['bench'], 10)",
         "complete": "SELECT jobq_complete(%(id)s, %(w)s)",
         "ready": "SELECT count(*) FROM jobq.ready WHERE queue = 'bench'",
-        "enqueue": "SELECT count(jobq_enqueue('bench', concurrency_key => 'k' || (g % 100), concurrency_limit => 5)) "
+        "enqueue": "SELECT count(jobq_enqueue('bench', concurrency_key => 'k' || (g %% 100), concurrency_limit => 5)) "
         "FROM generate_series(1, %(n)s) g",
         "tables": ["jobq.ready", "jobq.live_jobs", "jobq.slots"],
     },

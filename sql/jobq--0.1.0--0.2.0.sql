@@ -340,77 +340,49 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint /* i64 */
 ) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
+VOLATILE PARALLEL SAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
+AS 'MODULE_PATHNAME', 'wake_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::liveness::jobq::_usable_worker
-CREATE  FUNCTION jobq."_usable_worker"(
-	"worker" uuid /* pgrx :: Uuid */
-) RETURNS bool /* bool */
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::bgworker::jobq::_serve_database
-CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
 STRICT VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
 ) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
+VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
+AS 'MODULE_PATHNAME', 'wait_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_may_act_for
-CREATE  FUNCTION jobq."_may_act_for"(
-	"owner" oid /* pg_sys :: Oid */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
 ) RETURNS bool /* bool */
-STRICT STABLE PARALLEL SAFE 
+VOLATILE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -447,61 +419,182 @@ AS 'MODULE_PATHNAME', 'lower_floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
+-- jobq::bgworker::jobq::_serve_database
+CREATE  FUNCTION jobq."_serve_database"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'serve_database_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_latest
+CREATE  FUNCTION jobq."_cron_latest"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"upto" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::schedules::jobq::_cron_next
+CREATE  FUNCTION jobq."_cron_next"(
+	"cron" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"after" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cron_next_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
 ) RETURNS void
-VOLATILE 
+STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+AS 'MODULE_PATHNAME', 'notify_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::health::jobq::_last_pass
-CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
-	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"took_ms" double precision,  /* f64 */
-	"workers_reaped" INT,  /* i32 */
-	"jobs_requeued" INT,  /* i32 */
-	"jobs_dead" INT,  /* i32 */
-	"locks_released" INT,  /* i32 */
-	"jobs_pruned" INT,  /* i32 */
-	"error" TEXT  /* Option < String > */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_tally
+CREATE  FUNCTION jobq."_tally"(
+	"queue" TEXT, /* & str */
+	"event" TEXT, /* & str */
+	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"at" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tally_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_take_tallies
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[]  /* Vec < i64 > */
 )
-STRICT STABLE 
+STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'last_pass_wrapper';
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::gucs::jobq::compact_after
-CREATE  FUNCTION jobq."compact_after"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'compact_after_wrapper';
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::liveness::jobq::_usable_worker
+CREATE  FUNCTION jobq."_usable_worker"(
+	"worker" uuid /* pgrx :: Uuid */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'caller_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_may_act_for
+CREATE  FUNCTION jobq."_may_act_for"(
+	"owner" oid /* pg_sys :: Oid */
+) RETURNS bool /* bool */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::compact::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::compact::jobq::_note_compaction
+CREATE  FUNCTION jobq."_note_compaction"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_compaction_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -759,113 +852,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::compact::jobq::_note_compaction
-CREATE  FUNCTION jobq."_note_compaction"() RETURNS bool /* bool */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_compaction_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_latest
-CREATE  FUNCTION jobq."_cron_latest"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"upto" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_latest_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::schedules::jobq::_cron_next
-CREATE  FUNCTION jobq."_cron_next"(
-	"cron" TEXT, /* & str */
-	"time_zone" TEXT, /* & str */
-	"after" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS timestamp with time zone /* TimestampWithTimeZone */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cron_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint /* i64 */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_bounds
-CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_tally
-CREATE  FUNCTION jobq."_tally"(
-	"queue" TEXT, /* & str */
-	"event" TEXT, /* & str */
-	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"at" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'tally_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- requires:
 --   workers
 --   counters::jobq::tally
@@ -1012,6 +998,11 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- The hot tables in their one lock order: jobq.ready before jobq.live_jobs, as checkout and
+    -- the compaction (src/sql/compact.sql) take them. Inserting the job row first would hold
+    -- live_jobs while waiting for ready: a compaction holding ready and waiting for live_jobs
+    -- then never gets it (measured: keyed enqueues kept every compaction off after the first).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key)
     VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts,
@@ -1059,6 +1050,8 @@ BEGIN
     IF cardinality(payloads) = 0 THEN
         RETURN;
     END IF;
+    -- jobq.ready before jobq.live_jobs (see jobq_enqueue).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     -- Ids come from the sequence in row order, so ordering by id is payload order.
     WITH ins AS (
         INSERT INTO jobq.live_jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
@@ -1797,6 +1790,60 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::compact_after
+CREATE  FUNCTION jobq."compact_after"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'compact_after_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   checkout
 --   gucs::jobq::retention_ms
@@ -1997,7 +2044,8 @@ BEGIN
        AND NOT jobq._take_key(j.unique_key, job_id) THEN
         RETURN false;
     END IF;
-    -- Back to jobq.live_jobs, waiting again.
+    -- Back to jobq.live_jobs, waiting again; jobq.ready locked first (see jobq_enqueue).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     WITH moved AS (
         DELETE FROM jobq.finished_jobs x WHERE x.id = jobq_retry.job_id RETURNING x.*
     )
@@ -2303,46 +2351,6 @@ BEGIN
     DELETE FROM jobq.crontab c WHERE c.name = jobq_unschedule.name;
     RETURN FOUND;
 END $$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_histogram_add
-CREATE  FUNCTION jobq."_histogram_add"(
-	"a" bigint[], /* Vec < Option < i64 > > */
-	"b" bigint[] /* Vec < Option < i64 > > */
-) RETURNS bigint[] /* Vec < i64 > */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_take_tallies
-CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
-	"queue" TEXT,  /* String */
-	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
-	"enqueued" bigint,  /* i64 */
-	"started" bigint,  /* i64 */
-	"completed" bigint,  /* i64 */
-	"failed" bigint,  /* i64 */
-	"dead" bigint,  /* i64 */
-	"wait_ms" bigint[],  /* Vec < i64 > */
-	"run_ms" bigint[]  /* Vec < i64 > */
-)
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_quantile
-CREATE  FUNCTION jobq."histogram_quantile"(
-	"hist" bigint[], /* Vec < Option < i64 > > */
-	"q" double precision /* f64 */
-) RETURNS double precision /* Option < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2819,22 +2827,26 @@ SELECT current_database()::text AS database,
 -- transaction is in src/compact.rs).
 --
 -- While a transaction elsewhere holds the xmin horizon (an idle `BEGIN`, a report, a replication
--- slot catching up), every version a job leaves in jobq.live_jobs and jobq.ready stays, vacuum
--- cannot remove it, and the tables grow by every job that runs. TRUNCATE removes a table's
--- rows whatever snapshot is held. So once the hot tables hold `min_dead` dead versions and
--- four times as many as live rows, while something has held the horizon for more than 10 s,
--- jobq._compact, under an ACCESS EXCLUSIVE lock on both,
--- copies their live rows out, truncates them and writes the rows back, unchanged (ids, states,
--- keys, claim order): the tables are then the size of the work in flight again.
+-- slot catching up), every version a job leaves in jobq.live_jobs and jobq.ready (and a keyed
+-- job's attempt in jobq.slots) stays, vacuum cannot remove it, and the tables grow by every job
+-- that runs. TRUNCATE removes a table's rows whatever snapshot is held. So once these hot
+-- tables hold `min_dead` dead versions and four times as many as live rows, while something has
+-- held the horizon for more than 10 s, jobq._compact, under an ACCESS EXCLUSIVE lock on the
+-- three, copies their live rows out, truncates them and writes the rows back, unchanged (ids,
+-- states, keys, slots, claim order): the tables are then the size of the work in flight again.
+-- jobq.slots goes with the other two because every reader of it has locked jobq.ready or
+-- jobq.live_jobs first in the same transaction (checkout, completion, fail, cancel, the
+-- reaper's returns), so whatever holds off a compaction of those holds off one of it too.
 --
 -- What it costs and when it does not run:
 -- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
 --   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
 --   run with more than 100,000 live rows.
--- - It never waits long for its lock (lock_timeout 50 ms, or half of deadlock_timeout if less;
---   the background worker tries again after 1 s, 2 s, 4 s … up to a minute), and does not try
+-- - It never waits long for its lock (`lock_wait`, 50 ms unless the background worker's last
+--   tries missed it, and never more than half of deadlock_timeout; the background worker tries
+--   again after 1 s, 2 s, 4 s … up to 8 s, each time waiting twice as long), and does not try
 --   while a transaction that started more than a second ago (or a prepared one) holds a lock on
---   either table (a REPEATABLE READ reader of them): TRUNCATE cannot run before it ends. Nor
+--   any of them (a REPEATABLE READ reader of them): TRUNCATE cannot run before it ends. Nor
 --   while pg_dump is connected (jobq._dump_connected).
 -- - Rows visible to a snapshot taken before the truncation are not visible to it afterwards
 --   (TRUNCATE is not MVCC-safe): jobq's functions guard against it (jobq._hold_hot_tables), but a
@@ -2854,12 +2866,13 @@ BEGIN
 END $$;
 
 -- True: compacted. False: nothing to do (or not now: a condition above). NULL: its lock was
--- not granted in time.
-CREATE FUNCTION jobq._compact(min_dead bigint) RETURNS boolean
+-- not granted within `lock_wait`.
+CREATE FUNCTION jobq._compact(min_dead bigint, lock_wait interval DEFAULT '50 ms') RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_live     jobq.live_jobs[];
     v_ready    jobq.ready[];
+    v_slots    jobq.slots[];
     v_dead     bigint;
     v_rows     bigint;
     v_before   bigint;
@@ -2873,7 +2886,7 @@ BEGIN
     END IF;
     IF min_dead > 0 THEN
         SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
-          FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass]) t;
+          FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass, 'jobq.slots'::regclass]) t;
         IF v_dead < greatest(min_dead, 4 * v_rows) OR v_rows > 100000 THEN
             RETURN false;
         END IF;
@@ -2888,7 +2901,7 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
                     WHERE l.locktype = 'relation' AND l.granted
                       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-                      AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass)
+                      AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass, 'jobq.slots'::regclass)
                       AND l.pid IS DISTINCT FROM pg_backend_pid()
                       AND (l.pid IS NULL OR a.xact_start < clock_timestamp() - interval '1 second')) THEN
             RETURN false;
@@ -2897,12 +2910,14 @@ BEGIN
             RETURN false;
         END IF;
     END IF;
-    -- In checkout's order (jobq.ready, then jobq.live_jobs), and never waiting as long as the
-    -- deadlock detector would: a lock not granted in time is NULL, tried again later.
+    -- In checkout's order (jobq.ready, jobq.live_jobs, then jobq.slots), and never waiting as
+    -- long as the deadlock detector would: every call that comes meanwhile queues behind this
+    -- request, and one that waited deadlock_timeout would run the detector and could be picked.
+    -- A lock not granted in time is NULL, tried again later.
     BEGIN
-        PERFORM set_config('lock_timeout', greatest(1, least(50, extract(epoch FROM
+        PERFORM set_config('lock_timeout', greatest(1, least(extract(epoch FROM lock_wait) * 1000, extract(epoch FROM
                     current_setting('deadlock_timeout')::interval) * 500))::integer || 'ms', true);
-        LOCK TABLE jobq.ready, jobq.live_jobs IN ACCESS EXCLUSIVE MODE;
+        LOCK TABLE jobq.ready, jobq.live_jobs, jobq.slots IN ACCESS EXCLUSIVE MODE;
     EXCEPTION WHEN lock_not_available THEN
         RETURN NULL;
     END;
@@ -2917,11 +2932,14 @@ BEGIN
         RAISE EXCEPTION 'jobq: compaction needs jobq in shared_preload_libraries'
             USING ERRCODE = '55000';
     END IF;
-    v_before := pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready');
+    v_before := pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')
+              + pg_total_relation_size('jobq.slots');
     SELECT array_agg(j) INTO v_live FROM jobq.live_jobs j;
     SELECT array_agg(r) INTO v_ready FROM jobq.ready r;
-    TRUNCATE jobq.live_jobs, jobq.ready;
+    SELECT array_agg(s) INTO v_slots FROM jobq.slots s;
+    TRUNCATE jobq.live_jobs, jobq.ready, jobq.slots;
     INSERT INTO jobq.live_jobs SELECT * FROM unnest(v_live);
+    INSERT INTO jobq.slots SELECT * FROM unnest(v_slots);
     -- ready's stored queue_hash is computed again, not copied.
     INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
                             concurrency_limit, while_key, rate_key)
@@ -2931,7 +2949,8 @@ BEGIN
     RAISE LOG 'jobq: compacted the hot tables in % ms: % jobs kept, % MB before, % MB after',
         round(extract(epoch FROM clock_timestamp() - v_start) * 1000, 1),
         coalesce(array_length(v_live, 1), 0), round(v_before / 1048576.0, 1),
-        round((pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')) / 1048576.0, 1);
+        round((pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')
+               + pg_total_relation_size('jobq.slots')) / 1048576.0, 1);
     RETURN true;
 END $$;
 
@@ -2939,7 +2958,12 @@ END $$;
 -- logged and never stops the reaper.
 -- 1: compacted; 0: nothing to do; -1: it could not (its lock not granted in time, or an
 -- error): the background worker then waits longer before the next try (src/bgworker.rs).
-CREATE FUNCTION jobq._compact_pass() RETURNS integer
+-- `missed`: how many tries in a row could not. Each waits twice as long for the lock as the one
+-- before (50 ms, 100 ms, 200 ms …, at most half of deadlock_timeout): where the tables' other
+-- transactions take longer than 50 ms (a bulk enqueue, or checkouts already slowed by the dead
+-- versions a compaction would remove), a fixed 50 ms was never granted, and the tables grew
+-- unbounded (measured: keyed jobs under a held xid, README, Long transactions elsewhere).
+CREATE FUNCTION jobq._compact_pass(missed integer DEFAULT 0) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_after bigint := jobq.compact_after();
@@ -2948,7 +2972,7 @@ BEGIN
     IF v_after <= 0 THEN
         RETURN 0;
     END IF;
-    v_done := jobq._compact(v_after);
+    v_done := jobq._compact(v_after, interval '50 ms' * power(2, least(missed, 10)));
     RETURN CASE WHEN v_done THEN 1 WHEN NOT v_done THEN 0 ELSE -1 END;
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;

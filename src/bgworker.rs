@@ -28,7 +28,7 @@
 //!   then leaves, as autovacuum does, so that such a command is never blocked by it. Woken
 //!   through its latch by the commits of enqueues with `jobq.notify = deferred`, it sends
 //!   their NOTIFYs (`src/wakes.rs`). After each pass it compacts the hot tables when a held
-//!   horizon has filled them with dead versions (`jobq._compact_pass()`, src/compact.rs).
+//!   horizon has filled them with dead versions (`jobq._compact_pass(missed)`, src/compact.rs).
 //!
 //! Both re-read the configuration on SIGHUP, exit promptly on SIGTERM (with code 1, so a
 //! `pg_terminate_backend()` does not unregister them for good), start only once the server
@@ -128,7 +128,11 @@ impl Backoff {
     }
     /// Records a failure; returns the delay before the next attempt.
     fn failed(&mut self) -> Duration {
-        let delay = Duration::from_secs(1 << self.failures.min(6)).min(Duration::from_secs(60));
+        self.failed_up_to(Duration::from_secs(60))
+    }
+    /// Records a failure; returns the delay before the next attempt, at most `cap`.
+    fn failed_up_to(&mut self, cap: Duration) -> Duration {
+        let delay = Duration::from_secs(1 << self.failures.min(6)).min(cap);
         self.failures += 1;
         self.until = Some(Instant::now() + delay);
         delay
@@ -529,15 +533,21 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
         BackgroundWorker::transaction(|| hold_extension() && Spi::run("SELECT jobq._reap_pass()").is_ok());
         // In a transaction of its own, as short as it can be: it may lock the hot tables. One
         // that could not (its lock not granted in time, an error) is tried again after 1 s,
-        // 2 s, 4 s … up to a minute: each try makes every caller wait for up to 50 ms.
+        // 2 s, 4 s, then every 8 s, each try waiting twice as long for the lock as the last
+        // (jobq._compact_pass): each try makes every caller wait for up to that long.
         let mut compacted = false;
         if !compact_backoff.waiting() {
+            let missed = compact_backoff.failures as i32;
             let outcome = BackgroundWorker::transaction(|| {
-                if hold_extension() { Spi::get_one::<i32>("SELECT jobq._compact_pass()").ok().flatten() } else { None }
+                if hold_extension() {
+                    Spi::get_one_with_args::<i32>("SELECT jobq._compact_pass($1)", &[missed.into()]).ok().flatten()
+                } else {
+                    None
+                }
             });
             compacted = outcome == Some(1);
             if outcome == Some(-1) {
-                compact_backoff.failed();
+                compact_backoff.failed_up_to(Duration::from_secs(8));
             } else {
                 compact_backoff.reset();
             }

@@ -1,11 +1,13 @@
 //! Compaction of the hot tables under a held xmin horizon (the long-transaction issue).
 //!
 //! While a transaction elsewhere holds the horizon, every version a job leaves in
-//! `jobq.live_jobs` and `jobq.ready` stays, and vacuum cannot remove it. `jobq._compact`
-//! (src/sql/compact.sql), run by the background worker, empties both tables with TRUNCATE,
-//! which removes their dead versions whatever snapshot is held, and writes their live rows back,
-//! all in one short transaction under an ACCESS EXCLUSIVE lock. This file holds what makes that
-//! safe for everyone else:
+//! `jobq.live_jobs` and `jobq.ready` (and a keyed attempt in `jobq.slots`) stays, and vacuum
+//! cannot remove it. `jobq._compact` (src/sql/compact.sql), run by the background worker, empties
+//! the three tables with TRUNCATE, which removes their dead versions whatever snapshot is held,
+//! and writes their live rows back, all in one short transaction under an ACCESS EXCLUSIVE lock.
+//! Every reader of jobq.slots has locked jobq.ready or jobq.live_jobs before it in the same
+//! transaction, so locking those two is enough to keep a compaction off. This file holds what
+//! makes that safe for everyone else:
 //!
 //! - TRUNCATE is not MVCC-safe: a snapshot taken before it commits sees the tables empty.
 //!   `jobq._note_compaction()` records the compacting transaction's id, per database, in shared

@@ -108,10 +108,16 @@ unsafe fn fast(job: i64, worker: pg_sys::Datum, result: Option<pg_sys::Datum>) -
     }
     let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
     let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
-    let (live_id, finished_id, workers_id) = (relid(c"live_jobs"), relid(c"finished_jobs"), relid(c"workers"));
-    if live_id == pg_sys::InvalidOid || finished_id == pg_sys::InvalidOid || workers_id == pg_sys::InvalidOid {
+    let (ready_id, live_id, finished_id, workers_id) =
+        (relid(c"ready"), relid(c"live_jobs"), relid(c"finished_jobs"), relid(c"workers"));
+    if [ready_id, live_id, finished_id, workers_id].contains(&pg_sys::InvalidOid) {
         return None;
     }
+    // The hot tables in their one lock order, jobq.ready first (as checkout and the compaction
+    // take them), though a completion does not read it: a transaction that completes and then
+    // checks out (jobq_complete_and_checkout) would otherwise hold jobq.live_jobs while it
+    // waits for jobq.ready, and a compaction holding ready would never get live_jobs.
+    pg_sys::LockRelationOid(ready_id, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
     let live = pg_sys::table_open(live_id, pg_sys::RowExclusiveLock as i32);
     let finished = pg_sys::table_open(finished_id, pg_sys::RowExclusiveLock as i32);
     let workers = pg_sys::table_open(workers_id, pg_sys::AccessShareLock as i32);

@@ -1,12 +1,16 @@
 //! Compaction of the hot tables under a held horizon (src/compact.rs, src/sql/compact.sql):
-//! `jobq._compact` empties jobq.live_jobs and jobq.ready with TRUNCATE and writes their live
-//! rows back. These tests prove that:
-//! - it keeps every job as it was;
+//! `jobq._compact` empties jobq.live_jobs, jobq.ready and jobq.slots with TRUNCATE and writes
+//! their live rows back. These tests prove that:
+//! - it keeps every job as it was, and every slot an executing job holds;
 //! - a call which waited for it sees the rows it wrote back (READ COMMITTED);
 //! - a REPEATABLE READ transaction whose snapshot predates it gets 40001, not a wrong answer;
 //! - it waits for its conditions, and never runs beside pg_dump;
+//! - it waits for its lock as long as it is told, but never longer than half of deadlock_timeout;
+//! - the calls that write the hot tables lock jobq.ready first, as it does, so it never
+//!   deadlocks with them;
 //! - a waiting checkout does not hold it off;
-//! - workers racing compactions lose no job and run none twice;
+//! - workers racing compactions lose no job and run none twice, and keyed jobs keep their
+//!   slots and limits;
 //! - the background worker compacts by itself while a transaction elsewhere holds the
 //!   horizon, and only then.
 mod common;
@@ -20,24 +24,44 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use uuid::Uuid;
 
-/// Every column of every row of both hot tables, in id order: what a compaction must keep.
-fn fingerprint(c: &mut Client) -> (String, String) {
+/// Every column of every row of the three hot tables, in id order: what a compaction must keep.
+fn fingerprint(c: &mut Client) -> (String, String, String) {
     let r = c
         .query_one(
             "SELECT (SELECT coalesce(md5(string_agg(j::text, '|' ORDER BY j.id)), '') FROM jobq.live_jobs j),
-                    (SELECT coalesce(md5(string_agg(r::text, '|' ORDER BY r.id)), '') FROM jobq.ready r)",
+                    (SELECT coalesce(md5(string_agg(r::text, '|' ORDER BY r.id)), '') FROM jobq.ready r),
+                    (SELECT coalesce(md5(string_agg(s::text, '|' ORDER BY s.job_id, s.ns)), '') FROM jobq.slots s)",
             &[],
         )
         .unwrap();
-    (r.get(0), r.get(1))
+    (r.get(0), r.get(1), r.get(2))
 }
 
-/// The hot tables' size (tables, indexes, TOAST) in bytes, and live_jobs' file.
-fn size_and_file(c: &mut Client) -> (i64, i64) {
+/// The hot tables' size (tables, indexes, TOAST) in bytes, and the files of live_jobs and slots.
+fn size_and_files(c: &mut Client) -> (i64, i64, i64) {
     let r = c
         .query_one(
-            "SELECT pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready'),
-                    pg_relation_filenode('jobq.live_jobs')::bigint",
+            "SELECT pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')
+                      + pg_total_relation_size('jobq.slots'),
+                    pg_relation_filenode('jobq.live_jobs')::bigint, pg_relation_filenode('jobq.slots')::bigint",
+            &[],
+        )
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2))
+}
+
+/// (executing jobs with a concurrency key that hold no slot row of it, keys with more jobs
+/// executing than their limit): both 0 while slots are kept.
+fn slots_astray(c: &mut Client) -> (i64, i64) {
+    let r = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM jobq.live_jobs j
+                      WHERE j.state = 'executing' AND j.concurrency_key IS NOT NULL
+                        AND NOT EXISTS (SELECT 1 FROM jobq.slots s WHERE s.ns = 'c' AND s.key = j.concurrency_key
+                                           AND s.slot = j.concurrency_slot AND s.job_id = j.id)),
+                    (SELECT count(*) FROM (SELECT 1 FROM jobq.live_jobs j
+                                            WHERE j.state = 'executing' AND j.concurrency_key IS NOT NULL
+                                            GROUP BY j.concurrency_key HAVING count(*) > min(j.concurrency_limit)) o)",
             &[],
         )
         .unwrap();
@@ -52,6 +76,23 @@ fn churn(c: &mut Client, w: Uuid, n: i64) {
             .unwrap();
         let done: i64 = c
             .query_one("SELECT count(*) FILTER (WHERE jobq_complete(id, $1)) FROM jobq_checkout($1, ARRAY['churn'], 1000)", &[&w])
+            .unwrap()
+            .get(0);
+        assert_eq!(done, 1000);
+    }
+}
+
+/// `n` jobs of queue `churnk`, each with one of 50 concurrency keys, enqueued, claimed by `w`
+/// and completed, in batches of 1,000: each also leaves a dead version in jobq.slots.
+fn churn_keyed(c: &mut Client, w: Uuid, n: i64) {
+    for _ in 0..n / 1000 {
+        c.batch_execute(
+            "SELECT count(jobq_enqueue('churnk', concurrency_key => 'k' || (g % 50), concurrency_limit => 1000))
+               FROM generate_series(1, 1000) g",
+        )
+        .unwrap();
+        let done: i64 = c
+            .query_one("SELECT count(*) FILTER (WHERE jobq_complete(id, $1)) FROM jobq_checkout($1, ARRAY['churnk'], 1000)", &[&w])
             .unwrap()
             .get(0);
         assert_eq!(done, 1000);
@@ -105,6 +146,9 @@ fn a_compaction_keeps_every_job_and_removes_the_dead_versions() {
     assert_eq!(claimed.len(), 12);
     let mut held = hold_horizon(cluster.connect(&name));
     churn(&mut c, w, 20_000);
+    churn_keyed(&mut c, w, 4_000);
+    let slots: i64 = c.query_one("SELECT count(*) FROM jobq.slots", &[]).unwrap().get(0);
+    assert!(slots >= 2, "the claimed jobs hold slots ({slots})");
     let before = fingerprint(&mut c);
     let due: Vec<i64> = c
         .query("SELECT id FROM jobq.ready WHERE queue = 'q' AND run_at <= now() ORDER BY priority, run_at, id", &[])
@@ -112,12 +156,13 @@ fn a_compaction_keeps_every_job_and_removes_the_dead_versions() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let (size, file) = size_and_file(&mut c);
+    let (size, file, slots_file) = size_and_files(&mut c);
 
     assert_eq!(compact_now(&mut c), Some(true));
 
-    let (size_after, file_after) = size_and_file(&mut c);
+    let (size_after, file_after, slots_file_after) = size_and_files(&mut c);
     assert_ne!(file_after, file, "live_jobs was not truncated");
+    assert_ne!(slots_file_after, slots_file, "slots was not truncated");
     assert!(size_after * 5 < size, "the hot tables did not shrink: {size} -> {size_after} bytes");
     assert_eq!(fingerprint(&mut c), before, "a row of the hot tables changed");
     assert_job_tables_consistent(&mut c);
@@ -194,6 +239,85 @@ fn calls_that_waited_for_a_compaction_see_the_rows_it_wrote_back() {
             ("cancel".to_string(), "cancelled".to_string(), false),
         ]
     );
+    assert_job_tables_consistent(&mut c);
+}
+
+/// Session `c` holds advisory lock 4242; a new session reads jobq.ready in a transaction and
+/// then waits for that lock, holding jobq.ready until `c` lets the advisory lock go.
+fn reader_holding_ready(cluster: &'static Cluster, name: &str, c: &mut Client) -> std::thread::JoinHandle<()> {
+    c.batch_execute("SELECT pg_advisory_lock(4242)").unwrap();
+    let mut reader = cluster.connect(name);
+    let pid: i32 = reader.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let t = std::thread::spawn(move || {
+        reader.batch_execute("BEGIN; SELECT count(*) FROM jobq.ready; SELECT pg_advisory_lock(4242); COMMIT").unwrap();
+    });
+    wait_until("the reader to hold jobq.ready", Duration::from_secs(30), || waiting(c, pid));
+    t
+}
+
+#[test]
+fn a_compaction_waits_for_its_lock_as_long_as_it_is_told_up_to_half_of_deadlock_timeout() {
+    let (cluster, name, mut c) = db();
+    c.batch_execute("SELECT jobq_enqueue('q', '{}')").unwrap();
+    let reader = reader_holding_ready(cluster, &name, &mut c);
+    let mut k = cluster.connect(&name);
+    // 50 ms by default: not granted while the reader holds the table.
+    assert_eq!(compact_now(&mut k), None);
+    // Told to wait 10 s (and deadlock_timeout long enough to allow it), it gets its lock once
+    // the reader ends, and compacts.
+    k.batch_execute("SET deadlock_timeout = '30s'").unwrap();
+    let pid: i32 = k.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let compaction = std::thread::spawn(move || -> Option<bool> { k.query_one("SELECT jobq._compact(0, '10 s')", &[]).unwrap().get(0) });
+    wait_until("the compaction to wait for its lock", Duration::from_secs(30), || waiting(&mut c, pid));
+    c.batch_execute("SELECT pg_advisory_unlock(4242)").unwrap();
+    assert_eq!(compaction.join().unwrap(), Some(true));
+    reader.join().unwrap();
+    // With the default deadlock_timeout (1 s) it waits at most 500 ms, whatever it is told:
+    // callers queued behind its request never wait long enough to run the deadlock detector.
+    let reader = reader_holding_ready(cluster, &name, &mut c);
+    let mut k = cluster.connect(&name);
+    let start = std::time::Instant::now();
+    let got: Option<bool> = k.query_one("SELECT jobq._compact(0, '1 min')", &[]).unwrap().get(0);
+    assert_eq!(got, None);
+    assert!(start.elapsed() < Duration::from_secs(20), "waited {:?}, told a minute, capped at 500 ms", start.elapsed());
+    c.batch_execute("SELECT pg_advisory_unlock(4242)").unwrap();
+    reader.join().unwrap();
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn calls_that_write_the_hot_tables_wait_for_jobq_ready_before_they_hold_jobq_live_jobs() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    // Two jobs executing under w, one dead.
+    c.batch_execute("SELECT jobq_enqueue('q', '{}') FROM generate_series(1, 2)").unwrap();
+    let held = ids(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 2)", &[&w]);
+    let dead: i64 = c.query_one("SELECT jobq_enqueue('d', '{}', max_attempts => 1)", &[]).unwrap().get(0);
+    assert_eq!(ids(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['d'], 1)", &[&w]), vec![dead]);
+    assert_eq!(c.query_one("SELECT jobq_fail($1, $2)", &[&dead, &w]).unwrap().get::<_, String>(0), "dead");
+    let calls = [
+        "SELECT jobq_enqueue('q', '{}')::text".to_string(),
+        "SELECT count(*)::text FROM jobq_enqueue_batch('q', ARRAY['{}'::jsonb])".to_string(),
+        format!("SELECT jobq_retry({dead})::text"),
+        format!("SELECT jobq_complete({}, '{w}')::text", held[0]),
+        format!("SELECT count(*)::text FROM jobq_complete_and_checkout('{w}', ARRAY[{}]::bigint[])", held[1]),
+    ];
+    for sql in calls {
+        // A compaction's first lock, jobq.ready, held while the call starts.
+        let mut k = cluster.connect(&name);
+        k.batch_execute("BEGIN; LOCK TABLE jobq.ready IN ACCESS EXCLUSIVE MODE").unwrap();
+        let mut s = cluster.connect(&name);
+        let pid: i32 = s.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let call = std::thread::spawn(move || -> Result<String, String> {
+            s.query_one(&sql, &[]).map(|r| r.get(0)).map_err(|e| format!("{sql}: {e}"))
+        });
+        wait_until("the call to wait for jobq.ready", Duration::from_secs(30), || waiting(&mut c, pid));
+        // It waits holding no lock on jobq.live_jobs: the compaction's next locks are granted.
+        // (A call holding live_jobs here would deadlock with it: 40P01 for one of the two.)
+        k.batch_execute("SET lock_timeout = '20s'; LOCK TABLE jobq.live_jobs, jobq.slots IN ACCESS EXCLUSIVE MODE; COMMIT")
+            .unwrap();
+        call.join().unwrap().unwrap();
+    }
     assert_job_tables_consistent(&mut c);
 }
 
@@ -310,7 +434,8 @@ fn workers_racing_compactions_lose_no_job_and_run_none_twice() {
     let stop = Arc::new(AtomicBool::new(false));
     let compactions = Arc::new(AtomicUsize::new(0));
     let retries = Arc::new(AtomicUsize::new(0));
-    // A compactor that never stops until the workers are done.
+    // A compactor that never stops until the workers are done; after each compaction, every
+    // executing keyed job still holds its slot and no key runs more jobs than its limit.
     let compactor = {
         let (mut k, stop, compactions) = (cluster.connect(&name), stop.clone(), compactions.clone());
         std::thread::spawn(move || {
@@ -318,17 +443,23 @@ fn workers_racing_compactions_lose_no_job_and_run_none_twice() {
                 // None when its lock was not granted within its timeout.
                 if compact_now(&mut k) == Some(true) {
                     compactions.fetch_add(1, Ordering::Relaxed);
+                    assert_eq!(slots_astray(&mut k), (0, 0), "keyed jobs without their slot, or keys over their limit");
                 }
             }
         })
     };
-    // A producer: the other half of the jobs, while workers and compactions run.
+    // A producer: the other half of the jobs, each with one of 4 concurrency keys of limit 3
+    // (a slot row per attempt), while workers and compactions run.
     let produced = Arc::new(AtomicBool::new(false));
     let producer = {
         let (mut p, produced) = (cluster.connect(&name), produced.clone());
         std::thread::spawn(move || {
             for _ in 0..JOBS / 2 / 100 {
-                p.batch_execute("SELECT count(*) FROM jobq_enqueue_batch('h', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 100)))").unwrap();
+                p.batch_execute(
+                    "SELECT count(jobq_enqueue('h', concurrency_key => 'k' || (g % 4), concurrency_limit => 3))
+                       FROM generate_series(1, 100) g",
+                )
+                .unwrap();
             }
             produced.store(true, Ordering::Relaxed);
         })
@@ -448,12 +579,12 @@ fn the_background_worker_compacts_under_a_held_horizon_only() {
     let w = register(&mut c);
     let waiting: Vec<i64> = (0..10).map(|i| c.query_one(&format!("SELECT jobq_enqueue('q', '{{\"n\": {i}}}')"), &[]).unwrap().get(0)).collect();
     let before = fingerprint(&mut c);
-    let (_, file) = size_and_file(&mut c);
+    let (_, file, _) = size_and_files(&mut c);
 
     // No horizon held: the dead versions are autovacuum's, however many.
     churn(&mut c, w, 30_000);
     two_passes_after_the_dead_versions_are_counted(&mut c);
-    assert_eq!(size_and_file(&mut c).1, file, "compacted without a held horizon");
+    assert_eq!(size_and_files(&mut c).1, file, "compacted without a held horizon");
 
     // A REPEATABLE READ reader of jobq.live_jobs holds the horizon and its lock: no compaction
     // while it lasts (TRUNCATE would wait for it).
@@ -463,7 +594,7 @@ fn the_background_worker_compacts_under_a_held_horizon_only() {
     churn(&mut c, w, 30_000);
     horizon_older_than_10_s(&mut c);
     two_passes_after_the_dead_versions_are_counted(&mut c);
-    assert_eq!(size_and_file(&mut c).1, file, "compacted under a reader's lock");
+    assert_eq!(size_and_files(&mut c).1, file, "compacted under a reader's lock");
     t.commit().unwrap();
 
     // An idle transaction holding an xid, which takes no lock on them: the background worker
@@ -471,7 +602,7 @@ fn the_background_worker_compacts_under_a_held_horizon_only() {
     let mut held = hold_horizon(connect_rc(cluster));
     churn(&mut c, w, 10_000);
     horizon_older_than_10_s(&mut c);
-    wait_until("the background worker to compact the hot tables", Duration::from_secs(60), || size_and_file(&mut c).1 != file);
+    wait_until("the background worker to compact the hot tables", Duration::from_secs(60), || size_and_files(&mut c).1 != file);
     held.batch_execute("COMMIT").unwrap();
     assert_eq!(fingerprint(&mut c), before, "a waiting job changed");
     let got: Vec<i64> = ids(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)", &[&w]);

@@ -2,22 +2,26 @@
 -- transaction is in src/compact.rs).
 --
 -- While a transaction elsewhere holds the xmin horizon (an idle `BEGIN`, a report, a replication
--- slot catching up), every version a job leaves in jobq.live_jobs and jobq.ready stays, vacuum
--- cannot remove it, and the tables grow by every job that runs. TRUNCATE removes a table's
--- rows whatever snapshot is held. So once the hot tables hold `min_dead` dead versions and
--- four times as many as live rows, while something has held the horizon for more than 10 s,
--- jobq._compact, under an ACCESS EXCLUSIVE lock on both,
--- copies their live rows out, truncates them and writes the rows back, unchanged (ids, states,
--- keys, claim order): the tables are then the size of the work in flight again.
+-- slot catching up), every version a job leaves in jobq.live_jobs and jobq.ready (and a keyed
+-- job's attempt in jobq.slots) stays, vacuum cannot remove it, and the tables grow by every job
+-- that runs. TRUNCATE removes a table's rows whatever snapshot is held. So once these hot
+-- tables hold `min_dead` dead versions and four times as many as live rows, while something has
+-- held the horizon for more than 10 s, jobq._compact, under an ACCESS EXCLUSIVE lock on the
+-- three, copies their live rows out, truncates them and writes the rows back, unchanged (ids,
+-- states, keys, slots, claim order): the tables are then the size of the work in flight again.
+-- jobq.slots goes with the other two because every reader of it has locked jobq.ready or
+-- jobq.live_jobs first in the same transaction (checkout, completion, fail, cancel, the
+-- reaper's returns), so whatever holds off a compaction of those holds off one of it too.
 --
 -- What it costs and when it does not run:
 -- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
 --   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
 --   run with more than 100,000 live rows.
--- - It never waits long for its lock (lock_timeout 50 ms, or half of deadlock_timeout if less;
---   the background worker tries again after 1 s, 2 s, 4 s … up to a minute), and does not try
+-- - It never waits long for its lock (`lock_wait`, 50 ms unless the background worker's last
+--   tries missed it, and never more than half of deadlock_timeout; the background worker tries
+--   again after 1 s, 2 s, 4 s … up to 8 s, each time waiting twice as long), and does not try
 --   while a transaction that started more than a second ago (or a prepared one) holds a lock on
---   either table (a REPEATABLE READ reader of them): TRUNCATE cannot run before it ends. Nor
+--   any of them (a REPEATABLE READ reader of them): TRUNCATE cannot run before it ends. Nor
 --   while pg_dump is connected (jobq._dump_connected).
 -- - Rows visible to a snapshot taken before the truncation are not visible to it afterwards
 --   (TRUNCATE is not MVCC-safe): jobq's functions guard against it (jobq._hold_hot_tables), but a
@@ -37,12 +41,13 @@ BEGIN
 END $$;
 
 -- True: compacted. False: nothing to do (or not now: a condition above). NULL: its lock was
--- not granted in time.
-CREATE FUNCTION jobq._compact(min_dead bigint) RETURNS boolean
+-- not granted within `lock_wait`.
+CREATE FUNCTION jobq._compact(min_dead bigint, lock_wait interval DEFAULT '50 ms') RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_live     jobq.live_jobs[];
     v_ready    jobq.ready[];
+    v_slots    jobq.slots[];
     v_dead     bigint;
     v_rows     bigint;
     v_before   bigint;
@@ -56,7 +61,7 @@ BEGIN
     END IF;
     IF min_dead > 0 THEN
         SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
-          FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass]) t;
+          FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass, 'jobq.slots'::regclass]) t;
         IF v_dead < greatest(min_dead, 4 * v_rows) OR v_rows > 100000 THEN
             RETURN false;
         END IF;
@@ -71,7 +76,7 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
                     WHERE l.locktype = 'relation' AND l.granted
                       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-                      AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass)
+                      AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass, 'jobq.slots'::regclass)
                       AND l.pid IS DISTINCT FROM pg_backend_pid()
                       AND (l.pid IS NULL OR a.xact_start < clock_timestamp() - interval '1 second')) THEN
             RETURN false;
@@ -80,12 +85,14 @@ BEGIN
             RETURN false;
         END IF;
     END IF;
-    -- In checkout's order (jobq.ready, then jobq.live_jobs), and never waiting as long as the
-    -- deadlock detector would: a lock not granted in time is NULL, tried again later.
+    -- In checkout's order (jobq.ready, jobq.live_jobs, then jobq.slots), and never waiting as
+    -- long as the deadlock detector would: every call that comes meanwhile queues behind this
+    -- request, and one that waited deadlock_timeout would run the detector and could be picked.
+    -- A lock not granted in time is NULL, tried again later.
     BEGIN
-        PERFORM set_config('lock_timeout', greatest(1, least(50, extract(epoch FROM
+        PERFORM set_config('lock_timeout', greatest(1, least(extract(epoch FROM lock_wait) * 1000, extract(epoch FROM
                     current_setting('deadlock_timeout')::interval) * 500))::integer || 'ms', true);
-        LOCK TABLE jobq.ready, jobq.live_jobs IN ACCESS EXCLUSIVE MODE;
+        LOCK TABLE jobq.ready, jobq.live_jobs, jobq.slots IN ACCESS EXCLUSIVE MODE;
     EXCEPTION WHEN lock_not_available THEN
         RETURN NULL;
     END;
@@ -100,11 +107,14 @@ BEGIN
         RAISE EXCEPTION 'jobq: compaction needs jobq in shared_preload_libraries'
             USING ERRCODE = '55000';
     END IF;
-    v_before := pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready');
+    v_before := pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')
+              + pg_total_relation_size('jobq.slots');
     SELECT array_agg(j) INTO v_live FROM jobq.live_jobs j;
     SELECT array_agg(r) INTO v_ready FROM jobq.ready r;
-    TRUNCATE jobq.live_jobs, jobq.ready;
+    SELECT array_agg(s) INTO v_slots FROM jobq.slots s;
+    TRUNCATE jobq.live_jobs, jobq.ready, jobq.slots;
     INSERT INTO jobq.live_jobs SELECT * FROM unnest(v_live);
+    INSERT INTO jobq.slots SELECT * FROM unnest(v_slots);
     -- ready's stored queue_hash is computed again, not copied.
     INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
                             concurrency_limit, while_key, rate_key)
@@ -114,7 +124,8 @@ BEGIN
     RAISE LOG 'jobq: compacted the hot tables in % ms: % jobs kept, % MB before, % MB after',
         round(extract(epoch FROM clock_timestamp() - v_start) * 1000, 1),
         coalesce(array_length(v_live, 1), 0), round(v_before / 1048576.0, 1),
-        round((pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')) / 1048576.0, 1);
+        round((pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')
+               + pg_total_relation_size('jobq.slots')) / 1048576.0, 1);
     RETURN true;
 END $$;
 
@@ -122,7 +133,12 @@ END $$;
 -- logged and never stops the reaper.
 -- 1: compacted; 0: nothing to do; -1: it could not (its lock not granted in time, or an
 -- error): the background worker then waits longer before the next try (src/bgworker.rs).
-CREATE FUNCTION jobq._compact_pass() RETURNS integer
+-- `missed`: how many tries in a row could not. Each waits twice as long for the lock as the one
+-- before (50 ms, 100 ms, 200 ms …, at most half of deadlock_timeout): where the tables' other
+-- transactions take longer than 50 ms (a bulk enqueue, or checkouts already slowed by the dead
+-- versions a compaction would remove), a fixed 50 ms was never granted, and the tables grew
+-- unbounded (measured: keyed jobs under a held xid, README, Long transactions elsewhere).
+CREATE FUNCTION jobq._compact_pass(missed integer DEFAULT 0) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_after bigint := jobq.compact_after();
@@ -131,7 +147,7 @@ BEGIN
     IF v_after <= 0 THEN
         RETURN 0;
     END IF;
-    v_done := jobq._compact(v_after);
+    v_done := jobq._compact(v_after, interval '50 ms' * power(2, least(missed, 10)));
     RETURN CASE WHEN v_done THEN 1 WHEN NOT v_done THEN 0 ELSE -1 END;
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;

@@ -140,6 +140,11 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- The hot tables in their one lock order: jobq.ready before jobq.live_jobs, as checkout and
+    -- the compaction (src/sql/compact.sql) take them. Inserting the job row first would hold
+    -- live_jobs while waiting for ready: a compaction holding ready and waiting for live_jobs
+    -- then never gets it (measured: keyed enqueues kept every compaction off after the first).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key)
     VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts,
@@ -187,6 +192,8 @@ BEGIN
     IF cardinality(payloads) = 0 THEN
         RETURN;
     END IF;
+    -- jobq.ready before jobq.live_jobs (see jobq_enqueue).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     -- Ids come from the sequence in row order, so ordering by id is payload order.
     WITH ins AS (
         INSERT INTO jobq.live_jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)

@@ -194,7 +194,8 @@ BEGIN
        AND NOT jobq._take_key(j.unique_key, job_id) THEN
         RETURN false;
     END IF;
-    -- Back to jobq.live_jobs, waiting again.
+    -- Back to jobq.live_jobs, waiting again; jobq.ready locked first (see jobq_enqueue).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     WITH moved AS (
         DELETE FROM jobq.finished_jobs x WHERE x.id = jobq_retry.job_id RETURNING x.*
     )
