@@ -4,7 +4,9 @@
 # waits for its WAL to be flushed, so at 16 clients on 2 cores WAL per job is what bounds jobs/s
 # (wait events there are mostly LWLock:WALWrite).
 #   bench/walcost.sh [--jobs N] [--systems "jobq jobq_r0 baseline procrastinate graphile"]
-# Writes bench/results/walcost.md.
+# Writes bench/results/walcost.md: a row per system, then per system what each kind of record
+# costs per job (pg_waldump --stats=record), so that each byte can be traced to the write that
+# made it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=20000; SYSTEMS="jobq jobq_r0 baseline procrastinate graphile"
@@ -27,6 +29,7 @@ OUT=bench/results/walcost.md
   echo "| system | WAL bytes / job | records / job | full-page image bytes / job | heap records / job | btree records / job | transaction (commit) records / job |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 } > "$OUT"
+RECORDS=$(mktemp)
 lsn() { "${PSQL[@]}" -d bench -c "SELECT pg_current_wal_lsn()"; }
 for s in $SYSTEMS; do
   "${s}_reset" 100000
@@ -46,6 +49,19 @@ for s in $SYSTEMS; do
   per() { awk -v x="${1:-0}" -v n="$JOBS" 'BEGIN { printf "%.1f", x / n }'; }
   heap=$(( $(row Heap) + $(row Heap2) ))
   echo "| $s | $(per "$bytes") | $(per "$total") | $(per "$fpi") | $(per "$heap") | $(per "$(row Btree)") | $(per "$(row Transaction)") |" >> "$OUT"
+  # Per record type: "Type N record FPI combined", bytes without full-page images.
+  as_pg "$PGBIN/pg_waldump" --stats=record -p "$DATA/pg_wal" -s "$a" -e "$b" 2>/dev/null \
+    | sed 's/\[[^]]*\]//g; s/([^)]*)//g' | awk -v n="$JOBS" -v s="$s" \
+      '$1 ~ /\// && $2 + 0 >= n / 100 { printf "| %s | %s | %.2f | %.1f |\n", s, $1, $2 / n, $3 / n }' >> "$RECORDS"
   echo "walcost: $s done" >&2
 done
+{
+  echo
+  echo "Per record type (at least one record per 100 jobs), bytes per job without full-page images:"
+  echo
+  echo "| system | record | records / job | bytes / job |"
+  echo "| --- | --- | ---: | ---: |"
+  cat "$RECORDS"
+} >> "$OUT"
+rm -f "$RECORDS"
 cat "$OUT"
