@@ -128,11 +128,7 @@ impl Backoff {
     }
     /// Records a failure; returns the delay before the next attempt.
     fn failed(&mut self) -> Duration {
-        self.failed_up_to(Duration::from_secs(60))
-    }
-    /// Records a failure; returns the delay before the next attempt, at most `cap`.
-    fn failed_up_to(&mut self, cap: Duration) -> Duration {
-        let delay = Duration::from_secs(1 << self.failures.min(6)).min(cap);
+        let delay = Duration::from_secs(1 << self.failures.min(6)).min(Duration::from_secs(60));
         self.failures += 1;
         self.until = Some(Instant::now() + delay);
         delay
@@ -532,9 +528,10 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
         // Errors of the pass are caught and logged inside _reap_pass.
         BackgroundWorker::transaction(|| hold_extension() && Spi::run("SELECT jobq._reap_pass()").is_ok());
         // In a transaction of its own, as short as it can be: it may lock the hot tables. One
-        // that could not (its lock not granted in time, an error) is tried again after 1 s,
-        // 2 s, 4 s, then every 8 s, each try waiting twice as long for the lock as the last
-        // (jobq._compact_pass): each try makes every caller wait for up to that long.
+        // that could not (its locks not granted in time, an error) is tried again after 1 s,
+        // 2 s, 4 s … up to a minute, each try waiting twice as long for the locks as the last,
+        // up to half of deadlock_timeout (jobq._compact_pass): each try makes every caller wait
+        // for up to that long.
         let mut compacted = false;
         if !compact_backoff.waiting() {
             let missed = compact_backoff.failures as i32;
@@ -547,7 +544,7 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
             });
             compacted = outcome == Some(1);
             if outcome == Some(-1) {
-                compact_backoff.failed_up_to(Duration::from_secs(8));
+                compact_backoff.failed();
             } else {
                 compact_backoff.reset();
             }

@@ -82,7 +82,7 @@ pub fn define(preloading: bool) {
     GucRegistry::define_int_guc(
         c"jobq.compact_after",
         c"Dead row versions in jobq's hot tables (a transaction elsewhere holds the xmin horizon) before the background worker compacts them with TRUNCATE; 0: never.",
-        c"A compaction locks jobq.live_jobs and jobq.ready for as long as copying their live rows takes; a REPEATABLE READ transaction whose snapshot predates it gets 40001 from jobq's functions.",
+        c"A compaction locks jobq.ready, jobq.live_jobs and jobq.slots for as long as copying their live rows takes; a REPEATABLE READ transaction whose snapshot predates it gets 40001 from jobq's functions.",
         &COMPACT_AFTER,
         0,
         i32::MAX,

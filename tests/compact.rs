@@ -268,7 +268,16 @@ fn a_compaction_waits_for_its_lock_as_long_as_it_is_told_up_to_half_of_deadlock_
     k.batch_execute("SET deadlock_timeout = '30s'").unwrap();
     let pid: i32 = k.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     let compaction = std::thread::spawn(move || -> Option<bool> { k.query_one("SELECT jobq._compact(0, '10 s')", &[]).unwrap().get(0) });
-    wait_until("the compaction to wait for its lock", Duration::from_secs(30), || waiting(&mut c, pid));
+    // Let go of the reader only once the compaction has waited longer than 50 ms could have.
+    wait_until("the compaction to wait for its lock for 300 ms", Duration::from_secs(30), || {
+        c.query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted
+                              AND waitstart < clock_timestamp() - interval '300 ms')",
+            &[&pid],
+        )
+        .unwrap()
+        .get(0)
+    });
     c.batch_execute("SELECT pg_advisory_unlock(4242)").unwrap();
     assert_eq!(compaction.join().unwrap(), Some(true));
     reader.join().unwrap();
@@ -279,7 +288,8 @@ fn a_compaction_waits_for_its_lock_as_long_as_it_is_told_up_to_half_of_deadlock_
     let start = std::time::Instant::now();
     let got: Option<bool> = k.query_one("SELECT jobq._compact(0, '1 min')", &[]).unwrap().get(0);
     assert_eq!(got, None);
-    assert!(start.elapsed() < Duration::from_secs(20), "waited {:?}, told a minute, capped at 500 ms", start.elapsed());
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(400) && waited < Duration::from_secs(3), "waited {waited:?}, told a minute, capped at 500 ms");
     c.batch_execute("SELECT pg_advisory_unlock(4242)").unwrap();
     reader.join().unwrap();
     assert_job_tables_consistent(&mut c);

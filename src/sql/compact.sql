@@ -17,20 +17,22 @@
 -- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
 --   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
 --   run with more than 100,000 live rows.
--- - It never waits long for its lock (`lock_wait`, 50 ms unless the background worker's last
---   tries missed it, and never more than half of deadlock_timeout; the background worker tries
---   again after 1 s, 2 s, 4 s … up to 8 s, each time waiting twice as long), and does not try
+-- - It never waits long for its locks (`lock_wait` for the three together, 50 ms unless the
+--   background worker's last tries missed them, and never more than half of deadlock_timeout;
+--   the background worker tries again after 1 s, 2 s, 4 s … up to a minute, each time waiting
+--   twice as long), and does not try
 --   while a transaction that started more than a second ago (or a prepared one) holds a lock on
 --   any of them (a REPEATABLE READ reader of them): TRUNCATE cannot run before it ends. Nor
 --   while pg_dump is connected (jobq._dump_connected).
 -- - Rows visible to a snapshot taken before the truncation are not visible to it afterwards
 --   (TRUNCATE is not MVCC-safe): jobq's functions guard against it (jobq._hold_hot_tables), but a
---   REPEATABLE READ transaction of a client that reads jobq.jobs or jobq.live_jobs directly
---   sees no live job after a compaction committed since its snapshot.
+--   REPEATABLE READ transaction of a client that reads jobq.jobs, jobq.live_jobs or
+--   jobq.concurrency_slots directly sees no live job (no slot in use) after a compaction
+--   committed since its snapshot.
 -- min_dead = 0 compacts now, whatever the tables hold (tests, an operator).
 -- pg_dump takes its snapshot first and locks the tables it dumps after: a compaction
--- committed in between would leave the queue's live jobs out of the dump (and keep their
--- unique keys and slots in it). It names itself (application_name 'pg_dump', and pg_dumpall's
+-- committed in between would leave the queue's live jobs and their slots out of the dump (and
+-- keep their unique keys, jobq.locks, in it). It names itself (application_name 'pg_dump', and pg_dumpall's
 -- 'pg_dumpall') unless told otherwise. Reads the sessions anew, not this transaction's copy.
 CREATE FUNCTION jobq._dump_connected() RETURNS boolean
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -52,6 +54,8 @@ DECLARE
     v_rows     bigint;
     v_before   bigint;
     v_start    timestamptz;
+    v_until    timestamptz;
+    v_table    regclass;
 BEGIN
     -- Its copy must see every row committed before it got its lock: a statement's snapshot
     -- taken after the LOCK, which only READ COMMITTED gives (a transaction snapshot taken
@@ -88,11 +92,16 @@ BEGIN
     -- In checkout's order (jobq.ready, jobq.live_jobs, then jobq.slots), and never waiting as
     -- long as the deadlock detector would: every call that comes meanwhile queues behind this
     -- request, and one that waited deadlock_timeout would run the detector and could be picked.
-    -- A lock not granted in time is NULL, tried again later.
+    -- One budget for the three (lock_timeout counts each wait on its own): each table gets
+    -- what the ones before it left. A lock not granted in time is NULL, tried again later.
+    v_until := clock_timestamp() + least(coalesce(lock_wait, interval '50 ms'),
+                                         current_setting('deadlock_timeout')::interval / 2);
     BEGIN
-        PERFORM set_config('lock_timeout', greatest(1, least(extract(epoch FROM lock_wait) * 1000, extract(epoch FROM
-                    current_setting('deadlock_timeout')::interval) * 500))::integer || 'ms', true);
-        LOCK TABLE jobq.ready, jobq.live_jobs, jobq.slots IN ACCESS EXCLUSIVE MODE;
+        FOREACH v_table IN ARRAY ARRAY['jobq.ready'::regclass, 'jobq.live_jobs'::regclass, 'jobq.slots'::regclass] LOOP
+            PERFORM set_config('lock_timeout',
+                greatest(1, extract(epoch FROM v_until - clock_timestamp()) * 1000)::integer || 'ms', true);
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_table);
+        END LOOP;
     EXCEPTION WHEN lock_not_available THEN
         RETURN NULL;
     END;
@@ -133,11 +142,11 @@ END $$;
 -- logged and never stops the reaper.
 -- 1: compacted; 0: nothing to do; -1: it could not (its lock not granted in time, or an
 -- error): the background worker then waits longer before the next try (src/bgworker.rs).
--- `missed`: how many tries in a row could not. Each waits twice as long for the lock as the one
--- before (50 ms, 100 ms, 200 ms …, at most half of deadlock_timeout): where the tables' other
--- transactions take longer than 50 ms (a bulk enqueue, or checkouts already slowed by the dead
--- versions a compaction would remove), a fixed 50 ms was never granted, and the tables grew
--- unbounded (measured: keyed jobs under a held xid, README, Long transactions elsewhere).
+-- `missed`: how many tries in a row could not. Each waits twice as long for the locks as the
+-- one before (50 ms, 100 ms, 200 ms …, at most half of deadlock_timeout): where the tables'
+-- other transactions take longer than 50 ms (a bulk enqueue of thousands of jobs, or checkouts
+-- already slowed by the dead versions a compaction would remove), a fixed 50 ms may never be
+-- granted, and the tables would grow while the horizon is held.
 CREATE FUNCTION jobq._compact_pass(missed integer DEFAULT 0) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -147,7 +156,7 @@ BEGIN
     IF v_after <= 0 THEN
         RETURN 0;
     END IF;
-    v_done := jobq._compact(v_after, interval '50 ms' * power(2, least(missed, 10)));
+    v_done := jobq._compact(v_after, interval '50 ms' * power(2, least(coalesce(missed, 0), 10)));
     RETURN CASE WHEN v_done THEN 1 WHEN NOT v_done THEN 0 ELSE -1 END;
 EXCEPTION WHEN OTHERS THEN
     RAISE WARNING 'jobq reaper: compaction failed: % (SQLSTATE %)', SQLERRM, SQLSTATE;

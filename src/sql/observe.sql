@@ -11,8 +11,8 @@ SELECT CASE s.ns WHEN 'c' THEN 'concurrency' ELSE 'while_executing' END AS kind,
        count(*) AS executing,
        max(CASE WHEN s.ns = 'c' THEN j.concurrency_limit ELSE 1 END) AS max_limit,
        min(j.started_at) AS oldest_started_at
-  FROM jobq.slots s
-  JOIN jobq.live_jobs j ON j.id = s.job_id
+  FROM jobq.live_jobs j  -- before jobq.slots: the hot tables' lock order (src/sql/compact.sql)
+  JOIN jobq.slots s ON s.job_id = j.id
  GROUP BY s.ns, s.key;
 
 -- Rate limits and their windows now: starts in the last `per` (one per slot whose last start
