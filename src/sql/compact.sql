@@ -56,6 +56,8 @@ DECLARE
     v_start    timestamptz;
     v_until    timestamptz;
     v_table    regclass;
+    -- The hot tables, in the order they are locked (checkout's).
+    v_tables   regclass[] := ARRAY['jobq.ready'::regclass, 'jobq.live_jobs'::regclass, 'jobq.slots'::regclass];
 BEGIN
     -- Its copy must see every row committed before it got its lock: a statement's snapshot
     -- taken after the LOCK, which only READ COMMITTED gives (a transaction snapshot taken
@@ -65,7 +67,7 @@ BEGIN
     END IF;
     IF min_dead > 0 THEN
         SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
-          FROM unnest(ARRAY['jobq.live_jobs'::regclass, 'jobq.ready'::regclass, 'jobq.slots'::regclass]) t;
+          FROM unnest(v_tables) t;
         IF v_dead < greatest(min_dead, 4 * v_rows) OR v_rows > 100000 THEN
             RETURN false;
         END IF;
@@ -80,7 +82,7 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
                     WHERE l.locktype = 'relation' AND l.granted
                       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-                      AND l.relation IN ('jobq.live_jobs'::regclass, 'jobq.ready'::regclass, 'jobq.slots'::regclass)
+                      AND l.relation = ANY (v_tables::oid[])
                       AND l.pid IS DISTINCT FROM pg_backend_pid()
                       AND (l.pid IS NULL OR a.xact_start < clock_timestamp() - interval '1 second')) THEN
             RETURN false;
@@ -97,7 +99,7 @@ BEGIN
     v_until := clock_timestamp() + least(coalesce(lock_wait, interval '50 ms'),
                                          current_setting('deadlock_timeout')::interval / 2);
     BEGIN
-        FOREACH v_table IN ARRAY ARRAY['jobq.ready'::regclass, 'jobq.live_jobs'::regclass, 'jobq.slots'::regclass] LOOP
+        FOREACH v_table IN ARRAY v_tables LOOP
             PERFORM set_config('lock_timeout',
                 greatest(1, extract(epoch FROM v_until - clock_timestamp()) * 1000)::integer || 'ms', true);
             EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_table);
@@ -116,8 +118,7 @@ BEGIN
         RAISE EXCEPTION 'jobq: compaction needs jobq in shared_preload_libraries'
             USING ERRCODE = '55000';
     END IF;
-    v_before := pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')
-              + pg_total_relation_size('jobq.slots');
+    v_before := (SELECT sum(pg_total_relation_size(t)) FROM unnest(v_tables) t);
     SELECT array_agg(j) INTO v_live FROM jobq.live_jobs j;
     SELECT array_agg(r) INTO v_ready FROM jobq.ready r;
     SELECT array_agg(s) INTO v_slots FROM jobq.slots s;
@@ -133,8 +134,7 @@ BEGIN
     RAISE LOG 'jobq: compacted the hot tables in % ms: % jobs kept, % MB before, % MB after',
         round(extract(epoch FROM clock_timestamp() - v_start) * 1000, 1),
         coalesce(array_length(v_live, 1), 0), round(v_before / 1048576.0, 1),
-        round((pg_total_relation_size('jobq.live_jobs') + pg_total_relation_size('jobq.ready')
-               + pg_total_relation_size('jobq.slots')) / 1048576.0, 1);
+        round((SELECT sum(pg_total_relation_size(t)) FROM unnest(v_tables) t) / 1048576.0, 1);
     RETURN true;
 END $$;
 
