@@ -68,31 +68,20 @@ fn slots_astray(c: &mut Client) -> (i64, i64) {
     (r.get(0), r.get(1))
 }
 
-/// `n` jobs of queue `churn` enqueued, claimed by `w` and completed, in batches of 1,000:
-/// each leaves dead versions in both hot tables.
-fn churn(c: &mut Client, w: Uuid, n: i64) {
+/// A statement that enqueues 1,000 plain jobs into queue `churn`.
+const PLAIN_1000: &str = "SELECT count(*) FROM jobq_enqueue_batch('churn', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 1000)))";
+/// A statement that enqueues 1,000 jobs into queue `churn`, each with one of 50 concurrency
+/// keys: each attempt also leaves a dead version in jobq.slots.
+const KEYED_1000: &str = "SELECT count(jobq_enqueue('churn', concurrency_key => 'k' || (g % 50), concurrency_limit => 1000))
+                            FROM generate_series(1, 1000) g";
+
+/// `n` jobs enqueued by `enqueue` (PLAIN_1000 or KEYED_1000), claimed by `w` and completed, in
+/// batches of 1,000: each leaves dead versions in the hot tables.
+fn churn(c: &mut Client, w: Uuid, n: i64, enqueue: &str) {
     for _ in 0..n / 1000 {
-        c.batch_execute("SELECT count(*) FROM jobq_enqueue_batch('churn', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 1000)))")
-            .unwrap();
+        c.batch_execute(enqueue).unwrap();
         let done: i64 = c
             .query_one("SELECT count(*) FILTER (WHERE jobq_complete(id, $1)) FROM jobq_checkout($1, ARRAY['churn'], 1000)", &[&w])
-            .unwrap()
-            .get(0);
-        assert_eq!(done, 1000);
-    }
-}
-
-/// `n` jobs of queue `churnk`, each with one of 50 concurrency keys, enqueued, claimed by `w`
-/// and completed, in batches of 1,000: each also leaves a dead version in jobq.slots.
-fn churn_keyed(c: &mut Client, w: Uuid, n: i64) {
-    for _ in 0..n / 1000 {
-        c.batch_execute(
-            "SELECT count(jobq_enqueue('churnk', concurrency_key => 'k' || (g % 50), concurrency_limit => 1000))
-               FROM generate_series(1, 1000) g",
-        )
-        .unwrap();
-        let done: i64 = c
-            .query_one("SELECT count(*) FILTER (WHERE jobq_complete(id, $1)) FROM jobq_checkout($1, ARRAY['churnk'], 1000)", &[&w])
             .unwrap()
             .get(0);
         assert_eq!(done, 1000);
@@ -145,8 +134,8 @@ fn a_compaction_keeps_every_job_and_removes_the_dead_versions() {
     let claimed: Vec<i64> = ids(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 12)", &[&w]);
     assert_eq!(claimed.len(), 12);
     let mut held = hold_horizon(cluster.connect(&name));
-    churn(&mut c, w, 20_000);
-    churn_keyed(&mut c, w, 4_000);
+    churn(&mut c, w, 20_000, PLAIN_1000);
+    churn(&mut c, w, 4_000, KEYED_1000);
     let slots: i64 = c.query_one("SELECT count(*) FROM jobq.slots", &[]).unwrap().get(0);
     assert!(slots >= 2, "the claimed jobs hold slots ({slots})");
     let before = fingerprint(&mut c);
@@ -365,7 +354,7 @@ fn a_compaction_needs_read_committed_dead_versions_and_a_held_horizon_and_never_
     // Too few dead versions: no compaction, however old the horizon.
     let mut held = hold_horizon(cluster.connect(&name));
     assert!(!c.query_one("SELECT jobq._compact(1000000)", &[]).unwrap().get::<_, bool>(0));
-    churn(&mut c, w, 5000);
+    churn(&mut c, w, 5000, PLAIN_1000);
     wait_until("the statistics to count the dead versions", Duration::from_secs(30), || {
         c.query_one("SELECT pg_stat_get_dead_tuples('jobq.live_jobs'::regclass) >= 5000", &[]).unwrap().get(0)
     });
@@ -592,7 +581,7 @@ fn the_background_worker_compacts_under_a_held_horizon_only() {
     let (_, file, _) = size_and_files(&mut c);
 
     // No horizon held: the dead versions are autovacuum's, however many.
-    churn(&mut c, w, 30_000);
+    churn(&mut c, w, 30_000, PLAIN_1000);
     two_passes_after_the_dead_versions_are_counted(&mut c);
     assert_eq!(size_and_files(&mut c).1, file, "compacted without a held horizon");
 
@@ -601,7 +590,7 @@ fn the_background_worker_compacts_under_a_held_horizon_only() {
     let mut reader = cluster.connect(DB);
     let mut t = reader.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
     t.query_one("SELECT count(*) FROM jobq.live_jobs", &[]).unwrap();
-    churn(&mut c, w, 30_000);
+    churn(&mut c, w, 30_000, PLAIN_1000);
     horizon_older_than_10_s(&mut c);
     two_passes_after_the_dead_versions_are_counted(&mut c);
     assert_eq!(size_and_files(&mut c).1, file, "compacted under a reader's lock");
@@ -610,7 +599,7 @@ fn the_background_worker_compacts_under_a_held_horizon_only() {
     // An idle transaction holding an xid, which takes no lock on them: the background worker
     // compacts.
     let mut held = hold_horizon(connect_rc(cluster));
-    churn(&mut c, w, 10_000);
+    churn(&mut c, w, 10_000, PLAIN_1000);
     horizon_older_than_10_s(&mut c);
     wait_until("the background worker to compact the hot tables", Duration::from_secs(60), || size_and_files(&mut c).1 != file);
     held.batch_execute("COMMIT").unwrap();
