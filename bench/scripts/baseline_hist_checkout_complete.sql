@@ -1,0 +1,4 @@
+-- The hand-written queue keeping finished jobs (bench/systems/baseline_hist.sh): the baseline's
+-- claim, then the job's row moved to the history in one statement; two transactions per job.
+UPDATE baseline_hist_jobs SET state = 'running', attempts = attempts + 1 WHERE id = (SELECT id FROM baseline_hist_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id AS jid \gset
+WITH done AS (DELETE FROM baseline_hist_jobs WHERE id = :jid RETURNING *) INSERT INTO baseline_hist_history SELECT id, queue, payload, priority, run_at, 'completed', attempts, now() FROM done;
