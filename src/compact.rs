@@ -59,28 +59,61 @@ unsafe fn hot_tables() -> (pg_sys::Oid, pg_sys::Oid) {
     (pg_sys::get_relname_relid(c"live_jobs".as_ptr(), nsp), pg_sys::get_relname_relid(c"ready".as_ptr(), nsp))
 }
 
+/// Where database `db` records its compaction: its own slot, else a free one, else the slot of
+/// another database whose last compaction `finished` says no snapshot can see as running any
+/// more (that database's `jobq._hold_hot_tables` then finds no entry and raises no 40001, which
+/// is right: every snapshot there already sees the compaction's tables). Slots are never freed
+/// otherwise, so a cluster whose databases come and go (one per tenant or per test run) would
+/// run out of them after 1,024 compacting databases.
+fn slot_for(last: &[Last], db: u32, finished: impl Fn(u64) -> bool) -> Option<usize> {
+    (last.iter().position(|l| l.db == db))
+        .or_else(|| last.iter().position(|l| l.db == 0))
+        .or_else(|| last.iter().position(|l| finished(l.xid)))
+}
+
+/// True when no snapshot, now or later, can see transaction `xid` as running: it is more than
+/// 2^31 behind `next` (older than any snapshot), or it precedes `horizon`
+/// (GetOldestNonRemovableTransactionId over every database), compared as PostgreSQL's
+/// TransactionIdPrecedes compares (modulo 2^32; the permanent ids below 3 as plain numbers).
+fn no_snapshot_sees_running(xid: u64, next: u64, horizon: u32) -> bool {
+    let (a, b) = (xid as u32, horizon);
+    let precedes = if a < 3 || b < 3 { a < b } else { (a.wrapping_sub(b) as i32) < 0 };
+    next.saturating_sub(xid) >= 1 << 31 || precedes
+}
+
 #[pg_schema]
 pub mod jobq {
     use super::*;
 
     /// Records the calling transaction as this database's last compaction; false (nothing
-    /// recorded) without the preload or with more than 1,024 databases recorded. Called by
-    /// `jobq._compact` under its ACCESS EXCLUSIVE lock, before it truncates: whoever locks the
-    /// tables after it reads this value.
+    /// recorded) without the preload; 53000 when 1,024 other databases' compactions may each
+    /// still be running for some snapshot (`slot_for`). Called by `jobq._compact` under its
+    /// ACCESS EXCLUSIVE lock, before it truncates: whoever locks the tables after it reads this
+    /// value.
     #[pg_extern(volatile, name = "_note_compaction")]
     pub fn note_compaction() -> bool {
         if !ENABLED.load(Ordering::Relaxed) {
             return false;
         }
         let db = crate::my_db();
-        let xid = unsafe { pg_sys::GetTopFullTransactionId() }.value;
+        let (xid, next, horizon) = unsafe {
+            (
+                pg_sys::GetTopFullTransactionId().value,
+                pg_sys::ReadNextFullTransactionId().value,
+                // The oldest xmin or xid of every backend of every database (and of replication
+                // slots): no snapshot sees a transaction older than this as running.
+                u32::from(pg_sys::GetOldestNonRemovableTransactionId(std::ptr::null_mut())),
+            )
+        };
         let mut all = COMPACTIONS.exclusive();
-        let slot = match all.last.iter().position(|l| l.db == db) {
-            Some(s) => s,
-            None => match all.last.iter().position(|l| l.db == 0) {
-                Some(s) => s,
-                None => return false,
-            },
+        let Some(slot) = slot_for(&all.last, db, |old| no_snapshot_sees_running(old, next, horizon)) else {
+            drop(all);
+            ereport!(
+                ERROR,
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+                "jobq: 1,024 other databases have compacted since the oldest snapshot still held began; this one cannot until it ends",
+                "The background worker tries again; pg_stat_activity.backend_xmin shows the oldest snapshot."
+            );
         };
         all.last[slot] = Last { db, xid };
         true
@@ -104,8 +137,7 @@ pub mod jobq {
             let Some(xid) = COMPACTIONS.share().last.iter().find(|l| l.db == db).map(|l| l.xid) else { return };
             // A transaction id more than 2^31 behind the next one is older than any snapshot
             // (and its 32-bit form would compare as in the future).
-            let next = pg_sys::ReadNextFullTransactionId().value;
-            if next.saturating_sub(xid) >= 1 << 31 {
+            if pg_sys::ReadNextFullTransactionId().value.saturating_sub(xid) >= 1 << 31 {
                 return;
             }
             if pg_sys::XidInMVCCSnapshot(pg_sys::TransactionId::from(xid as u32), pg_sys::GetTransactionSnapshot()) {
@@ -117,5 +149,42 @@ pub mod jobq {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    fn slots(dbs: &[(u32, u64)]) -> Vec<Last> {
+        dbs.iter().map(|&(db, xid)| Last { db, xid }).collect()
+    }
+
+    #[test]
+    fn a_database_keeps_its_slot_then_takes_a_free_one() {
+        let last = slots(&[(7, 100), (0, 0), (9, 50)]);
+        assert_eq!(slot_for(&last, 9, |_| true), Some(2));
+        assert_eq!(slot_for(&last, 8, |_| true), Some(1));
+    }
+
+    #[test]
+    fn when_every_slot_is_taken_only_a_compaction_no_snapshot_sees_running_gives_up_its_slot() {
+        let last = slots(&[(7, 100), (8, 200), (9, 300)]);
+        assert_eq!(slot_for(&last, 10, |_| false), None);
+        assert_eq!(slot_for(&last, 10, |xid| xid < 250), Some(0));
+        assert_eq!(slot_for(&last, 10, |xid| xid == 300), Some(2));
+    }
+
+    #[test]
+    fn xids_older_than_the_horizon_or_2_to_the_31_behind_are_finished() {
+        let next = 10u64 << 32 | 5_000; // epoch 10, 32-bit id 5,000
+        assert!(no_snapshot_sees_running(next - 100, next, 4_950));
+        assert!(!no_snapshot_sees_running(next - 50, next, 4_950));
+        assert!(!no_snapshot_sees_running(next - 10, next, 4_950));
+        assert!(no_snapshot_sees_running(next - (1 << 31), next, 4_950));
+        // Across the 32-bit wrap: 4,294,967,000 (epoch 9) precedes 100 (epoch 10).
+        let next = 10u64 << 32 | 200;
+        assert!(no_snapshot_sees_running(9u64 << 32 | 4_294_967_000, next, 100));
+        assert!(!no_snapshot_sees_running(10u64 << 32 | 150, next, 100));
     }
 }
