@@ -211,8 +211,15 @@ unsafe fn claim_end(
                 slots.release(b'u', key, 1, job, snapshot);
             }
             slots.close();
-            let freed = slot.is_some() as i64 + while_key.is_some() as i64;
-            wake_at_commit(std::str::from_utf8(&queue).ok(), i64::MIN, freed);
+            // The waiters held back by these keys, of any queue, then this queue's (src/waits.rs).
+            let queue = std::str::from_utf8(&queue).ok();
+            let named = |ns: char, key: &[u8]| Some(format!("{ns}{}", String::from_utf8_lossy(key)));
+            if let Some((key, _)) = slot {
+                wake_at_commit(queue, named('c', key), i64::MIN, 1);
+            }
+            if let Some(key) = while_key {
+                wake_at_commit(queue, named('u', key), i64::MIN, 1);
+            }
             return Some(());
         }
     }

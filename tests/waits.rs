@@ -1,9 +1,9 @@
 //! `jobq_checkout(..., wait)` (SPEC, jobq_checkout): a checkout that waits inside the server
 //! for a job, over real connections: woken by the commit that makes a job available (not by
 //! a rollback, not by another queue), out on time, a scheduled job taken when due, cancel and
-//! statement_timeout at once, no snapshot and no row lock held while it waits, the worker kept
-//! alive by the background worker however long it waits, and 16 waiters sharing a stream of
-//! jobs, each done exactly once.
+//! statement_timeout at once, no snapshot and no row lock held while it waits, woken by a slot
+//! freed in another queue and by a rate window opening, the worker kept alive by the background
+//! worker however long it waits, and 16 waiters sharing a stream of jobs, each done exactly once.
 mod common;
 
 use common::*;
@@ -191,6 +191,72 @@ fn sixteen_waiters_share_a_stream_of_jobs_each_done_exactly_once() {
     let completed: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 's' AND state = 'completed'", &[]).unwrap().get(0);
     assert_eq!(completed, ids.len() as i64);
     assert_job_tables_consistent(&mut c);
+}
+
+/// A slot freed by a job of another queue (SPEC, jobq_checkout with wait: "a freed concurrency
+/// slot") wakes a checkout waiting for a job that key held back, within the same bound as a
+/// commit for its own queue, well before its one-second look: a concurrency key freed by
+/// jobq_complete (the Rust path), a while_executing key freed by jobq_complete, a concurrency key
+/// freed by jobq_fail (the SQL path, jobq._release_keys).
+#[test]
+fn a_waiting_checkout_wakes_when_a_job_of_another_queue_frees_the_key_its_job_waits_for() {
+    let (cluster, name, mut c) = db();
+    let holder = register(&mut c);
+    let w = register(&mut c);
+    let keyed = |c: &mut Client, queue: &str, round: i32| -> i64 {
+        let sql = if round == 1 {
+            "SELECT jobq_enqueue($1, unique_key => 'u' || $2, unique_strategy => 'while_executing')"
+        } else {
+            "SELECT jobq_enqueue($1, concurrency_key => 'k' || $2, concurrency_limit => 1)"
+        };
+        c.query_one(sql, &[&queue, &round.to_string()]).unwrap().get(0)
+    };
+    for round in 0..3 {
+        let held = keyed(&mut c, "holders", round);
+        let got: i64 = c.query_one("SELECT id FROM jobq_checkout($1, ARRAY['holders'])", &[&holder]).unwrap().get(0);
+        assert_eq!(got, held, "round {round}");
+        let waiting = keyed(&mut c, "waiters", round);
+        let (pid, h) = waiter(cluster.url(&name), w, "waiters", "20 s");
+        await_sleeping(&mut c, pid);
+        let freed = Instant::now();
+        if round == 2 {
+            let state: String = c.query_one("SELECT jobq_fail($1, $2, discard => true)", &[&held, &holder]).unwrap().get(0);
+            assert_eq!(state, "dead");
+        } else {
+            assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&held, &holder]).unwrap().get::<_, bool>(0));
+        }
+        let (got, _) = h.join().unwrap();
+        let latency = freed.elapsed();
+        assert_eq!(got, Ok(vec![waiting]), "round {round}");
+        assert!(latency < Duration::from_millis(500), "round {round}: woken {latency:?} after the slot was freed");
+        assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&waiting, &w]).unwrap().get::<_, bool>(0));
+    }
+}
+
+/// A rate-limited job held back by a full window (SPEC, Rate limits: "takes it once the window
+/// allows"): a waiting checkout takes it when the window opens, not at its next once-a-second
+/// look. The window is 1.5 s and the waiter begins just after the first start, so those looks
+/// would come about half a second late.
+#[test]
+fn a_waiting_checkout_takes_a_rate_limited_job_when_its_window_opens() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    c.execute("SELECT jobq_set_rate_limit('r', 1, interval '1500 ms')", &[]).unwrap();
+    let first: i64 = c.query_one("SELECT jobq_enqueue('rated', rate_key => 'r')", &[]).unwrap().get(0);
+    let second: i64 = c.query_one("SELECT jobq_enqueue('rated', rate_key => 'r')", &[]).unwrap().get(0);
+    let got: i64 = c.query_one("SELECT id FROM jobq_checkout($1, ARRAY['rated'])", &[&w]).unwrap().get(0);
+    assert_eq!(got, first);
+    let (_, h) = waiter(cluster.url(&name), w, "rated", "20 s");
+    assert_eq!(h.join().unwrap().0, Ok(vec![second]));
+    let gap: f64 = c
+        .query_one(
+            "SELECT extract(epoch FROM b.started_at - a.started_at)::float8 FROM jobq.jobs a, jobq.jobs b WHERE a.id = $1 AND b.id = $2",
+            &[&first, &second],
+        )
+        .unwrap()
+        .get(0);
+    assert!(gap >= 1.5, "the window held the second start back: {gap} s");
+    assert!(gap < 1.8, "the second start came {gap} s after the first, its window opened at 1.5 s");
 }
 
 /// The worker counts as alive while it waits, longer than jobq.heartbeat_timeout, with the

@@ -493,8 +493,9 @@ BEGIN
 END $$;
 
 -- jobq_checkout(..., wait): checks out; when nothing is available, waits inside the server
--- (src/waits.rs) until a commit makes a job of these queues available, the earliest scheduled
--- one comes due, or `wait` runs out, and checks out again. The waiter is registered before its
+-- (src/waits.rs) until a commit makes a job of these queues available (or frees a slot of a
+-- key that holds one back), the earliest scheduled one comes due, the earliest rate window
+-- that holds one back opens, or `wait` runs out, and checks out again. The waiter is registered before its
 -- first look, so no commit between a look and the sleep goes unnoticed. Each look runs in a
 -- subtransaction that is rolled back when it claimed nothing: whatever it locked (a keyed job
 -- whose slot was taken meanwhile) is not held while the call sleeps. READ COMMITTED only: a
@@ -506,6 +507,8 @@ DECLARE
     v_until  timestamptz;
     v_look   timestamptz;
     v_due    timestamptz;
+    v_keys   text[];
+    v_rates  text[];
     v_hashes integer[] := ARRAY(SELECT hashtext(q) FROM unnest(queues) q);  -- ready_by_queue's keys
 BEGIN
     IF wait <= interval '0' OR wait > interval '1 hour' THEN
@@ -529,12 +532,24 @@ BEGIN
             IF FOUND THEN
                 RETURN;
             END IF;
-            -- The earliest scheduled job of these queues: the waiter's alarm (a commit that
-            -- schedules an earlier one moves it). Read anew at each look: it costs a scan of
-            -- these queues' waiting rows, which is small when nothing is available.
-            SELECT min(r.run_at) INTO v_due FROM jobq.ready r
-             WHERE (queues IS NULL OR (r.queue_hash = ANY (v_hashes) AND r.queue = ANY (queues)))
-               AND r.run_at > v_look;
+            -- What no commit for these queues announces, read anew at each look (a scan of
+            -- these queues' waiting rows: none of them could start): the earliest scheduled job
+            -- comes due (the waiter's alarm; a commit that schedules an earlier one moves it);
+            -- a slot is freed, by a job of any queue, of a key that holds back a due job
+            -- (`_wake`'s names: 'c' and a concurrency key, 'u' and a while_executing key); a
+            -- rate window that holds one back opens.
+            SELECT min(r.run_at) FILTER (WHERE r.run_at > v_look),
+                   array_agg(DISTINCT 'c' || r.concurrency_key) FILTER (WHERE r.run_at <= v_look AND r.concurrency_key IS NOT NULL)
+                   || array_agg(DISTINCT 'u' || r.while_key) FILTER (WHERE r.run_at <= v_look AND r.while_key IS NOT NULL),
+                   array_agg(DISTINCT r.rate_key) FILTER (WHERE r.run_at <= v_look AND r.rate_key IS NOT NULL)
+              INTO v_due, v_keys, v_rates
+              FROM jobq.ready r
+             WHERE (queues IS NULL OR (r.queue_hash = ANY (v_hashes) AND r.queue = ANY (queues)));
+            -- A full window opens when its oldest start leaves it.
+            SELECT least(v_due, min(s.last_start + l.per)) INTO v_due
+              FROM jobq.rate_limits l
+              JOIN jobq.rate_slots s ON s.key = l.key AND s.slot <= l.max_starts
+             WHERE l.key = ANY (v_rates) AND s.last_start + l.per > v_look;
             -- Nothing claimed: let go of whatever the look locked, and of the locks on the
             -- tables it read (held, they would block DDL on them for the whole wait).
             RAISE SQLSTATE 'JQ000';
@@ -542,6 +557,6 @@ BEGIN
             NULL;
         END;
         EXIT WHEN clock_timestamp() >= v_until;
-        PERFORM jobq._wait(v_until, v_due);
+        PERFORM jobq._wait(v_until, v_due, v_keys);
     END LOOP;
 END $$;

@@ -134,11 +134,14 @@ DECLARE
                      + (unique_key IS NOT NULL AND unique_strategy = 'while_executing')::integer;
     v_noted boolean;
 BEGIN
-    -- A freed slot may let a waiting job start: wake as many waiting checkouts of this job's
-    -- queue (jobs of the key in other queues are found by their waiters' next look). The
-    -- ring comes at commit, so noting it before the deletes is the same.
-    IF v_freed > 0 THEN
-        v_noted := jobq._wake(queue, '-infinity', v_freed);  -- an assignment: see jobq._complete
+    -- A freed slot may let a waiting job start: wake a waiting checkout held back by its key
+    -- (of any queue), else one of this job's queue (src/waits.rs). The ring comes at commit, so
+    -- noting it before the deletes is the same. (Assignments: see jobq._complete.)
+    IF concurrency_slot IS NOT NULL THEN
+        v_noted := jobq._wake(queue, '-infinity', 1, 'c' || concurrency_key);
+    END IF;
+    IF unique_key IS NOT NULL AND unique_strategy = 'while_executing' THEN
+        v_noted := jobq._wake(queue, '-infinity', 1, 'u' || unique_key);
     END IF;
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
