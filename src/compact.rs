@@ -75,6 +75,9 @@ fn slot_for(last: &[Last], db: u32, finished: impl Fn(u64) -> bool) -> Option<us
 /// 2^31 behind `next` (older than any snapshot), or it precedes `horizon`
 /// (GetOldestNonRemovableTransactionId over every database), compared as PostgreSQL's
 /// TransactionIdPrecedes compares (modulo 2^32; the permanent ids below 3 as plain numbers).
+/// (A waiting checkout clears its backend's xmin while its statement's snapshots stay
+/// registered, src/waits.rs, so the horizon does not cover them: harmless, since it runs only
+/// under READ COMMITTED, where `_hold_hot_tables` makes no 40001 check.)
 fn no_snapshot_sees_running(xid: u64, next: u64, horizon: u32) -> bool {
     let (a, b) = (xid as u32, horizon);
     let precedes = if a < 3 || b < 3 { a < b } else { (a.wrapping_sub(b) as i32) < 0 };

@@ -26,7 +26,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use crate::kept::kept;
 use crate::slots::Slots;
-use crate::waits::wake_at_commit;
+use crate::waits::{key_hash, wake_at_commit};
 use std::cell::Cell;
 use std::ffi::CStr;
 
@@ -197,8 +197,8 @@ unsafe fn claim_end(
         tally(queue, "completed", started_at.and_then(ts), at);
     }
     // Slots alone (a concurrency slot, a while_executing key's): given back here
-    // (src/slots.rs), and as many waiting checkouts of the queue rung at commit, as
-    // jobq._release_keys does. Other unique keys are released by it.
+    // (src/slots.rs), each noted for the waiting checkouts its key held back, of any queue
+    // (src/waits.rs), as jobq._release_keys does. Other unique keys are released by it.
     let while_key = (!nulls[cols.unique_key] && !nulls[cols.unique_strategy] && text(values[cols.unique_strategy]) == b"while_executing")
         .then(|| text(values[cols.unique_key]));
     let slot = (!nulls[cols.concurrency_key] && !nulls[cols.concurrency_slot]).then(|| (text(values[cols.concurrency_key]), values[cols.concurrency_slot].value() as i32));
@@ -206,20 +206,13 @@ unsafe fn claim_end(
         if let Some(mut slots) = Slots::open() {
             if let Some((key, n)) = slot {
                 slots.release(b'c', key, n, job, snapshot);
+                wake_at_commit(None, Some(key_hash(b'c', key)), i64::MIN, 1);
             }
             if let Some(key) = while_key {
                 slots.release(b'u', key, 1, job, snapshot);
+                wake_at_commit(None, Some(key_hash(b'u', key)), i64::MIN, 1);
             }
             slots.close();
-            // The waiters held back by these keys, of any queue, then this queue's (src/waits.rs).
-            let queue = std::str::from_utf8(&queue).ok();
-            let named = |ns: char, key: &[u8]| Some(format!("{ns}{}", String::from_utf8_lossy(key)));
-            if let Some((key, _)) = slot {
-                wake_at_commit(queue, named('c', key), i64::MIN, 1);
-            }
-            if let Some(key) = while_key {
-                wake_at_commit(queue, named('u', key), i64::MIN, 1);
-            }
             return Some(());
         }
     }

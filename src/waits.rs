@@ -4,32 +4,38 @@
 //! queues, its worker, its latch) and sleeps on its latch. The transaction that makes jobs
 //! available rings at its COMMIT (src/xact.rs), once they are visible: every function that
 //! makes a job waiting goes through `jobq._enter_ready`, whose floor notes (src/floors.rs) name
-//! the queue, the run_at and the number of jobs; `jobq._notify` (resume, a freed slot, …) names
-//! the queue too. A ring for jobs due now wakes at most as many waiters of that queue as jobs
-//! came (a herd of 64 waiters costs one checkout for one job, not 64); a ring for a job due
-//! later only moves the waiters' alarm earlier, without waking them to check out. The waiter
-//! also wakes by itself when the earliest scheduled job of its queues comes due, or the
-//! earliest rate window that holds back one of its due jobs opens (both `due`, read at each
-//! look), and looks again at least once a second whatever happens (the net under what no
-//! commit announces).
+//! the queue, the run_at and the number of jobs; `jobq._wake` (resume, a changed rate limit, …)
+//! names the queue too, or every queue. A ring for jobs due now wakes at most as many waiters
+//! of that queue as jobs came (a herd of 64 waiters costs one checkout for one job, not 64); a
+//! ring for a job due later only moves the waiters' alarm earlier, without waking them to check
+//! out. The waiter also wakes by itself when the earliest scheduled job of its queues comes due
+//! (`due`, read at each look), and looks again at least once a second whatever happens (the net
+//! under what nothing announces).
 //!
-//! A freed slot (a concurrency key's, a while_executing key's) lets a job of any queue with
-//! that key start, not only of the finished job's queue. So a look that found due jobs held
-//! back by keys names them to `_wait` (`keys`), and a freed slot's ring wakes the waiters that
-//! named its key first, then the waiters of the finished job's queue. A slot freed between a
-//! look and its `_wait` would ring nobody: every freed key is also written, numbered, into a
-//! short history (`freed`), and `_wait` returns at once when a key it names was freed since the
-//! look began (`look`).
+//! What holds back a due job, and what lets it go:
+//! - A key's slots (a concurrency key's, a while_executing key's), freed by a job of any queue.
+//!   A look that found due jobs held back by keys names them to `_wait` (`keys`, up to KEYS;
+//!   more and any freed key concerns it). A freed slot rings one sleeping waiter that named its
+//!   key. When none sleeps (each is in a look, whose snapshot may have come before the free),
+//!   the free is remembered instead, numbered, in a bucket of its key (`Waits::freed`), and the
+//!   first waiter whose `_wait` finds one of its keys freed since its look began (`look`) takes
+//!   it (`Waits::unclaimed`) and looks again at once. Either way one free costs one look, not
+//!   one per waiter.
+//! - A full rate window, which opens when its oldest start leaves it. The look names the
+//!   earliest opening (`rate`, `opens`); at that moment the first waiter to reach it looks again
+//!   and marks the opening taken (`Waits::opened`), the others sleep on: one opening lets one
+//!   job start.
 //!
 //! While it sleeps the waiter holds no snapshot: it clears its xmin (`MyProc->xmin`) so that
 //! vacuum's horizon is not held back, and its next statement takes a new snapshot. (Only the
 //! snapshots of the statement that called jobq_checkout stay registered, unused: a client must
-//! not read other tables in the same statement as a waiting checkout.) It holds no row lock
-//! either: jobq_checkout rolls back, in a subtransaction, whatever an attempt locked without
-//! claiming it. It stops at once on a query cancel or `statement_timeout` (interrupts are
-//! checked at every wake), leaves with FATAL when its client has gone, and its worker counts as
-//! alive: each reap pass refreshes the heartbeat of the workers waiting in its database
-//! (`jobq._waiting_workers()`, used by jobq._reap).
+//! not read other tables in the same statement as a waiting checkout. This is safe only under
+//! READ COMMITTED, which the wait requires: src/compact.rs relies on every snapshot being
+//! covered by some xmin.) It holds no row lock either: jobq_checkout rolls back, in a
+//! subtransaction, whatever an attempt locked without claiming it. It stops at once on a query
+//! cancel or `statement_timeout` (interrupts are checked at every wake), leaves with FATAL when
+//! its client has gone, and its worker counts as alive: each reap pass refreshes the heartbeat
+//! of the workers waiting in its database (`jobq._waiting_workers()`, used by jobq._reap).
 //!
 //! Without the preload there is no shared memory: the call looks again every 100 ms.
 use crate::my_db;
@@ -37,6 +43,7 @@ use crate::xact::Notes;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic, PgLwLock};
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Calls waiting at once, over all databases; one more waits like a call without the preload.
@@ -47,10 +54,11 @@ const QUEUES: usize = 8;
 pub const POLL_MS: i64 = 100;
 /// The longest a waiter sleeps without looking again.
 const NET_MS: i64 = 1000;
-/// Keys a waiter names; more and any freed key wakes it.
+/// Keys a waiter names; more and any freed key concerns it.
 const KEYS: usize = 8;
-/// Freed keys remembered for the waiters whose look was under way (`Waits::freed`).
-const FREED: usize = 256;
+/// Buckets of (database, key) for freed keys and rate windows opened; two that share one only
+/// cost a look too many, or an opening left to the once-a-second look.
+const BUCKETS: usize = 4096;
 const NEVER: i64 = i64::MAX;
 
 #[derive(Copy, Clone)]
@@ -64,10 +72,13 @@ struct Waiter {
     queues: [u32; QUEUES], // hashes of the queue names
     rung: bool,            // jobs may be there: check out again
     due: i64,              // TimestampTz when the earliest scheduled job it knows of comes due
+    looking: bool,         // between the return of `_wait` (or `_wait_begin`) and the next `_wait`
+    look: u64,             // `Waits::seq` when its current or last look began
     any_key: bool,         // its last look found due jobs held back by more than KEYS keys
     nk: u8,
     keys: [u32; KEYS], // hashes of the keys that held back due jobs at its last look
-    look: u64,         // `Waits::seq` when its last look began
+    opens: i64,        // TimestampTz when the rate window that held back a due job opens
+    rate: usize,       // that window's bucket
 }
 
 const FREE: Waiter = Waiter {
@@ -80,25 +91,32 @@ const FREE: Waiter = Waiter {
     queues: [0; QUEUES],
     rung: false,
     due: NEVER,
+    looking: true,
+    look: 0,
     any_key: false,
     nk: 0,
     keys: [0; KEYS],
-    look: 0,
+    opens: NEVER,
+    rate: 0,
 };
 
-/// A slot freed by a commit: the `seq`th, in database `db`, of the key whose hash is `key`.
-#[derive(Copy, Clone)]
-struct Freed {
-    seq: u64,
-    db: u32,
-    key: u32,
+impl Waiter {
+    fn wants_queue(&self, h: Option<u32>) -> bool {
+        h.is_none_or(|h| self.any || self.queues[..self.nq as usize].contains(&h))
+    }
+    /// Sleeping in database `db`, not yet rung.
+    fn asleep_in(&self, db: u32) -> bool {
+        self.pid != 0 && self.db == db && !self.looking && !self.rung
+    }
 }
 
 #[derive(Copy, Clone)]
 struct Waits {
     waiters: [Waiter; WAITERS],
-    seq: u64,                // freed keys so far
-    freed: [Freed; FREED], // the last FREED of them, the `seq`th at `seq % FREED`
+    seq: u64,                // frees remembered so far
+    freed: [u64; BUCKETS],   // per bucket of (database, key): the `seq` of its last remembered free
+    unclaimed: [u32; BUCKETS], // and how many of its remembered frees no waiter took (at most KEYS)
+    opened: [i64; BUCKETS],  // per bucket of (database, rate key): the last opening a waiter took
 }
 unsafe impl PGRXSharedMemory for Waits {}
 
@@ -110,9 +128,18 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Called from _PG_init while preloading.
 pub fn init() {
-    pg_shmem_init!(WAITS = Waits { waiters: [FREE; WAITERS], seq: 0, freed: [Freed { seq: 0, db: 0, key: 0 }; FREED] });
+    pg_shmem_init!(WAITS = Waits { waiters: [FREE; WAITERS], seq: 0, freed: [0; BUCKETS], unclaimed: [0; BUCKETS], opened: [i64::MIN; BUCKETS] });
     pg_shmem_init!(WAITING);
     ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// What a transaction made available: `jobs` jobs of the queue whose hash is `queue` (None:
+/// of every queue) at `run_at`, or, with `key`, `jobs` slots freed of the key whose hash that is.
+pub(crate) struct Made {
+    queue: Option<u32>,
+    key: Option<u32>,
+    run_at: i64,
+    jobs: i64,
 }
 
 thread_local! {
@@ -122,27 +149,31 @@ thread_local! {
     static MINE: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
-/// What a transaction made available: `jobs` jobs of `queue` (None: of every queue) at
-/// `run_at`, or, with `key`, slots of that key freed by a finished job of `queue`.
-pub(crate) struct Made {
-    queue: Option<String>,
-    key: Option<String>, // 'c' and a concurrency key, or 'u' and a while_executing key
-    run_at: i64,
-    jobs: i64,
+/// FNV-1a over `parts` one after the other: a collision only wakes a waiter for nothing.
+fn hash(parts: &[&[u8]]) -> u32 {
+    parts.iter().flat_map(|p| p.iter()).fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
 }
 
-fn hash(queue: &str) -> u32 {
-    // FNV-1a: a collision only wakes a waiter for nothing.
-    queue.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+/// A key as `_wake` and `_wait` name it: its namespace (`c` a concurrency key, `u` a
+/// while_executing key) and the key.
+pub(crate) fn key_hash(ns: u8, key: &[u8]) -> u32 {
+    hash(&[&[ns], key])
 }
 
-impl Waiter {
-    fn wants_queue(&self, h: Option<u32>) -> bool {
-        h.is_none_or(|h| self.any || self.queues[..self.nq as usize].contains(&h))
-    }
-    fn wants_key(&self, k: u32) -> bool {
-        self.any_key || self.keys[..self.nk as usize].contains(&k)
-    }
+/// The bucket of key hash `key` in database `db` (`Waits::freed`, `Waits::opened`). `ANY`: the
+/// bucket of every key of the database, for the waiters that named too many.
+fn bucket(db: u32, key: u32) -> usize {
+    ((db as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key as u64) as usize % BUCKETS
+}
+const ANY: u32 = 0;
+
+/// Marks waiter `i` as looking again, from now: a free remembered after this concerns it.
+fn begin_look(w: &mut Waits, i: usize) {
+    let seq = w.seq;
+    let x = &mut w.waiters[i];
+    x.looking = true;
+    x.look = seq;
+    x.rung = false;
 }
 
 /// At commit: wakes the waiters of what was noted. Nothing here may fail.
@@ -155,43 +186,61 @@ pub(crate) fn ring(notes: &[Made]) {
     let mut latches = Vec::new();
     {
         let mut w = WAITS.exclusive();
-        // Due now: per queue (and freed key), the number of jobs is the number of waiters to
-        // wake. (hash of the queue or None for every queue, hash of the key, jobs)
-        let mut due_now: Vec<(Option<u32>, Option<u32>, i64)> = Vec::new();
+        // Due now: per queue, the number of jobs is the number of waiters to wake.
+        let mut due_now: HashMap<Option<u32>, i64> = HashMap::new();
+        // Whether any sleeping waiter of this database named keys (else frees are only
+        // remembered, without a walk over the waiters for each).
+        let key_sleepers = w.waiters.iter().any(|x| x.asleep_in(db) && (x.nk > 0 || x.any_key));
         for m in notes {
-            let (h, k) = (m.queue.as_deref().map(hash), m.key.as_deref().map(hash));
-            if let Some(key) = k {
-                w.seq += 1;
-                let seq = w.seq;
-                w.freed[(seq % FREED as u64) as usize] = Freed { seq, db, key };
-            }
-            if m.run_at <= now {
-                match due_now.iter_mut().find(|(q, key, _)| *q == h && *key == k) {
-                    Some((_, _, n)) => *n = n.saturating_add(m.jobs),
-                    None => due_now.push((h, k, m.jobs)),
+            if let Some(k) = m.key {
+                for _ in 0..m.jobs.max(0) {
+                    // One sleeping waiter that named the key (exact names first), else the free
+                    // is remembered for the waiters in a look.
+                    let named = |x: &Waiter| x.asleep_in(db) && x.keys[..x.nk as usize].contains(&k);
+                    let i = if key_sleepers {
+                        (w.waiters.iter().position(named)).or_else(|| w.waiters.iter().position(|x| x.asleep_in(db) && x.any_key))
+                    } else {
+                        None
+                    };
+                    match i {
+                        Some(i) => {
+                            w.waiters[i].rung = true;
+                            latches.push(w.waiters[i].latch);
+                        }
+                        None => {
+                            // Earlier frees of the bucket count on only if a look under way
+                            // began before the last of them (else no waiter can take them).
+                            let oldest_look = w.waiters.iter().filter(|x| x.pid != 0 && x.db == db && x.looking).map(|x| x.look).min();
+                            w.seq += 1;
+                            let seq = w.seq;
+                            for b in [bucket(db, k), bucket(db, ANY)] {
+                                let earlier = if oldest_look.is_some_and(|l| w.freed[b] > l) { w.unclaimed[b] } else { 0 };
+                                w.freed[b] = seq;
+                                w.unclaimed[b] = (earlier + 1).min(KEYS as u32);
+                            }
+                        }
+                    }
                 }
+            } else if m.run_at <= now {
+                *due_now.entry(m.queue).or_insert(0) += m.jobs;
             } else {
                 for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db) {
-                    if x.wants_queue(h) && m.run_at < x.due {
+                    if x.wants_queue(m.queue) && m.run_at < x.due {
                         x.due = m.run_at; // its alarm moves earlier; it need not check out now
                         latches.push(x.latch);
                     }
                 }
             }
         }
-        for (h, k, mut n) in due_now {
-            // The waiters held back by a freed key first (of any queue), then its queue's.
-            let passes: [&dyn Fn(&Waiter) -> bool; 2] = [&|x| k.is_some_and(|k| x.wants_key(k)), &|x| x.wants_queue(h)];
-            for wanted in passes {
-                for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db && !x.rung) {
-                    if n <= 0 {
-                        break;
-                    }
-                    if wanted(x) {
-                        x.rung = true;
-                        latches.push(x.latch);
-                        n -= 1;
-                    }
+        for (h, mut n) in due_now {
+            for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db && !x.rung) {
+                if n <= 0 {
+                    break;
+                }
+                if x.wants_queue(h) {
+                    x.rung = true;
+                    latches.push(x.latch);
+                    n -= 1;
                 }
             }
         }
@@ -219,13 +268,13 @@ unsafe extern "C" {
     fn pq_check_connection() -> bool;
 }
 
-/// `jobq._wake` for Rust callers (`run_at` a TimestampTz; i64::MIN is '-infinity'; `key`
-/// the freed slots' key, with its namespace first: `c` or `u`).
-pub(crate) fn wake_at_commit(queue: Option<&str>, key: Option<String>, run_at: i64, jobs: i64) -> bool {
+/// `jobq._wake` for Rust callers (`run_at` a TimestampTz; i64::MIN is '-infinity'; `key` the
+/// freed slots' key, `key_hash`).
+pub(crate) fn wake_at_commit(queue: Option<&[u8]>, key: Option<u32>, run_at: i64, jobs: i64) -> bool {
     if !ENABLED.load(Ordering::Relaxed) {
         return false;
     }
-    let note = Made { queue: queue.map(str::to_owned), key, run_at, jobs };
+    let note = Made { queue: queue.map(|q| hash(&[q])), key, run_at, jobs };
     PENDING.with(|p| p.update(|p| p.push(note)));
     true
 }
@@ -237,12 +286,13 @@ pub mod jobq {
     /// Notes that `jobs` jobs of `queue` (NULL: of every queue) become available at `run_at`
     /// once this transaction commits; the waiting checkouts are rung then. With `key` (`c` and
     /// a concurrency key, or `u` and a while_executing key), `jobs` slots of that key were
-    /// freed by a job of `queue`: the waiters held back by that key are rung first. Nothing
-    /// happens without the preload. True when noted. (A value, so that PL/pgSQL can call it as
-    /// an expression: README, Performance.)
+    /// freed instead: the waiting checkouts held back by that key are rung, whatever their
+    /// queues (`queue` and `run_at` are not used). Nothing happens without the preload. True
+    /// when noted. (A value, so that PL/pgSQL can call it as an expression: README,
+    /// Performance.)
     #[pg_extern(volatile, parallel_safe, name = "_wake")]
     pub fn wake(queue: Option<&str>, run_at: TimestampWithTimeZone, jobs: i64, key: default!(Option<&str>, "NULL")) -> bool {
-        super::wake_at_commit(queue, key.map(str::to_owned), run_at.into_inner(), jobs)
+        super::wake_at_commit(queue.map(str::as_bytes), key.map(|k| hash(&[k.as_bytes()])), run_at.into_inner(), jobs)
     }
 
     /// Registers this call as a waiter for `queues` (NULL: every queue) of `worker`, until
@@ -263,7 +313,7 @@ pub mod jobq {
         me.any = names.is_empty() || names.len() > QUEUES;
         if !me.any {
             for (i, q) in names.iter().enumerate() {
-                me.queues[i] = hash(q);
+                me.queues[i] = hash(&[q.as_bytes()]);
             }
             me.nq = names.len() as u8;
         }
@@ -274,27 +324,46 @@ pub mod jobq {
         if w.waiters[i].pid == 0 {
             WAITING.get().fetch_add(1, Ordering::AcqRel);
         }
-        me.look = w.seq; // its first look begins now
         w.waiters[i] = me;
+        begin_look(&mut w, i); // its first look begins now
         drop(w);
         MINE.set(Some(i));
         crate::xact::watch();
         true
     }
 
-    /// Sleeps until this waiter is rung, `due` (the earliest moment a job of its queues comes
-    /// due or a rate window holding one back opens, or NULL) comes, `until` passes, or a second
-    /// went by; returns at once if it was rung since its last look, or if one of `keys` (the
-    /// keys, as `_wake` names them, that held back due jobs at that look) was freed since the
-    /// look began. Without a waiter slot it sleeps POLL_MS. Holds no snapshot meanwhile.
+    /// Sleeps until this waiter is rung, `due` (the earliest scheduled job of its queues, or
+    /// NULL) comes, `opens` (the earliest opening of a full rate window `rate` that held back one
+    /// of their due jobs, or NULL) comes and no other waiter took that opening, `until` passes,
+    /// or a second went by. Returns at once if it was rung since its last look, or if one of
+    /// `keys` (the keys, as `_wake` names them, that held back due jobs at that look) was freed
+    /// with no sleeping waiter to ring since the look began. Without a waiter slot it sleeps
+    /// POLL_MS. Holds no snapshot meanwhile.
     #[pg_extern(volatile, name = "_wait")]
-    pub fn wait(until: TimestampWithTimeZone, due: Option<TimestampWithTimeZone>, keys: default!(Option<Vec<Option<String>>>, "NULL")) {
+    pub fn wait(
+        until: TimestampWithTimeZone,
+        due: Option<TimestampWithTimeZone>,
+        keys: default!(Option<Vec<Option<String>>>, "NULL"),
+        rate: default!(Option<&str>, "NULL"),
+        opens: default!(Option<TimestampWithTimeZone>, "NULL"),
+    ) {
         let until: i64 = until.into_inner();
         let mine = MINE.get();
         if let Some(i) = mine {
-            let keys: Vec<u32> = keys.unwrap_or_default().iter().flatten().map(|k| hash(k)).collect();
+            let keys: Vec<u32> = keys.unwrap_or_default().iter().flatten().map(|k| hash(&[k.as_bytes()])).collect();
             let mut w = WAITS.exclusive();
-            let (seq, db) = (w.seq, w.waiters[i].db);
+            let (db, look) = (w.waiters[i].db, w.waiters[i].look);
+            // A key freed while the look was under way rang nobody: the first waiter to find it
+            // takes it and looks again. (More than KEYS keys: any key of the database.)
+            let mut claim = |k: u32| {
+                let b = bucket(db, k);
+                let mine = w.freed[b] > look && w.unclaimed[b] > 0;
+                if mine {
+                    w.unclaimed[b] -= 1;
+                }
+                mine
+            };
+            let missed = if keys.len() > KEYS { claim(ANY) } else { keys.iter().any(|&k| claim(k)) };
             let x = &mut w.waiters[i];
             if let Some(d) = due {
                 x.due = x.due.min(d.into_inner());
@@ -302,17 +371,11 @@ pub mod jobq {
             x.any_key = keys.len() > KEYS;
             x.nk = if x.any_key { 0 } else { keys.len() as u8 };
             x.keys[..x.nk as usize].copy_from_slice(&keys[..x.nk as usize]);
-            // A key freed since the look began rang before this waiter named it: look again.
-            // (More freed than remembered: any of them may have been one.)
-            let x = w.waiters[i];
-            let missed = !keys.is_empty()
-                && (seq - x.look > FREED as u64
-                    || (x.look + 1..=seq).any(|s| {
-                        let f = w.freed[(s % FREED as u64) as usize];
-                        f.seq == s && f.db == db && x.wants_key(f.key)
-                    }));
-            w.waiters[i].look = seq; // its next look begins when this call returns
+            x.opens = opens.map_or(NEVER, |o| o.into_inner());
+            x.rate = bucket(db, rate.map_or(ANY, |r| hash(&[r.as_bytes()])));
+            x.looking = false; // asleep from here: rings for its keys reach it
             if missed {
+                begin_look(&mut w, i);
                 return;
             }
         }
@@ -322,17 +385,22 @@ pub mod jobq {
             let alarm = match mine {
                 Some(i) => {
                     let mut w = WAITS.exclusive();
-                    let seq = w.seq;
-                    let x = &mut w.waiters[i];
-                    x.look = seq;
-                    if std::mem::take(&mut x.rung) {
+                    let x = w.waiters[i];
+                    // Rung; a scheduled job due; a rate window open that no other waiter took.
+                    let mut go = x.rung || x.due <= now;
+                    if x.opens <= now {
+                        go |= w.opened[x.rate] < x.opens;
+                        w.opened[x.rate] = w.opened[x.rate].max(x.opens);
+                        w.waiters[i].opens = NEVER;
+                    }
+                    if go || now >= until.min(start + NET_MS * 1000) {
+                        if x.due <= now {
+                            w.waiters[i].due = NEVER;
+                        }
+                        begin_look(&mut w, i);
                         return;
                     }
-                    if x.due <= now {
-                        x.due = NEVER;
-                        return;
-                    }
-                    until.min(x.due).min(start + NET_MS * 1000)
+                    until.min(x.due).min(w.waiters[i].opens).min(start + NET_MS * 1000)
                 }
                 None => until.min(start + POLL_MS * 1000),
             };

@@ -509,6 +509,8 @@ DECLARE
     v_due    timestamptz;
     v_keys   text[];
     v_rates  text[];
+    v_rate   text;
+    v_opens  timestamptz;
     v_hashes integer[] := ARRAY(SELECT hashtext(q) FROM unnest(queues) q);  -- ready_by_queue's keys
 BEGIN
     IF wait <= interval '0' OR wait > interval '1 hour' THEN
@@ -545,11 +547,17 @@ BEGIN
               INTO v_due, v_keys, v_rates
               FROM jobq.ready r
              WHERE (queues IS NULL OR (r.queue_hash = ANY (v_hashes) AND r.queue = ANY (queues)));
-            -- A full window opens when its oldest start leaves it.
-            SELECT least(v_due, min(s.last_start + l.per)) INTO v_due
-              FROM jobq.rate_limits l
-              JOIN jobq.rate_slots s ON s.key = l.key AND s.slot <= l.max_starts
-             WHERE l.key = ANY (v_rates) AND s.last_start + l.per > v_look;
+            -- The earliest of their full windows (every slot's start in it) opens when its
+            -- oldest start leaves it: strictly after last_start + per (jobq._take_rate).
+            SELECT o.key, o.opens INTO v_rate, v_opens
+              FROM (SELECT l.key, min(s.last_start) + l.per + interval '1 ms' AS opens
+                      FROM jobq.rate_limits l
+                      JOIN jobq.rate_slots s ON s.key = l.key AND s.slot <= l.max_starts
+                     WHERE l.key = ANY (v_rates)
+                     GROUP BY l.key, l.per, l.max_starts
+                    HAVING count(*) FILTER (WHERE s.last_start >= v_look - l.per) >= l.max_starts) o
+             ORDER BY o.opens
+             LIMIT 1;
             -- Nothing claimed: let go of whatever the look locked, and of the locks on the
             -- tables it read (held, they would block DDL on them for the whole wait).
             RAISE SQLSTATE 'JQ000';
@@ -557,6 +565,6 @@ BEGIN
             NULL;
         END;
         EXIT WHEN clock_timestamp() >= v_until;
-        PERFORM jobq._wait(v_until, v_due, v_keys);
+        PERFORM jobq._wait(v_until, v_due, v_keys, v_rate, v_opens);
     END LOOP;
 END $$;

@@ -36,6 +36,7 @@ CREATE FUNCTION jobq_set_rate_limit(key text, max_starts integer, per interval) 
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_recent timestamptz[];
+    v_noted  boolean;
 BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION 'jobq: key must not be NULL' USING ERRCODE = '22004';
@@ -43,9 +44,10 @@ BEGIN
         RAISE EXCEPTION 'jobq: key must be 1 to 1000 bytes' USING ERRCODE = '22023';
     END IF;
     IF max_starts IS NULL THEN
-        -- No limit any more: the key's jobs start as plain ones.
+        -- No limit any more: the key's jobs start as plain ones (waiting checkouts: below).
         DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
         DELETE FROM jobq.rate_limits l WHERE l.key = jobq_set_rate_limit.key;
+        v_noted := jobq._wake(NULL, '-infinity', 10000);
         RETURN;
     ELSIF per IS NULL THEN
         RAISE EXCEPTION 'jobq: per must not be NULL' USING ERRCODE = '22004';
@@ -54,6 +56,9 @@ BEGIN
     ELSIF per <= interval '0' OR NOT isfinite(per) THEN
         RAISE EXCEPTION 'jobq: per must be a finite interval greater than 0, got %', per USING ERRCODE = '22023';
     END IF;
+    -- A limit removed or changed may let waiting jobs start now: every waiting checkout of
+    -- this database looks again after the commit (src/waits.rs).
+    v_noted := jobq._wake(NULL, '-infinity', 10000);
     INSERT INTO jobq.rate_limits AS l (key, max_starts, per, set_at)
     VALUES (key, max_starts, per, clock_timestamp())
     ON CONFLICT ON CONSTRAINT rate_limits_pkey

@@ -129,29 +129,29 @@ CREATE FUNCTION jobq._release_keys(job bigint, queue text, new_state text, uniqu
                                    unique_strategy text, concurrency_key text, concurrency_slot integer)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    -- Slots this frees: a concurrency slot, a while_executing key's.
-    v_freed integer := (concurrency_slot IS NOT NULL)::integer
-                     + (unique_key IS NOT NULL AND unique_strategy = 'while_executing')::integer;
+    v_freed integer := 0;  -- execution slots freed: a concurrency slot, a while_executing key's
     v_noted boolean;
 BEGIN
-    -- A freed slot may let a waiting job start: wake a waiting checkout held back by its key
-    -- (of any queue), else one of this job's queue (src/waits.rs). The ring comes at commit, so
-    -- noting it before the deletes is the same. (Assignments: see jobq._complete.)
-    IF concurrency_slot IS NOT NULL THEN
-        v_noted := jobq._wake(queue, '-infinity', 1, 'c' || concurrency_key);
-    END IF;
-    IF unique_key IS NOT NULL AND unique_strategy = 'while_executing' THEN
-        v_noted := jobq._wake(queue, '-infinity', 1, 'u' || unique_key);
-    END IF;
+    -- A freed slot may let a waiting job of any queue start: each is noted for the waiting
+    -- checkouts its key held back (src/waits.rs), rung at commit. (Assignments: see
+    -- jobq._complete.)
     IF concurrency_slot IS NOT NULL THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
+        IF FOUND THEN
+            v_freed := 1;
+            v_noted := jobq._wake(NULL, '-infinity', 1, 'c' || concurrency_key);
+        END IF;
     END IF;
     IF unique_key IS NULL THEN
         RETURN v_freed;
     ELSIF unique_strategy = 'while_executing' THEN
         DELETE FROM jobq.slots s
          WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
+        IF FOUND THEN
+            v_freed := v_freed + 1;
+            v_noted := jobq._wake(NULL, '-infinity', 1, 'u' || unique_key);
+        END IF;
     ELSIF new_state IN ('completed', 'dead', 'cancelled') THEN
         DELETE FROM jobq.locks l WHERE l.key = unique_key AND l.job_id = job;
     ELSIF new_state = 'ready' AND unique_strategy = 'until_executing' THEN
