@@ -205,12 +205,14 @@ unsafe fn claim_end(
     if (nulls[cols.unique_key] || while_key.is_some()) && (while_key.is_some() || slot.is_some()) {
         if let Some(mut slots) = Slots::open() {
             if let Some((key, n)) = slot {
-                slots.release(b'c', key, n, job, snapshot);
-                wake_at_commit(None, Some(key_hash(b'c', key)), i64::MIN, 1);
+                if slots.release(b'c', key, n, job, snapshot) {
+                    wake_at_commit(None, Some(key_hash(b'c', key)), i64::MIN, 1);
+                }
             }
             if let Some(key) = while_key {
-                slots.release(b'u', key, 1, job, snapshot);
-                wake_at_commit(None, Some(key_hash(b'u', key)), i64::MIN, 1);
+                if slots.release(b'u', key, 1, job, snapshot) {
+                    wake_at_commit(None, Some(key_hash(b'u', key)), i64::MIN, 1);
+                }
             }
             slots.close();
             return Some(());

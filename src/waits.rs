@@ -15,16 +15,18 @@
 //! What holds back a due job, and what lets it go:
 //! - A key's slots (a concurrency key's, a while_executing key's), freed by a job of any queue.
 //!   A look that found due jobs held back by keys names them to `_wait` (`keys`, up to KEYS;
-//!   more and any freed key concerns it). A freed slot rings one sleeping waiter that named its
-//!   key. When none sleeps (each is in a look, whose snapshot may have come before the free),
-//!   the free is remembered instead, numbered, in a bucket of its key (`Waits::freed`), and the
-//!   first waiter whose `_wait` finds one of its keys freed since its look began (`look`) takes
-//!   it (`Waits::unclaimed`) and looks again at once. Either way one free costs one look, not
-//!   one per waiter.
-//! - A full rate window, which opens when its oldest start leaves it. The look names the
-//!   earliest opening (`rate`, `opens`); at that moment the first waiter to reach it looks again
-//!   and marks the opening taken (`Waits::opened`), the others sleep on: one opening lets one
-//!   job start.
+//!   more and any freed key concerns it). A freed slot, numbered (`Waits::seq`), rings one
+//!   sleeping waiter that named its key. When none sleeps (each is in a look, whose snapshot may
+//!   have come before the free), the free is remembered instead in a bucket of its key
+//!   (`Waits::freed`), and the first waiter whose `_wait` finds one of its keys freed since its
+//!   look began (`look`) takes it (`Waits::unclaimed`) and looks again at once. A waiter that
+//!   was given a free and whose look then took nothing (its job needed another key too, or its
+//!   queue is paused) passes it on (`hand`) to the next sleeping waiter that named the key.
+//!   So one free costs one look while someone can use it, not one per waiter.
+//! - A full rate window, which opens when its oldest starts leave it. The look names the
+//!   earliest opening (`rate`, `opens`) and how many starts leave then (`opening`); at that
+//!   moment as many waiters look again, the first to get there (`Waits::opened`); the others
+//!   sleep on, and one of them gets the opening when a waiter's look could not use it.
 //!
 //! While it sleeps the waiter holds no snapshot: it clears its xmin (`MyProc->xmin`) so that
 //! vacuum's horizon is not held back, and its next statement takes a new snapshot. (Only the
@@ -79,6 +81,10 @@ struct Waiter {
     keys: [u32; KEYS], // hashes of the keys that held back due jobs at its last look
     opens: i64,        // TimestampTz when the rate window that held back a due job opens
     rate: usize,       // that window's bucket
+    opening: u32,      // how many starts leave that window then
+    freed: Option<(u32, u64)>, // the freed key (hash, seq) it was rung for, until its look ends
+    given: Option<(usize, i64)>, // the rate opening (bucket, time) it looks for, until its look ends
+    lost: Option<(usize, i64)>,  // the rate opening other waiters took before it got there
 }
 
 const FREE: Waiter = Waiter {
@@ -98,6 +104,10 @@ const FREE: Waiter = Waiter {
     keys: [0; KEYS],
     opens: NEVER,
     rate: 0,
+    opening: 0,
+    freed: None,
+    given: None,
+    lost: None,
 };
 
 impl Waiter {
@@ -115,8 +125,8 @@ struct Waits {
     waiters: [Waiter; WAITERS],
     seq: u64,                // frees remembered so far
     freed: [u64; BUCKETS],   // per bucket of (database, key): the `seq` of its last remembered free
-    unclaimed: [u32; BUCKETS], // and how many of its remembered frees no waiter took (at most KEYS)
-    opened: [i64; BUCKETS],  // per bucket of (database, rate key): the last opening a waiter took
+    unclaimed: [u32; BUCKETS], // and how many of its remembered frees no waiter took
+    opened: [(i64, u32); BUCKETS], // per bucket of (database, rate key): the last opening waiters took, and how many
 }
 unsafe impl PGRXSharedMemory for Waits {}
 
@@ -128,7 +138,7 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Called from _PG_init while preloading.
 pub fn init() {
-    pg_shmem_init!(WAITS = Waits { waiters: [FREE; WAITERS], seq: 0, freed: [0; BUCKETS], unclaimed: [0; BUCKETS], opened: [i64::MIN; BUCKETS] });
+    pg_shmem_init!(WAITS = Waits { waiters: [FREE; WAITERS], seq: 0, freed: [0; BUCKETS], unclaimed: [0; BUCKETS], opened: [(i64::MIN, 0); BUCKETS] });
     pg_shmem_init!(WAITING);
     ENABLED.store(true, Ordering::Relaxed);
 }
@@ -176,6 +186,64 @@ fn begin_look(w: &mut Waits, i: usize) {
     x.rung = false;
 }
 
+/// The `seq`th free, of a slot of the key whose hash is `k`, in database `db`: rings one
+/// sleeping waiter that named the key and looked before it (exact names first), which holds it
+/// until its look ends (`pass_on`). Remembered for the waiters in a look unless it rang an
+/// exact name (a waiter that named too many keys may well not need this one).
+fn give_key(w: &mut Waits, db: u32, k: u32, seq: u64, latches: &mut Vec<usize>) {
+    let can = |x: &Waiter| x.asleep_in(db) && x.look < seq;
+    let exact = w.waiters.iter().position(|x| can(x) && x.keys[..x.nk as usize].contains(&k));
+    if let Some(i) = exact.or_else(|| w.waiters.iter().position(|x| can(x) && x.any_key)) {
+        w.waiters[i].rung = true;
+        w.waiters[i].freed = Some((k, seq));
+        latches.push(w.waiters[i].latch);
+    }
+    if exact.is_none() {
+        // Earlier frees of a bucket count on only if a look under way began before the last of
+        // them (else no waiter can take them).
+        let oldest_look = w.waiters.iter().filter(|x| x.pid != 0 && x.db == db && x.looking).map(|x| x.look).min();
+        let (b, any) = (bucket(db, k), bucket(db, ANY));
+        for b in if b == any { vec![b] } else { vec![b, any] } {
+            let earlier = if oldest_look.is_some_and(|l| w.freed[b] > l) { w.unclaimed[b] } else { 0 };
+            w.freed[b] = w.freed[b].max(seq);
+            w.unclaimed[b] = (earlier + 1).min(WAITERS as u32);
+        }
+    }
+}
+
+/// Waiter `i`'s look took nothing: the free or the rate opening it looked for goes to the next
+/// waiter that may use it.
+fn pass_on(w: &mut Waits, i: usize, latches: &mut Vec<usize>) {
+    let x = w.waiters[i];
+    w.waiters[i].freed = None;
+    w.waiters[i].given = None;
+    if let Some((k, seq)) = x.freed {
+        give_key(w, x.db, k, seq, latches);
+    }
+    if let Some((rate, at)) = x.given {
+        match w.waiters.iter().position(|y| y.asleep_in(x.db) && y.lost == Some((rate, at))) {
+            Some(j) => {
+                let y = &mut w.waiters[j];
+                y.rung = true;
+                y.lost = None;
+                y.given = Some((rate, at));
+                latches.push(y.latch);
+            }
+            // Nobody lost it: given back, for a waiter still to get there.
+            None if w.opened[rate].0 == at && w.opened[rate].1 > 0 => w.opened[rate].1 -= 1,
+            None => {}
+        }
+    }
+}
+
+fn set_latches(mut latches: Vec<usize>) {
+    latches.sort_unstable();
+    latches.dedup();
+    for l in latches {
+        unsafe { pg_sys::SetLatch(l as *mut pg_sys::Latch) };
+    }
+}
+
 /// At commit: wakes the waiters of what was noted. Nothing here may fail.
 pub(crate) fn ring(notes: &[Made]) {
     if WAITING.get().load(Ordering::Acquire) == 0 {
@@ -188,38 +256,12 @@ pub(crate) fn ring(notes: &[Made]) {
         let mut w = WAITS.exclusive();
         // Due now: per queue, the number of jobs is the number of waiters to wake.
         let mut due_now: HashMap<Option<u32>, i64> = HashMap::new();
-        // Whether any sleeping waiter of this database named keys (else frees are only
-        // remembered, without a walk over the waiters for each).
-        let key_sleepers = w.waiters.iter().any(|x| x.asleep_in(db) && (x.nk > 0 || x.any_key));
         for m in notes {
             if let Some(k) = m.key {
                 for _ in 0..m.jobs.max(0) {
-                    // One sleeping waiter that named the key (exact names first), else the free
-                    // is remembered for the waiters in a look.
-                    let named = |x: &Waiter| x.asleep_in(db) && x.keys[..x.nk as usize].contains(&k);
-                    let i = if key_sleepers {
-                        (w.waiters.iter().position(named)).or_else(|| w.waiters.iter().position(|x| x.asleep_in(db) && x.any_key))
-                    } else {
-                        None
-                    };
-                    match i {
-                        Some(i) => {
-                            w.waiters[i].rung = true;
-                            latches.push(w.waiters[i].latch);
-                        }
-                        None => {
-                            // Earlier frees of the bucket count on only if a look under way
-                            // began before the last of them (else no waiter can take them).
-                            let oldest_look = w.waiters.iter().filter(|x| x.pid != 0 && x.db == db && x.looking).map(|x| x.look).min();
-                            w.seq += 1;
-                            let seq = w.seq;
-                            for b in [bucket(db, k), bucket(db, ANY)] {
-                                let earlier = if oldest_look.is_some_and(|l| w.freed[b] > l) { w.unclaimed[b] } else { 0 };
-                                w.freed[b] = seq;
-                                w.unclaimed[b] = (earlier + 1).min(KEYS as u32);
-                            }
-                        }
-                    }
+                    w.seq += 1;
+                    let seq = w.seq;
+                    give_key(&mut w, db, k, seq, &mut latches);
                 }
             } else if m.run_at <= now {
                 *due_now.entry(m.queue).or_insert(0) += m.jobs;
@@ -245,11 +287,7 @@ pub(crate) fn ring(notes: &[Made]) {
             }
         }
     }
-    latches.sort_unstable();
-    latches.dedup();
-    for l in latches {
-        unsafe { pg_sys::SetLatch(l as *mut pg_sys::Latch) };
-    }
+    set_latches(latches);
 }
 
 /// At the end of the transaction: the waiter slot of this backend is free again.
@@ -334,11 +372,12 @@ pub mod jobq {
 
     /// Sleeps until this waiter is rung, `due` (the earliest scheduled job of its queues, or
     /// NULL) comes, `opens` (the earliest opening of a full rate window `rate` that held back one
-    /// of their due jobs, or NULL) comes and no other waiter took that opening, `until` passes,
-    /// or a second went by. Returns at once if it was rung since its last look, or if one of
-    /// `keys` (the keys, as `_wake` names them, that held back due jobs at that look) was freed
-    /// with no sleeping waiter to ring since the look began. Without a waiter slot it sleeps
-    /// POLL_MS. Holds no snapshot meanwhile.
+    /// of their due jobs, when `opening` starts leave it; or NULL) comes and fewer than `opening`
+    /// waiters got there first, `until` passes, or a second went by. Returns at once if it was
+    /// rung since its last look, or if one of `keys` (the keys, as `_wake` names them, that held
+    /// back due jobs at that look) was freed with no sleeping waiter to ring since the look
+    /// began. What its look was rung for and did not use goes to another waiter first. Without
+    /// a waiter slot it sleeps POLL_MS. Holds no snapshot meanwhile.
     #[pg_extern(volatile, name = "_wait")]
     pub fn wait(
         until: TimestampWithTimeZone,
@@ -346,12 +385,15 @@ pub mod jobq {
         keys: default!(Option<Vec<Option<String>>>, "NULL"),
         rate: default!(Option<&str>, "NULL"),
         opens: default!(Option<TimestampWithTimeZone>, "NULL"),
+        opening: default!(i32, 1),
     ) {
         let until: i64 = until.into_inner();
         let mine = MINE.get();
         if let Some(i) = mine {
             let keys: Vec<u32> = keys.unwrap_or_default().iter().flatten().map(|k| hash(&[k.as_bytes()])).collect();
+            let mut latches = Vec::new();
             let mut w = WAITS.exclusive();
+            pass_on(&mut w, i, &mut latches);
             let (db, look) = (w.waiters[i].db, w.waiters[i].look);
             // A key freed while the look was under way rang nobody: the first waiter to find it
             // takes it and looks again. (More than KEYS keys: any key of the database.)
@@ -373,9 +415,15 @@ pub mod jobq {
             x.keys[..x.nk as usize].copy_from_slice(&keys[..x.nk as usize]);
             x.opens = opens.map_or(NEVER, |o| o.into_inner());
             x.rate = bucket(db, rate.map_or(ANY, |r| hash(&[r.as_bytes()])));
+            x.opening = opening.max(1) as u32;
+            x.lost = None;
             x.looking = false; // asleep from here: rings for its keys reach it
             if missed {
                 begin_look(&mut w, i);
+            }
+            drop(w);
+            set_latches(latches);
+            if missed {
                 return;
             }
         }
@@ -386,11 +434,19 @@ pub mod jobq {
                 Some(i) => {
                     let mut w = WAITS.exclusive();
                     let x = w.waiters[i];
-                    // Rung; a scheduled job due; a rate window open that no other waiter took.
+                    // Rung; a scheduled job due; a rate window open, reached by fewer waiters
+                    // than starts leave it.
                     let mut go = x.rung || x.due <= now;
                     if x.opens <= now {
-                        go |= w.opened[x.rate] < x.opens;
-                        w.opened[x.rate] = w.opened[x.rate].max(x.opens);
+                        let (at, n) = w.opened[x.rate];
+                        let taken = if at == x.opens { n } else if at < x.opens { 0 } else { u32::MAX };
+                        if taken < x.opening {
+                            w.opened[x.rate] = (x.opens, taken + 1);
+                            w.waiters[i].given = Some((x.rate, x.opens));
+                            go = true;
+                        } else {
+                            w.waiters[i].lost = Some((x.rate, x.opens));
+                        }
                         w.waiters[i].opens = NEVER;
                     }
                     if go || now >= until.min(start + NET_MS * 1000) {
@@ -425,8 +481,24 @@ pub mod jobq {
                     pg_sys::InterruptPending = 1;
                 }
             }
-            pgrx::check_for_interrupts!();
+            if unsafe { pg_sys::InterruptPending } != 0 {
+                // An error here (a cancel, statement_timeout) may be caught by a savepoint and
+                // the transaction go on with this slot: not as a sleeper that rings should reach.
+                if let Some(i) = mine {
+                    WAITS.exclusive().waiters[i].looking = true;
+                }
+                pgrx::check_for_interrupts!();
+                if let Some(i) = mine {
+                    WAITS.exclusive().waiters[i].looking = false;
+                }
+            }
         }
+    }
+
+    /// Ends this transaction's waiting call (as its end would): its slot is free again.
+    #[pg_extern(volatile, name = "_wait_end")]
+    pub fn wait_end() {
+        super::leave();
     }
 
     /// The workers waiting in this database's calls now: jobq._reap refreshes their

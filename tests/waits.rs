@@ -265,6 +265,70 @@ fn a_slot_freed_during_a_look_sends_exactly_one_waiter_to_look_again() {
     assert!(second >= Duration::from_millis(900), "the second sleeps on to its one-second look: {second:?}");
 }
 
+/// A freed slot rings one waiter that named its key; when that waiter's job cannot use it (the
+/// job also needs a while_executing key another job holds), its look takes nothing and it hands
+/// the slot on to the next waiter that named the key, which takes its job at once (not at its
+/// one-second look). The first waiter's job starts once its other key is freed too.
+#[test]
+fn a_freed_slot_the_rung_waiter_cannot_use_goes_on_to_a_waiter_that_can() {
+    let (cluster, name, mut c) = db();
+    let holder = register(&mut c);
+    let w = register(&mut c);
+    c.batch_execute(
+        "SELECT jobq_enqueue('holding', concurrency_key => 'k', concurrency_limit => 1);
+         SELECT jobq_enqueue('holding', unique_key => 'u', unique_strategy => 'while_executing');",
+    )
+    .unwrap();
+    let held: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['holding'], 2)", &[&holder]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(held.len(), 2);
+    let both: i64 = c
+        .query_one("SELECT jobq_enqueue('both', unique_key => 'u', unique_strategy => 'while_executing', concurrency_key => 'k', concurrency_limit => 1)", &[])
+        .unwrap()
+        .get(0);
+    let only_k: i64 = c.query_one("SELECT jobq_enqueue('only_k', concurrency_key => 'k', concurrency_limit => 1)", &[]).unwrap().get(0);
+    // The waiter that cannot use the slot registers first, so a ring reaches it first.
+    let (pid_both, h_both) = waiter(cluster.url(&name), w, "both", "20 s");
+    await_sleeping(&mut c, pid_both);
+    let (pid_k, h_k) = waiter(cluster.url(&name), w, "only_k", "20 s");
+    await_sleeping(&mut c, pid_k);
+    let freed = Instant::now();
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&held[0], &holder]).unwrap().get::<_, bool>(0));
+    let (got, _) = h_k.join().unwrap();
+    let latency = freed.elapsed();
+    assert_eq!(got, Ok(vec![only_k]));
+    assert!(latency < Duration::from_millis(500), "woken {latency:?} after the slot was freed");
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&only_k, &w]).unwrap().get::<_, bool>(0));
+    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&held[1], &holder]).unwrap().get::<_, bool>(0));
+    assert_eq!(h_both.join().unwrap().0, Ok(vec![both]));
+}
+
+/// Two starts made at one moment leave their window at one moment: two waiting checkouts both
+/// take a job when it opens, not one then and one at its next look.
+#[test]
+fn a_rate_window_that_two_starts_leave_at_once_lets_two_waiters_start() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    c.execute("SELECT jobq_set_rate_limit('r2', 2, interval '1500 ms')", &[]).unwrap();
+    for _ in 0..4 {
+        c.execute("SELECT jobq_enqueue('rated2', rate_key => 'r2')", &[]).unwrap();
+    }
+    let first: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['rated2'], 2)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(first.len(), 2);
+    let waiters: Vec<_> = (0..2).map(|_| waiter(cluster.url(&name), w, "rated2", "20 s").1).collect();
+    for h in waiters {
+        let got = h.join().unwrap().0.unwrap();
+        assert_eq!(got.len(), 1);
+        let gap: f64 = c
+            .query_one(
+                "SELECT extract(epoch FROM b.started_at - a.started_at)::float8 FROM jobq.jobs a, jobq.jobs b WHERE a.id = $1 AND b.id = $2",
+                &[&first[0], &got[0]],
+            )
+            .unwrap()
+            .get(0);
+        assert!((1.5..1.95).contains(&gap), "a start {gap} s after the first two, their window opened at 1.5 s");
+    }
+}
+
 /// A rate-limited job held back by a full window (SPEC, Rate limits: "takes it once the window
 /// allows"): a waiting checkout takes it when the window opens, not at its next once-a-second
 /// look. The window is 1.5 s and the waiter begins just after the first start, so those looks

@@ -511,6 +511,7 @@ DECLARE
     v_rates  text[];
     v_rate   text;
     v_opens  timestamptz;
+    v_opening integer;
     v_hashes integer[] := ARRAY(SELECT hashtext(q) FROM unnest(queues) q);  -- ready_by_queue's keys
 BEGIN
     IF wait <= interval '0' OR wait > interval '1 hour' THEN
@@ -532,6 +533,7 @@ BEGIN
             v_look := clock_timestamp();
             RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
             IF FOUND THEN
+                PERFORM jobq._wait_end();  -- no longer a waiter, whatever the transaction does next
                 RETURN;
             END IF;
             -- What no commit for these queues announces, read anew at each look (a scan of
@@ -547,16 +549,19 @@ BEGIN
               INTO v_due, v_keys, v_rates
               FROM jobq.ready r
              WHERE (queues IS NULL OR (r.queue_hash = ANY (v_hashes) AND r.queue = ANY (queues)));
-            -- The earliest of their full windows (every slot's start in it) opens when its
-            -- oldest start leaves it: strictly after last_start + per (jobq._take_rate).
-            SELECT o.key, o.opens INTO v_rate, v_opens
-              FROM (SELECT l.key, min(s.last_start) + l.per + interval '1 ms' AS opens
-                      FROM jobq.rate_limits l
-                      JOIN jobq.rate_slots s ON s.key = l.key AND s.slot <= l.max_starts
-                     WHERE l.key = ANY (v_rates)
-                     GROUP BY l.key, l.per, l.max_starts
-                    HAVING count(*) FILTER (WHERE s.last_start >= v_look - l.per) >= l.max_starts) o
-             ORDER BY o.opens
+            -- The earliest of their full windows (its oldest start, through rate_slots_oldest,
+            -- still in it) opens when that start leaves it, strictly after last_start + per
+            -- (jobq._take_rate), with every start made at the same moment.
+            SELECT l.key, o.oldest + l.per + interval '1 ms',
+                   (SELECT count(*) FROM jobq.rate_slots s
+                     WHERE s.key = l.key AND s.last_start = o.oldest AND s.slot <= l.max_starts)
+              INTO v_rate, v_opens, v_opening
+              FROM jobq.rate_limits l
+             CROSS JOIN LATERAL (SELECT s.last_start AS oldest FROM jobq.rate_slots s
+                                  WHERE s.key = l.key AND s.slot <= l.max_starts
+                                  ORDER BY s.last_start LIMIT 1) o
+             WHERE l.key = ANY (v_rates) AND o.oldest >= v_look - l.per
+             ORDER BY 2
              LIMIT 1;
             -- Nothing claimed: let go of whatever the look locked, and of the locks on the
             -- tables it read (held, they would block DDL on them for the whole wait).
@@ -565,6 +570,7 @@ BEGIN
             NULL;
         END;
         EXIT WHEN clock_timestamp() >= v_until;
-        PERFORM jobq._wait(v_until, v_due, v_keys, v_rate, v_opens);
+        PERFORM jobq._wait(v_until, v_due, v_keys, v_rate, v_opens, coalesce(v_opening, 1));
     END LOOP;
+    PERFORM jobq._wait_end();
 END $$;
