@@ -15,8 +15,9 @@ while [ $# -gt 0 ]; do
 done
 . bench/lib.sh
 start_cluster on
-# track_functions for the checkouts-per-job column; the workers are plain sessions.
-"${PSQL[@]}" -d postgres -c "ALTER SYSTEM SET track_functions = 'pl'" -c "SELECT pg_reload_conf()" >/dev/null
+# track_functions for the checkouts-per-job column ('all': jobq_checkout is a C function); the
+# workers are plain sessions.
+"${PSQL[@]}" -d postgres -c "ALTER SYSTEM SET track_functions = 'all'" -c "SELECT pg_reload_conf()" >/dev/null
 OUT=bench/results/wait.md
 {
   echo "# Waiting for jobs: LISTEN + checkout vs jobq_checkout(..., wait)"
