@@ -340,6 +340,188 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_histogram_add
+CREATE  FUNCTION jobq."_histogram_add"(
+	"a" bigint[], /* Vec < Option < i64 > > */
+	"b" bigint[] /* Vec < Option < i64 > > */
+) RETURNS bigint[] /* Vec < i64 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_quantile
+CREATE  FUNCTION jobq."histogram_quantile"(
+	"hist" bigint[], /* Vec < Option < i64 > > */
+	"q" double precision /* f64 */
+) RETURNS double precision /* Option < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_take_tallies
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[]  /* Vec < i64 > */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::histogram_bounds
+CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::counters::jobq::_tally
+CREATE  FUNCTION jobq."_tally"(
+	"queue" TEXT, /* & str */
+	"event" TEXT, /* & str */
+	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"at" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tally_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_caller
+CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'caller_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::privileges::jobq::_may_act_for
+CREATE  FUNCTION jobq."_may_act_for"(
+	"owner" oid /* pg_sys :: Oid */
+) RETURNS bool /* bool */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::compact::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::compact::jobq::_hold_hot_tables
+CREATE  FUNCTION jobq."_hold_hot_tables"() RETURNS void
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'hold_hot_tables_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::compact::jobq::_note_compaction
+CREATE  FUNCTION jobq."_note_compaction"() RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_compaction_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_begin
+CREATE  FUNCTION jobq."_wait_begin"(
+	"worker" uuid, /* pgrx :: Uuid */
+	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait_end
+CREATE  FUNCTION jobq."_wait_end"(
+	"took_nothing" bool /* bool */
+) RETURNS void
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_end_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wait
+CREATE  FUNCTION jobq."_wait"(
+	"until" timestamp with time zone, /* TimestampWithTimeZone */
+	"due" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"keys" TEXT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < Option < String > > > */
+	"rate" TEXT DEFAULT NULL, /* Option < & str > */
+	"opens" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"opening" INT DEFAULT 1 /* i32 */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wait_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_waiting_workers
+CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::waits::jobq::_wake
+CREATE  FUNCTION jobq."_wake"(
+	"queue" TEXT, /* Option < & str > */
+	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
+	"jobs" bigint, /* i64 */
+	"key" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'wake_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::wakes::jobq::_notify
+CREATE  FUNCTION jobq."_notify"(
+	"queue" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'notify_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::bgworker::jobq */
 /* </end connected objects> */
 
@@ -385,108 +567,6 @@ AS 'MODULE_PATHNAME', 'floor_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::gucs::jobq::retention_ms
-CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::gucs::jobq::compact_after
-CREATE  FUNCTION jobq."compact_after"() RETURNS bigint /* i64 */
-STRICT STABLE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'compact_after_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::_usable_worker
-CREATE  FUNCTION jobq."_usable_worker"(
-	"worker" uuid /* pgrx :: Uuid */
-) RETURNS bool /* bool */
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::liveness::jobq::worker_alive
-CREATE  FUNCTION jobq."worker_alive"(
-	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"backend_pid" INT, /* Option < i32 > */
-	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_last_pass
-CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
-	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"took_ms" double precision,  /* f64 */
-	"workers_reaped" INT,  /* i32 */
-	"jobs_requeued" INT,  /* i32 */
-	"jobs_dead" INT,  /* i32 */
-	"locks_released" INT,  /* i32 */
-	"jobs_pruned" INT,  /* i32 */
-	"error" TEXT  /* Option < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'last_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::health::jobq::_note_pass
-CREATE  FUNCTION jobq."_note_pass"(
-	"ended" timestamp with time zone, /* TimestampWithTimeZone */
-	"took_us" bigint, /* i64 */
-	"counts" INT[], /* Vec < i32 > */
-	"error" TEXT /* Option < & str > */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_pass_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::privileges::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_may_act_for
-CREATE  FUNCTION jobq."_may_act_for"(
-	"owner" oid /* pg_sys :: Oid */
-) RETURNS bool /* bool */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::privileges::jobq::_caller
-CREATE  FUNCTION jobq."_caller"() RETURNS oid /* pg_sys :: Oid */
-STRICT STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'caller_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::schedules::jobq */
 /* </end connected objects> */
 
@@ -515,23 +595,29 @@ AS 'MODULE_PATHNAME', 'cron_next_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::compact::jobq */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::liveness::jobq */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::compact::jobq::_note_compaction
-CREATE  FUNCTION jobq."_note_compaction"() RETURNS bool /* bool */
-STRICT VOLATILE 
+-- jobq::liveness::jobq::_usable_worker
+CREATE  FUNCTION jobq."_usable_worker"(
+	"worker" uuid /* pgrx :: Uuid */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_compaction_wrapper';
+AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::compact::jobq::_hold_hot_tables
-CREATE  FUNCTION jobq."_hold_hot_tables"() RETURNS void
-STRICT VOLATILE 
+-- jobq::liveness::jobq::worker_alive
+CREATE  FUNCTION jobq."worker_alive"(
+	"heartbeat_at" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"backend_pid" INT, /* Option < i32 > */
+	"backend_start" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'hold_hot_tables_wrapper';
+AS 'MODULE_PATHNAME', 'worker_alive_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -781,122 +867,6 @@ BEGIN
     DELETE FROM jobq.workers w WHERE w.id = worker;
     RETURN v_requeued;
 END $$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::wakes::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::wakes::jobq::_notify
-CREATE  FUNCTION jobq."_notify"(
-	"queue" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'notify_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::waits::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_begin
-CREATE  FUNCTION jobq."_wait_begin"(
-	"worker" uuid, /* pgrx :: Uuid */
-	"queues" TEXT[] /* :: std :: option :: Option < Vec < Option < String > > > */
-) RETURNS bool /* bool */
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_begin_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait
-CREATE  FUNCTION jobq."_wait"(
-	"until" timestamp with time zone, /* TimestampWithTimeZone */
-	"due" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"keys" TEXT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < Option < String > > > */
-	"rate" TEXT DEFAULT NULL, /* Option < & str > */
-	"opens" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
-	"opening" INT DEFAULT 1 /* i32 */
-) RETURNS void
-VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wait_end
-CREATE  FUNCTION jobq."_wait_end"() RETURNS void
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wait_end_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_waiting_workers
-CREATE  FUNCTION jobq."_waiting_workers"() RETURNS uuid[] /* Vec < pgrx :: Uuid > */
-STRICT VOLATILE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'waiting_workers_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::waits::jobq::_wake
-CREATE  FUNCTION jobq."_wake"(
-	"queue" TEXT, /* Option < & str > */
-	"run_at" timestamp with time zone, /* TimestampWithTimeZone */
-	"jobs" bigint, /* i64 */
-	"key" TEXT DEFAULT NULL /* Option < & str > */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'wake_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
-CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::counters::jobq */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::histogram_bounds
-CREATE  FUNCTION jobq."histogram_bounds"() RETURNS double precision[] /* Vec < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_bounds_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_take_tallies
-CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
-	"queue" TEXT,  /* String */
-	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
-	"enqueued" bigint,  /* i64 */
-	"started" bigint,  /* i64 */
-	"completed" bigint,  /* i64 */
-	"failed" bigint,  /* i64 */
-	"dead" bigint,  /* i64 */
-	"wait_ms" bigint[],  /* Vec < i64 > */
-	"run_ms" bigint[]  /* Vec < i64 > */
-)
-STRICT VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_tally
-CREATE  FUNCTION jobq."_tally"(
-	"queue" TEXT, /* & str */
-	"event" TEXT, /* & str */
-	"since" timestamp with time zone, /* Option < TimestampWithTimeZone > */
-	"at" timestamp with time zone /* TimestampWithTimeZone */
-) RETURNS bool /* bool */
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'tally_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1828,7 +1798,7 @@ BEGIN
             v_look := clock_timestamp();
             RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
             IF FOUND THEN
-                PERFORM jobq._wait_end();  -- no longer a waiter, whatever the transaction does next
+                PERFORM jobq._wait_end(false);  -- no longer a waiter, whatever the transaction does next
                 RETURN;
             END IF;
             -- What no commit for these queues announces, read anew at each look (a scan of
@@ -1867,8 +1837,28 @@ BEGIN
         EXIT WHEN clock_timestamp() >= v_until;
         PERFORM jobq._wait(v_until, v_due, v_keys, v_rate, v_opens, coalesce(v_opening, 1));
     END LOOP;
-    PERFORM jobq._wait_end();
+    PERFORM jobq._wait_end(true);  -- ran out: what its last look could not use goes on
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::gucs::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::compact_after
+CREATE  FUNCTION jobq."compact_after"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'compact_after_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::gucs::jobq::retention_ms
+CREATE  FUNCTION jobq."retention_ms"() RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'retention_ms_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2382,28 +2372,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- jobq::counters::jobq::histogram_quantile
-CREATE  FUNCTION jobq."histogram_quantile"(
-	"hist" bigint[], /* Vec < Option < i64 > > */
-	"q" double precision /* f64 */
-) RETURNS double precision /* Option < f64 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_quantile_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- jobq::counters::jobq::_histogram_add
-CREATE  FUNCTION jobq."_histogram_add"(
-	"a" bigint[], /* Vec < Option < i64 > > */
-	"b" bigint[] /* Vec < Option < i64 > > */
-) RETURNS bigint[] /* Vec < i64 > */
-IMMUTABLE STRICT PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'histogram_add_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- requires:
 --   schedules
 --   counters::jobq::take_tallies
@@ -2498,6 +2466,23 @@ BEGIN
      GROUP BY m.queue, b
      ORDER BY m.queue, b;
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+CREATE SCHEMA IF NOT EXISTS jobq; /* jobq::health::jobq */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_note_pass
+CREATE  FUNCTION jobq."_note_pass"(
+	"ended" timestamp with time zone, /* TimestampWithTimeZone */
+	"took_us" bigint, /* i64 */
+	"counts" INT[], /* Vec < i32 > */
+	"error" TEXT /* Option < & str > */
+) RETURNS void
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2764,6 +2749,23 @@ BEGIN
     END IF;
     EXECUTE format('ALTER SEQUENCE jobq.jobs_id_seq RESTART WITH %s', 1024 + node);
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- jobq::health::jobq::_last_pass
+CREATE  FUNCTION jobq."_last_pass"() RETURNS TABLE (
+	"ended_at" timestamp with time zone,  /* TimestampWithTimeZone */
+	"took_ms" double precision,  /* f64 */
+	"workers_reaped" INT,  /* i32 */
+	"jobs_requeued" INT,  /* i32 */
+	"jobs_dead" INT,  /* i32 */
+	"locks_released" INT,  /* i32 */
+	"jobs_pruned" INT,  /* i32 */
+	"error" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'last_pass_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -292,12 +292,24 @@ pub(crate) fn ring(notes: &[Made]) {
 
 /// At the end of the transaction: the waiter slot of this backend is free again.
 pub(crate) fn leave() {
+    leave_passing(false);
+}
+
+/// Frees this backend's waiter slot; with `pass`, its last look took nothing, so what it was
+/// rung for goes on to another waiter first (`pass_on`).
+fn leave_passing(pass: bool) {
     if let Some(i) = MINE.take() {
+        let mut latches = Vec::new();
         let mut w = WAITS.exclusive();
         if w.waiters[i].pid == unsafe { pg_sys::MyProcPid } {
+            if pass {
+                pass_on(&mut w, i, &mut latches);
+            }
             w.waiters[i] = FREE;
             WAITING.get().fetch_sub(1, Ordering::AcqRel);
         }
+        drop(w);
+        set_latches(latches);
     }
 }
 
@@ -495,10 +507,12 @@ pub mod jobq {
         }
     }
 
-    /// Ends this transaction's waiting call (as its end would): its slot is free again.
+    /// Ends this transaction's waiting call (as its end would): its slot is free again. With
+    /// `took_nothing` (the call ran out), what its last look was rung for and could not use goes
+    /// on to another waiter.
     #[pg_extern(volatile, name = "_wait_end")]
-    pub fn wait_end() {
-        super::leave();
+    pub fn wait_end(took_nothing: bool) {
+        super::leave_passing(took_nothing);
     }
 
     /// The workers waiting in this database's calls now: jobq._reap refreshes their

@@ -533,7 +533,7 @@ BEGIN
             v_look := clock_timestamp();
             RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
             IF FOUND THEN
-                PERFORM jobq._wait_end();  -- no longer a waiter, whatever the transaction does next
+                PERFORM jobq._wait_end(false);  -- no longer a waiter, whatever the transaction does next
                 RETURN;
             END IF;
             -- What no commit for these queues announces, read anew at each look (a scan of
@@ -572,5 +572,5 @@ BEGIN
         EXIT WHEN clock_timestamp() >= v_until;
         PERFORM jobq._wait(v_until, v_due, v_keys, v_rate, v_opens, coalesce(v_opening, 1));
     END LOOP;
-    PERFORM jobq._wait_end();
+    PERFORM jobq._wait_end(true);  -- ran out: what its last look could not use goes on
 END $$;
