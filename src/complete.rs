@@ -26,7 +26,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use crate::kept::kept;
 use crate::slots::Slots;
-use crate::waits::{key_hash, wake_at_commit};
+use crate::waits::{freed_at_commit, key_hash};
 use std::cell::Cell;
 use std::ffi::CStr;
 
@@ -206,12 +206,12 @@ unsafe fn claim_end(
         if let Some(mut slots) = Slots::open() {
             if let Some((key, n)) = slot {
                 if slots.release(b'c', key, n, job, snapshot) {
-                    wake_at_commit(None, Some(key_hash(b'c', key)), i64::MIN, 1);
+                    freed_at_commit(key_hash(b'c', key));
                 }
             }
             if let Some(key) = while_key {
                 if slots.release(b'u', key, 1, job, snapshot) {
-                    wake_at_commit(None, Some(key_hash(b'u', key)), i64::MIN, 1);
+                    freed_at_commit(key_hash(b'u', key));
                 }
             }
             slots.close();

@@ -21,7 +21,7 @@
 //!   (`Waits::freed`), and the first waiter whose `_wait` finds one of its keys freed since its
 //!   look began (`look`) takes it (`Waits::unclaimed`) and looks again at once. A waiter that
 //!   was given a free and whose look then took nothing (its job needed another key too, or its
-//!   queue is paused) passes it on (`hand`) to the next sleeping waiter that named the key.
+//!   queue is paused) passes it on (`pass_on`) to the next sleeping waiter that named the key.
 //!   So one free costs one look while someone can use it, not one per waiter.
 //! - A full rate window, which opens when its oldest starts leave it. The look names the
 //!   earliest opening (`rate`, `opens`) and how many starts leave then (`opening`); at that
@@ -58,8 +58,8 @@ pub const POLL_MS: i64 = 100;
 const NET_MS: i64 = 1000;
 /// Keys a waiter names; more and any freed key concerns it.
 const KEYS: usize = 8;
-/// Buckets of (database, key) for freed keys and rate windows opened; two that share one only
-/// cost a look too many, or an opening left to the once-a-second look.
+/// Buckets of (database, key) for freed keys and rate windows opened. Two keys that share one
+/// may take each other's remembered free or opening, which then waits for a once-a-second look.
 const BUCKETS: usize = 4096;
 const NEVER: i64 = i64::MAX;
 
@@ -123,7 +123,7 @@ impl Waiter {
 #[derive(Copy, Clone)]
 struct Waits {
     waiters: [Waiter; WAITERS],
-    seq: u64,                // frees remembered so far
+    seq: u64,                // slots freed so far (each free's number)
     freed: [u64; BUCKETS],   // per bucket of (database, key): the `seq` of its last remembered free
     unclaimed: [u32; BUCKETS], // and how many of its remembered frees no waiter took
     opened: [(i64, u32); BUCKETS], // per bucket of (database, rate key): the last opening waiters took, and how many
@@ -143,13 +143,12 @@ pub fn init() {
     ENABLED.store(true, Ordering::Relaxed);
 }
 
-/// What a transaction made available: `jobs` jobs of the queue whose hash is `queue` (None:
-/// of every queue) at `run_at`, or, with `key`, `jobs` slots freed of the key whose hash that is.
-pub(crate) struct Made {
-    queue: Option<u32>,
-    key: Option<u32>,
-    run_at: i64,
-    jobs: i64,
+/// What a transaction made available.
+pub(crate) enum Made {
+    /// `jobs` jobs of the queue whose hash is `queue` (None: of every queue), due at `run_at`.
+    Jobs { queue: Option<u32>, run_at: i64, jobs: i64 },
+    /// A slot of the key whose hash this is (`key_hash`), for a job of any queue.
+    Freed(u32),
 }
 
 thread_local! {
@@ -164,7 +163,7 @@ fn hash(parts: &[&[u8]]) -> u32 {
     parts.iter().flat_map(|p| p.iter()).fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
 }
 
-/// A key as `_wake` and `_wait` name it: its namespace (`c` a concurrency key, `u` a
+/// A key as `_freed` and `_wait` name it: its namespace (`c` a concurrency key, `u` a
 /// while_executing key) and the key.
 pub(crate) fn key_hash(ns: u8, key: &[u8]) -> u32 {
     hash(&[&[ns], key])
@@ -203,7 +202,7 @@ fn give_key(w: &mut Waits, db: u32, k: u32, seq: u64, latches: &mut Vec<usize>) 
         // them (else no waiter can take them).
         let oldest_look = w.waiters.iter().filter(|x| x.pid != 0 && x.db == db && x.looking).map(|x| x.look).min();
         let (b, any) = (bucket(db, k), bucket(db, ANY));
-        for b in if b == any { vec![b] } else { vec![b, any] } {
+        for b in std::iter::once(b).chain((any != b).then_some(any)) {
             let earlier = if oldest_look.is_some_and(|l| w.freed[b] > l) { w.unclaimed[b] } else { 0 };
             w.freed[b] = w.freed[b].max(seq);
             w.unclaimed[b] = (earlier + 1).min(WAITERS as u32);
@@ -257,19 +256,19 @@ pub(crate) fn ring(notes: &[Made]) {
         // Due now: per queue, the number of jobs is the number of waiters to wake.
         let mut due_now: HashMap<Option<u32>, i64> = HashMap::new();
         for m in notes {
-            if let Some(k) = m.key {
-                for _ in 0..m.jobs.max(0) {
+            match *m {
+                Made::Freed(k) => {
                     w.seq += 1;
                     let seq = w.seq;
                     give_key(&mut w, db, k, seq, &mut latches);
                 }
-            } else if m.run_at <= now {
-                *due_now.entry(m.queue).or_insert(0) += m.jobs;
-            } else {
-                for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db) {
-                    if x.wants_queue(m.queue) && m.run_at < x.due {
-                        x.due = m.run_at; // its alarm moves earlier; it need not check out now
-                        latches.push(x.latch);
+                Made::Jobs { queue, run_at, jobs } if run_at <= now => *due_now.entry(queue).or_insert(0) += jobs,
+                Made::Jobs { queue, run_at, .. } => {
+                    for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db) {
+                        if x.wants_queue(queue) && run_at < x.due {
+                            x.due = run_at; // its alarm moves earlier; it need not check out now
+                            latches.push(x.latch);
+                        }
                     }
                 }
             }
@@ -318,14 +317,22 @@ unsafe extern "C" {
     fn pq_check_connection() -> bool;
 }
 
-/// `jobq._wake` for Rust callers (`run_at` a TimestampTz; i64::MIN is '-infinity'; `key` the
-/// freed slots' key, `key_hash`).
-pub(crate) fn wake_at_commit(queue: Option<&[u8]>, key: Option<u32>, run_at: i64, jobs: i64) -> bool {
+/// `jobq._wake` for Rust callers (`run_at` a TimestampTz; i64::MIN is '-infinity').
+pub(crate) fn wake_at_commit(queue: Option<&[u8]>, run_at: i64, jobs: i64) -> bool {
+    note(Made::Jobs { queue: queue.map(|q| hash(&[q])), run_at, jobs })
+}
+
+/// `jobq._freed` for Rust callers (`key` from `key_hash`).
+pub(crate) fn freed_at_commit(key: u32) -> bool {
+    note(Made::Freed(key))
+}
+
+/// Keeps `made` for the commit; false (nothing kept) without the preload.
+fn note(made: Made) -> bool {
     if !ENABLED.load(Ordering::Relaxed) {
         return false;
     }
-    let note = Made { queue: queue.map(|q| hash(&[q])), key, run_at, jobs };
-    PENDING.with(|p| p.update(|p| p.push(note)));
+    PENDING.with(|p| p.update(|p| p.push(made)));
     true
 }
 
@@ -334,15 +341,20 @@ pub mod jobq {
     use super::*;
 
     /// Notes that `jobs` jobs of `queue` (NULL: of every queue) become available at `run_at`
-    /// once this transaction commits; the waiting checkouts are rung then. With `key` (`c` and
-    /// a concurrency key, or `u` and a while_executing key), `jobs` slots of that key were
-    /// freed instead: the waiting checkouts held back by that key are rung, whatever their
-    /// queues (`queue` and `run_at` are not used). Nothing happens without the preload. True
-    /// when noted. (A value, so that PL/pgSQL can call it as an expression: README,
-    /// Performance.)
+    /// once this transaction commits; the waiting checkouts are rung then. Nothing happens
+    /// without the preload. True when noted. (A value, so that PL/pgSQL can call it as an
+    /// expression: README, Performance.)
     #[pg_extern(volatile, parallel_safe, name = "_wake")]
-    pub fn wake(queue: Option<&str>, run_at: TimestampWithTimeZone, jobs: i64, key: default!(Option<&str>, "NULL")) -> bool {
-        super::wake_at_commit(queue.map(str::as_bytes), key.map(|k| hash(&[k.as_bytes()])), run_at.into_inner(), jobs)
+    pub fn wake(queue: Option<&str>, run_at: TimestampWithTimeZone, jobs: i64) -> bool {
+        super::wake_at_commit(queue.map(str::as_bytes), run_at.into_inner(), jobs)
+    }
+
+    /// Notes that a slot of `key` (`c` and a concurrency key, or `u` and a while_executing key)
+    /// is free once this transaction commits: a waiting checkout that key held back, in any
+    /// queue, is rung then. Nothing happens without the preload. True when noted.
+    #[pg_extern(volatile, parallel_safe, name = "_freed")]
+    pub fn freed(key: &str) -> bool {
+        super::freed_at_commit(hash(&[key.as_bytes()]))
     }
 
     /// Registers this call as a waiter for `queues` (NULL: every queue) of `worker`, until
@@ -386,7 +398,7 @@ pub mod jobq {
     /// NULL) comes, `opens` (the earliest opening of a full rate window `rate` that held back one
     /// of their due jobs, when `opening` starts leave it; or NULL) comes and fewer than `opening`
     /// waiters got there first, `until` passes, or a second went by. Returns at once if it was
-    /// rung since its last look, or if one of `keys` (the keys, as `_wake` names them, that held
+    /// rung since its last look, or if one of `keys` (the keys, as `_freed` names them, that held
     /// back due jobs at that look) was freed with no sleeping waiter to ring since the look
     /// began. What its look was rung for and did not use goes to another waiter first. Without
     /// a waiter slot it sleeps POLL_MS. Holds no snapshot meanwhile.

@@ -495,8 +495,8 @@ END $$;
 -- jobq_checkout(..., wait): checks out; when nothing is available, waits inside the server
 -- (src/waits.rs) until a commit makes a job of these queues available (or frees a slot of a
 -- key that holds one back), the earliest scheduled one comes due, the earliest rate window
--- that holds one back opens, or `wait` runs out, and checks out again. The waiter is registered before its
--- first look, so no commit between a look and the sleep goes unnoticed. Each look runs in a
+-- that holds one back opens, or `wait` runs out, and checks out again. The waiter is
+-- registered before its first look, so no commit between a look and the sleep goes unnoticed. Each look runs in a
 -- subtransaction that is rolled back when it claimed nothing: whatever it locked (a keyed job
 -- whose slot was taken meanwhile) is not held while the call sleeps. READ COMMITTED only: a
 -- transaction snapshot would never see the jobs it waits for.
@@ -540,7 +540,7 @@ BEGIN
             -- these queues' waiting rows: none of them could start): the earliest scheduled job
             -- comes due (the waiter's alarm; a commit that schedules an earlier one moves it);
             -- a slot is freed, by a job of any queue, of a key that holds back a due job
-            -- (`_wake`'s names: 'c' and a concurrency key, 'u' and a while_executing key); a
+            -- (`_freed`'s names: 'c' and a concurrency key, 'u' and a while_executing key); a
             -- rate window that holds one back opens.
             SELECT min(r.run_at) FILTER (WHERE r.run_at > v_look),
                    array_agg(DISTINCT 'c' || r.concurrency_key) FILTER (WHERE r.run_at <= v_look AND r.concurrency_key IS NOT NULL)

@@ -32,8 +32,9 @@
 -- min_dead = 0 compacts now, whatever the tables hold (tests, an operator).
 -- pg_dump takes its snapshot first and locks the tables it dumps after: a compaction
 -- committed in between would leave the queue's live jobs and their slots out of the dump (and
--- keep their unique keys, jobq.locks, in it). It names itself (application_name 'pg_dump', and pg_dumpall's
--- 'pg_dumpall') unless told otherwise. Reads the sessions anew, not this transaction's copy.
+-- keep their unique keys, jobq.locks, in it). It names itself (application_name 'pg_dump', and
+-- pg_dumpall's 'pg_dumpall') unless told otherwise. Reads the sessions anew, not this
+-- transaction's copy.
 CREATE FUNCTION jobq._dump_connected() RETURNS boolean
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN

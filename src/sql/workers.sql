@@ -140,7 +140,7 @@ BEGIN
          WHERE s.ns = 'c' AND s.key = concurrency_key AND s.slot = concurrency_slot AND s.job_id = job;
         IF FOUND THEN
             v_freed := 1;
-            v_noted := jobq._wake(NULL, '-infinity', 1, 'c' || concurrency_key);
+            v_noted := jobq._freed('c' || concurrency_key);
         END IF;
     END IF;
     IF unique_key IS NULL THEN
@@ -150,7 +150,7 @@ BEGIN
          WHERE s.ns = 'u' AND s.key = unique_key AND s.slot = 1 AND s.job_id = job;
         IF FOUND THEN
             v_freed := v_freed + 1;
-            v_noted := jobq._wake(NULL, '-infinity', 1, 'u' || unique_key);
+            v_noted := jobq._freed('u' || unique_key);
         END IF;
     ELSIF new_state IN ('completed', 'dead', 'cancelled') THEN
         DELETE FROM jobq.locks l WHERE l.key = unique_key AND l.job_id = job;
