@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Throughput under pressure from elsewhere (the long-transaction issue): one system, one
-scenario, on a running bench cluster (bench/pressure.sh starts it and runs every cell).
+"""Throughput under pressure from elsewhere (a long transaction in another session): one
+system, one scenario, on a running bench cluster (bench/pressure.sh starts it and runs every cell).
 
 16 workers (one connection each) loop: check out a batch of 10, then for each job 1 ms of work
 and its completion in its own transaction. A producer keeps about 4,000 jobs ready. After
@@ -52,22 +52,6 @@ SYSTEMS = {
         "ready": "SELECT count(*) FROM baseline_jobs WHERE state = 'ready'",
         "enqueue": "INSERT INTO baseline_jobs (queue, payload) SELECT 'bench', '{}' FROM generate_series(1, %(n)s)",
         "tables": ["baseline_jobs"],
-    },
-    # bench/systems/proto_rotate.sh: the TRUNCATE rotation, a prototype (pr_rotate every second).
-    "proto_rotate": {
-        "checkout": "WITH c AS (SELECT tableoid AS t, ctid AS r, id FROM pr_ready WHERE queue = 'bench' AND run_at <= now() "
-        "ORDER BY priority, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED), "
-        "d AS (DELETE FROM pr_ready x USING c WHERE x.tableoid = c.t AND x.ctid = c.r RETURNING x.id, x.gen) "
-        "UPDATE pr_jobs j SET state = 'executing', attempt = j.attempt + 1, started_at = now() "
-        "FROM d WHERE j.id = d.id AND j.gen = d.gen RETURNING j.id",
-        "complete": "WITH d AS (DELETE FROM pr_jobs WHERE id = %(id)s AND state = 'executing' RETURNING id, queue, payload) "
-        "INSERT INTO pr_history SELECT id, queue, payload, now() FROM d",
-        "ready": "SELECT count(*) FROM pr_ready WHERE queue = 'bench'",
-        "enqueue": "WITH j AS (INSERT INTO pr_jobs (id, gen, queue, payload) SELECT nextval('pr_ids'), (SELECT cur FROM pr_state), "
-        "'bench', '{}' FROM generate_series(1, %(n)s) RETURNING id, gen, queue, priority, run_at) "
-        "INSERT INTO pr_ready SELECT id, gen, queue, priority, run_at FROM j",
-        "tables": ["pr_ready_0", "pr_ready_1", "pr_jobs_0", "pr_jobs_1"],
-        "maintain": "SELECT pr_rotate()",
     },
 }
 
@@ -166,17 +150,6 @@ def main():
             for c in conns:
                 c.close()
 
-    def maintain():
-        # A system's own upkeep, once a second (proto_rotate: its rotation). An attempt that
-        # times out on its lock is tried again at the next second.
-        with psycopg.connect(a.dsn, autocommit=True) as c:
-            while not stop.is_set():
-                try:
-                    c.execute(sql["maintain"])
-                except psycopg.errors.LockNotAvailable:
-                    pass
-                time.sleep(1)
-
     with psycopg.connect(a.dsn, autocommit=True) as mon:
         if a.scenario == "static":
             mon.execute("DROP TABLE IF EXISTS bench_static")
@@ -184,8 +157,6 @@ def main():
             mon.execute("VACUUM ANALYZE bench_static")
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(a.workers)]
         threads += [threading.Thread(target=producer), threading.Thread(target=pressure)]
-        if "maintain" in sql:
-            threads.append(threading.Thread(target=maintain))
         for t in threads:
             t.start()
         rels = ", ".join(f"'{t}'::regclass" for t in sql["tables"])
