@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# jobq-dash at scale (issue 17): every page's response time with 10,000,000 finished jobs in
+# jobq-dash at scale: every page's response time with 10,000,000 finished jobs in
 # history (1% dead, 0.5% cancelled, over the last 23 hours, 20 queues) and 100,000 ready, a day
 # of per-minute counters for each queue, a few workers, locks, schedules and rate limits. The
 # dashboard (release build) connects as a role granted jobq_reader only, and as one granted

@@ -6,7 +6,7 @@
 # per job, without start-up, planning or the first call's compilation. Repeatable to a fraction
 # of a percent whatever else the machine does, where jobs/s here moves by 10-20 % between runs.
 # No network, no pgbench, no flush waits: what the server's CPU does per job, which is what
-# bounds jobs/s once both cores are busy (16 and 64 clients; README, Performance).
+# bounds jobs/s once both cores are busy (16 and 64 clients; docs/performance.md).
 #
 #   bench/instructions.sh [--rows "baseline jobq jobq_any jobq_ckey statements layout"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
@@ -19,7 +19,7 @@
 #   jobq           jobq_checkout(worker, ARRAY['bench']) and jobq_complete(id, worker)
 #   jobq_any       the same with jobq_checkout(worker, NULL): a worker of every queue (ready_any)
 #   jobq_ckey      the same for jobs with a concurrency key (100 keys of limit 5, queue 'keyed'):
-#                  the keyed claim and the slot's release (the performance issue's keyed goal)
+#                  the keyed claim and the slot's release
 #   statements     the job's two steps as plain statements, issued directly, as the SQL does them
 #                  (jobq._checkout's first statement, jobq._complete's DELETE and INSERT, with the
 #                  worker test, floor read and counters): what the common checkout and completion

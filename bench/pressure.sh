@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput that a long transaction elsewhere cannot take away (the long-transaction issue):
+# Throughput that a long transaction elsewhere cannot take away:
 # checkout+complete by 16 workers (batch 10, 1 ms of work per job, each job completed in its
 # own transaction) while a producer keeps ~4,000 jobs ready, clean for --clean seconds, then
 # under pressure for --pressure seconds, then --after seconds more; jobq beside the
@@ -14,10 +14,10 @@
 #                     [--out FILE]              the report's file (default bench/results/pressure.md)
 #
 # Output: bench/results/pressure.md: per system and scenario, jobs/s and the checkout calls'
-# p99 every 5 s, the hot tables' size and dead tuples, and the summary ratios the issue asks
-# for (pressure / clean jobs/s, worst p99 / clean p99, the first 10 s after / clean); and the
+# p99 every 5 s, the hot tables' size and dead tuples, and the summary ratios (pressure /
+# clean jobs/s, worst p99 / clean p99, the first 10 s after / clean); and the
 # buffers checkpoints wrote in each 5 s, with the rates split by whether a checkpoint was
-# writing (a held horizon makes each checkpoint write more: README, Performance).
+# writing (a held horizon makes each checkpoint write more: docs/performance.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLEAN=60; PRESSURE=300; AFTER=30; SCENARIOS="xid readers"; SYSTEMS="jobq baseline"; ONLY=""; OUT=bench/results/pressure.md

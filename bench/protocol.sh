@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The worker protocol (performance issue, item 2): jobs/s of checkout+complete when a worker
+# The worker protocol: jobs/s of checkout+complete when a worker
 # takes jobs one by one or in batches, with two transactions per batch (checkout, then
 # complete) or one (complete the batch in hand and check out the next in the same call):
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale-out (issue 18): checkout+complete through the proxy extension jobq_proxy, beside a
+# Scale-out: checkout+complete through the proxy extension jobq_proxy, beside a
 # direct connection to a node, and the latency of a waiting checkout across nodes.
 #
 #   bench/proxy.sh [--clients "16 64"] [--runs 3] [--seconds 10] [--backlog 100000] [--wait-only]
@@ -15,7 +15,7 @@
 #   proxy, 3 nodes, one queue each   through px3, client c works queue q<c % 3> (every call one node)
 #   proxy, 3 nodes, every queue      through px3, checkout of any queue (the proxy asks the nodes in turn)
 # The three nodes share this machine's 2 cores with the proxy and pgbench: what N nodes would do
-# on N machines is argued in the README, not measured here.
+# on N machines is argued in docs/scale-out.md, not measured here.
 # Then bench/proxywait.py: 4 workers waiting through px3 (wait => 2 s) on q0 (one node) and on
 # every queue (three nodes), 200 jobs enqueued one at a time; enqueue-to-checkout latency.
 # Output: bench/results/proxy.md.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long transactions elsewhere (issue 11, item 8): checkout+complete at 16 clients while a
+# Throughput under a snapshot held elsewhere: checkout+complete at 16 clients while a
 # REPEATABLE READ transaction in the same database holds its snapshot for the whole run, so
 # vacuum can remove none of the row versions the run leaves behind. jobq beside the
 # hand-written SKIP LOCKED baseline under the same held snapshot; throughput every 30 s.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nothing grows without bound (issue 11, item 6): jobq at a steady 5,000 jobs/s for 10 minutes,
+# Nothing grows without bound: jobq at a steady 5,000 jobs/s for 10 minutes,
 # every job with its own per-user concurrency key (so slot rows come and go) and a short
 # retention (so pruning must keep up), with the background worker reaping every second. Every
 # 30 s it samples the size of jobq's tables and indexes, their live rows and the backlog.

@@ -1,4 +1,5 @@
-//! Compaction of the hot tables under a held xmin horizon (the long-transaction issue).
+//! Compaction of the hot tables under a held xmin horizon (a long transaction elsewhere:
+//! docs/operations.md, "Long transactions elsewhere").
 //!
 //! While a transaction elsewhere holds the horizon, every version a job leaves in
 //! `jobq.live_jobs` and `jobq.ready` (and a keyed attempt in `jobq.slots`) stays, and vacuum
@@ -14,7 +15,7 @@
 //!   memory, before the truncation.
 //! - `jobq._hold_hot_tables()`, the first statement of every SQL function that must find a job
 //!   row it was told about (complete, fail, cancel, heartbeat, unregister, enqueue's replace),
-//!   locks both tables: it waits for a compaction in progress, and no compaction starts before
+//!   locks both tables: it waits for a running compaction, and no compaction starts before
 //!   the caller's transaction ends. Under READ COMMITTED the function's next statement takes a
 //!   new snapshot, after the compaction (PostgreSQL takes a PL/pgSQL statement's snapshot after
 //!   its locks anyway: tests/compact.rs passes without the call there). Under REPEATABLE READ or

@@ -936,7 +936,7 @@ fn locks_extend_expire_and_are_released_only_by_their_owner() {
     });
     assert_eq!(judge.query_one("SELECT jobq_lock_holder('L')", &[]).unwrap().get::<_, Option<Uuid>>(0), Some(wc));
     let e = judge.query_one("SELECT jobq_heartbeat($1)", &[&wb]).unwrap_err();
-    assert_eq!(sqlstate(&e), "JQ001", "b is dead for this session");
+    assert_eq!(sqlstate(&e), "JQ001", "b is dead for the judging session");
 }
 
 #[test]

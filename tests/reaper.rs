@@ -471,9 +471,9 @@ fn the_background_worker_behaves_like_postgres_own() {
 
 #[test]
 fn the_background_worker_recovers_around_an_open_transaction() {
-    // The issue's scenario with no client reaping: an open jobq_cancel holds one dead worker's
-    // job; the background worker requeues the other dead worker's job within its passes while
-    // that transaction lives, and the held job once it ends.
+    // Recovery around an open transaction, with no client reaping: an open jobq_cancel holds
+    // one dead worker's job; the background worker requeues the other dead worker's job within
+    // its passes while that transaction lives, and the held job once it ends.
     let cluster = Cluster::start(
         "stall",
         &["jobq.database = 'stall'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1s'"],
@@ -608,7 +608,7 @@ fn a_standby_reaps_only_once_promoted() {
     let w = register(&mut p);
     let job: i64 = p.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
     p.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
-    // A schedule ticking every second, with catch-up, through the failover (issue 14).
+    // A schedule ticking every second, with catch-up, through the failover: each tick once.
     let mut tx = p.transaction().unwrap();
     tx.execute("SELECT jobq_schedule('beat', '* * * * * *', 'beat', catch_up => true)", &[]).unwrap();
     let first: f64 = tx.query_one("SELECT extract(epoch FROM next_run_at)::float8 FROM jobq.schedules", &[]).unwrap().get(0);

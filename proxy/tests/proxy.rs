@@ -18,7 +18,7 @@ fn calls_reach_the_node_of_their_queue_job_or_key() {
         f.place(&format!("q{k}"), k);
     }
     let mut p = f.proxy_as("app");
-    // The clusters are the PostgreSQL this run is for (scripts/test.sh runs 15, 17 and 18).
+    // The clusters are of the PostgreSQL version under test (scripts/test.sh runs 15, 17 and 18).
     let major = if cfg!(feature = "pg18") { "18" } else if cfg!(feature = "pg17") { "17" } else { "15" };
     for c in [&mut p, &mut f.node(0)] {
         let v: String = c.query_one("SHOW server_version", &[]).unwrap().get(0);

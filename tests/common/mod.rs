@@ -220,7 +220,7 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
-/// Calls of function jobq.`name` counted in this session's statistics but not yet flushed
+/// Calls of function jobq.`name` counted in the calling session's statistics but not yet flushed
 /// (`track_functions` must cover it): in this transaction, and maybe in the previous ones
 /// (PostgreSQL 15+ flushes them about every second), so a test takes differences.
 pub fn pending_calls(c: &mut impl postgres::GenericClient, name: &str) -> i64 {
