@@ -15,9 +15,9 @@
 //!   `ready_any` from the floor of all queues with the last two, each row's queue tested
 //!   against the names, as the SQL's statement for several queues does;
 //! - each plain job's ready row deleted with `heap_delete` without waiting: a row another
-//!   transaction holds is passed over, as `FOR UPDATE SKIP LOCKED` passes it over, and deleting
-//!   it at once writes no lock record before the delete (the SQL locks, then deletes: one WAL
-//!   record more per job);
+//!   transaction holds is passed over, as `FOR UPDATE SKIP LOCKED` passes it over (a row this
+//!   transaction holds is taken, as it takes it), and deleting it at once writes no lock record
+//!   before the delete (the SQL locks, then deletes: one WAL record more per job);
 //! - a keyed job's ready row (a concurrency key, a rate key, a `while_executing` or
 //!   `until_executing` unique key) locked without waiting, then what the job needs to start
 //!   taken: its slots (a concurrency key's, a `while_executing` key's) by src/slots.rs, a rate
@@ -427,7 +427,17 @@ unsafe fn claim(
             (got > 0).then_some(got)
         } else {
             let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
-            match pg_sys::heap_delete(r.ready, &mut tid, cid, null_mut(), false, &mut tmfd, false) {
+            let mut deleted = pg_sys::heap_delete(r.ready, &mut tid, cid, null_mut(), false, &mut tmfd, false);
+            // Locked by this very transaction (a `replace` of the job locks its ready row before
+            // it moves it): FOR UPDATE SKIP LOCKED takes a row its own transaction holds, and so
+            // does this. Deleting with `wait` then waits for no one: heap_delete sleeps only for
+            // a locker other than the current transaction, and nothing else can hold the row
+            // while this transaction locks it FOR UPDATE (no key-share locker: no foreign key
+            // points at jobq.ready).
+            if deleted == pg_sys::TM_Result::TM_BeingModified && pg_sys::TransactionIdIsCurrentTransactionId(tmfd.xmax) {
+                deleted = pg_sys::heap_delete(r.ready, &mut tid, cid, null_mut(), true, &mut tmfd, false);
+            }
+            match deleted {
                 pg_sys::TM_Result::TM_Ok => {}
                 // Changed since our snapshot (a replace moved it): the SQL looks at its newest version.
                 pg_sys::TM_Result::TM_Updated => {

@@ -14,7 +14,8 @@
 //! - Lowered by every transaction that makes a row ready or moves it to a lower key
 //!   (`jobq._enter_ready`, `replace`): `jobq._lower_floor` notes the key, and at COMMIT, after
 //!   the rows became visible and before the client learns of the commit, the floor becomes
-//!   min(floor, key). A floor is created at the lowest key.
+//!   min(floor, key). A floor is created at the lowest key. Until then the transaction's own
+//!   checkouts, which already see those rows, start at min(floor, its noted keys) (`floor`).
 //! - Raised only by the background worker (`raise`), in three steps: (1) it sets each floor's
 //!   `recent` to the highest key and remembers the floor; (2) in a snapshot taken after that,
 //!   it finds the smallest key M of the rows at or above the remembered floor; (3) it raises
@@ -120,14 +121,20 @@ fn find(floors: &Floors, id: &Id) -> Option<usize> {
     (0..PROBES).map(|i| (id.home() + i) % SLOTS).find(|&s| floors.slots[s].is(id))
 }
 
-/// The floor checkout starts at: the lowest key when there is none (no preload, a new queue).
+/// The floor checkout starts at: the lowest key when there is none (no preload, a new queue),
+/// and never above a key this transaction made ready: those rows are visible to its own
+/// checkouts before its commit lowers the shared floor.
 pub fn floor(rel: pg_sys::Oid, queue: Option<&str>) -> Key {
     if !enabled() {
         return LOWEST;
     }
     let Some(id) = Id::new(rel, queue) else { return LOWEST };
-    let floors = FLOORS.share();
-    find(&floors, &id).map_or(LOWEST, |s| floors.slots[s].key)
+    let shared = {
+        let floors = FLOORS.share();
+        find(&floors, &id).map_or(LOWEST, |s| floors.slots[s].key)
+    };
+    let own = PENDING.with(|p| p.read(|p| p.iter().filter(|(i, _)| *i == id).map(|(_, k)| *k).min()));
+    own.map_or(shared, |k| shared.min(k))
 }
 
 thread_local! {

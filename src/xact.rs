@@ -26,6 +26,11 @@ impl<T> Notes<T> {
         f(&mut self.0.borrow_mut());
     }
 
+    /// Reads the notes without publishing or forgetting them.
+    pub fn read<R>(&self, f: impl FnOnce(&[T]) -> R) -> R {
+        f(&self.0.borrow())
+    }
+
     fn any(&self) -> bool {
         !self.0.borrow().is_empty()
     }

@@ -29,6 +29,11 @@ fn cluster() -> &'static Cluster {
 
 /// The floor of `queue` as checkout reads it: (priority, run_at as text, id).
 fn floor(c: &mut Client, queue: &str) -> (i32, String, i64) {
+    floor_of(c, Some(queue))
+}
+
+/// The floor of `queue`, or of every queue (None): the one checkouts of several queues read.
+fn floor_of(c: &mut Client, queue: Option<&str>) -> (i32, String, i64) {
     let r = c.query_one("SELECT priority, run_at::text, id FROM jobq._floor('jobq.ready'::regclass, $1)", &[&queue]).unwrap();
     (r.get(0), r.get(1), r.get(2))
 }
@@ -196,4 +201,80 @@ fn an_empty_queue_has_the_highest_floor_and_a_new_job_lowers_it() {
     let again: i64 = c.query_one("SELECT jobq_enqueue($1, priority => 7)", &[&q]).unwrap().get(0);
     assert_eq!(floor(&mut c, q), (7, floor(&mut c, q).1, again), "lowered to the new job's key at its commit");
     assert_eq!(c.query_one("SELECT id FROM jobq_checkout($1, ARRAY[$2])", &[&w, &q]).unwrap().get::<_, i64>(0), again);
+}
+
+/// A transaction's checkout takes the jobs that same transaction made ready, however far below
+/// the floor the background worker raised: the floor comes down only when the transaction
+/// commits, and its own checkouts see the rows before that. A new job, a job `replace`d to a
+/// better priority and a job brought back by `jobq_retry`; a checkout of one queue, of several
+/// and of every queue; READ COMMITTED (served by the Rust checkout) and REPEATABLE READ (by the
+/// SQL one). Each case first waits until the floor it reads lies above the job's new key.
+#[test]
+fn a_transaction_claims_the_jobs_it_made_ready_below_the_floor() {
+    // Below every key the other tests of this cluster use, so the floor of all queues rises
+    // above it whatever else is waiting.
+    const LOW: i32 = -1_000_000;
+    let mut c = cluster().connect(DB);
+    let w = register(&mut c);
+    for (level, iso) in [("rc", IsolationLevel::ReadCommitted), ("rr", IsolationLevel::RepeatableRead)] {
+        for how in ["enqueue", "replace", "retry"] {
+            for scope in ["one", "several", "every"] {
+                let q = format!("own-{how}-{scope}-{level}");
+                let case = format!("{how}, {scope} queue(s), {level}");
+                // What the transaction will bring below the floor, committed before it.
+                let earlier: i64 = match how {
+                    // A job comes and goes: the queue's floor then rises to the top.
+                    "enqueue" => {
+                        let id: i64 = c.query_one("SELECT jobq_enqueue($1)", &[&q]).unwrap().get(0);
+                        let got: i64 = c.query_one("SELECT id FROM jobq_checkout($1, ARRAY[$2])", &[&w, &q]).unwrap().get(0);
+                        assert_eq!(got, id);
+                        assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+                        id
+                    }
+                    // A debounced job waits at priority 5, where the queue's floor rises to.
+                    "replace" => c
+                        .query_one("SELECT jobq_enqueue($1, priority => 5, unique_key => $1, on_conflict => 'replace')", &[&q])
+                        .unwrap()
+                        .get(0),
+                    // A job at the low priority is cancelled: nothing of the queue waits.
+                    _ => {
+                        let id: i64 = c.query_one("SELECT jobq_enqueue($1, priority => $2)", &[&q, &LOW]).unwrap().get(0);
+                        let state: String = c.query_one("SELECT jobq_cancel($1)", &[&id]).unwrap().get(0);
+                        assert_eq!(state, "cancelled");
+                        id
+                    }
+                };
+                let read = if scope == "one" { Some(q.as_str()) } else { None };
+                wait_until(&format!("the floor read by {case} to rise above priority {LOW}"), Duration::from_secs(30), || {
+                    floor_of(&mut c, read).0 > LOW
+                });
+                let queues: Option<Vec<&str>> = match scope {
+                    "one" => Some(vec![q.as_str()]),
+                    "several" => Some(vec!["own-other", q.as_str()]),
+                    _ => None,
+                };
+                let mut tx = c.build_transaction().isolation_level(iso).start().unwrap();
+                let id: i64 = match how {
+                    "enqueue" => tx.query_one("SELECT jobq_enqueue($1, priority => $2)", &[&q, &LOW]).unwrap().get(0),
+                    "replace" => {
+                        let same: i64 = tx
+                            .query_one("SELECT jobq_enqueue($1, priority => $2, unique_key => $1, on_conflict => 'replace')", &[&q, &LOW])
+                            .unwrap()
+                            .get(0);
+                        assert_eq!(same, earlier, "{case}: the waiting job was replaced");
+                        same
+                    }
+                    _ => {
+                        assert!(tx.query_one("SELECT jobq_retry($1)", &[&earlier]).unwrap().get::<_, bool>(0));
+                        earlier
+                    }
+                };
+                let got: Vec<i64> = tx.query("SELECT id FROM jobq_checkout($1, $2)", &[&w, &queues]).unwrap().iter().map(|r| r.get(0)).collect();
+                assert_eq!(got, vec![id], "{case}: the transaction's checkout takes the job it made ready");
+                assert!(tx.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+                tx.commit().unwrap();
+            }
+        }
+    }
+    assert_job_tables_consistent(&mut c);
 }
