@@ -7,7 +7,8 @@
 # stops both).   scripts/demo.sh [SECONDS]   (how long jobs are enqueued; default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+# Only what the demo runs: PostgreSQL 15 (not 17 and 18, which only the test suite needs), no browser.
+JOBQ_PG_VERSIONS=15 JOBQ_BROWSER=0 ./scripts/setup.sh
 cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 # Restart so a server that was already running loads the library just installed.
 ./scripts/cluster.sh stop

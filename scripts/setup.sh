@@ -4,7 +4,8 @@
 # (scripts/build-postgres.sh, once per machine) with PL/Proxy (scripts/build-plproxy.sh), and
 # `cargo pgrx init` against 15 (Debian's),
 # 17 and 18. Then the reference workers' dependencies. Every step checks first and skips what is
-# already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the versions it prepares.
+# already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the versions it prepares;
+# JOBQ_BROWSER=0 skips what only the dashboard's browser suite needs.
 # Also Debian's chromium and the npm dependencies of the dashboard's browser suite (dash/browser).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,8 +26,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 # Debian's postgresql package starts a cluster on 5432; jobq never uses it, leave it alone.
-# The dashboard's browser suite (dash/tests/browser.rs) drives Debian's Chromium.
-if [ ! -x /usr/bin/chromium ]; then
+# The dashboard's browser suite (dash/tests/browser.rs) drives Debian's Chromium; the main job
+# (scripts/demo.sh) runs no browser and sets JOBQ_BROWSER=0.
+BROWSER=${JOBQ_BROWSER:-1}
+if [ "$BROWSER" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   echo "setup: installing chromium chromium-driver"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
@@ -64,7 +67,7 @@ if [ ! -d examples/node/node_modules/pg ]; then
 fi
 cargo build -q --release --manifest-path examples/rust/Cargo.toml
 # The browser suite's driver (playwright-core, pointed at /usr/bin/chromium; no browser download).
-if [ ! -d dash/browser/node_modules/playwright-core ]; then
+if [ "$BROWSER" = 1 ] && [ ! -d dash/browser/node_modules/playwright-core ]; then
   echo "setup: npm ci in dash/browser"
   (cd dash/browser && npm ci --silent --no-audit --no-fund)
 fi
