@@ -7,9 +7,10 @@
 #   scripts/test.sh                        PostgreSQL 15, 17 and 18
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
 # After each version's suite, the scale-out tests (proxy/: jobq_proxy over three node clusters
-# and a proxy cluster of that version, with the jobq the suite installed). Then the dashboard's
-# tests (dash/: handlers over HTTP, and the browser suite in headless Chromium), against
-# PostgreSQL 15 with jobq installed.
+# and a proxy cluster of that version, with the jobq the suite installed). Then the Debian
+# packages of PostgreSQL 15, built and installed (scripts/package.sh, scripts/test-package.sh),
+# and the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
+# Chromium), against PostgreSQL 15 with jobq installed.
 # Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,9 @@ export JOBQ_PG_VERSIONS=${JOBQ_PG_VERSIONS:-15 17 18}
 ./scripts/upgrade-script.sh --check
 # No clippy warning anywhere in the workspace (PostgreSQL 15's build of each member).
 cargo clippy --workspace --all-targets -- -D warnings
+# Every relative link and anchor of README.md, CHANGELOG.md and docs/ resolves (the docs' SQL
+# examples run in tests/docs.rs, with each version's suite).
+python3 scripts/check-docs.py
 # cargo pgrx test initdb's as `postgres` under this directory, so postgres must own it; it
 # lives under /tmp so that postgres can reach it whatever the permissions above the clone.
 PGDATA_PARENT=/tmp/jobq-pgrx-test
@@ -32,6 +36,9 @@ for v in $JOBQ_PG_VERSIONS; do
   ./scripts/install-proxy.sh "$pgc"
   cargo test -p jobq-proxy "${feature[@]}"
 done
+echo "test: the Debian packages (PostgreSQL 15)"
+./scripts/package.sh 15
+./scripts/test-package.sh 15
 echo "test: jobq-dash (PostgreSQL 15)"
 cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 cargo test -p jobq-dash
