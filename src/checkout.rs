@@ -2,7 +2,7 @@
 //!
 //! Counted with bench/instructions.sh, two thirds of a job's instructions were checkout's, most
 //! of them the start-up and end of its one statement's plan (about 40 nodes), not the rows it
-//! touches (README, Performance, CPU per job). So the common checkout is done here against the
+//! touches (docs/performance.md, "CPU per job"). So the common checkout is done here against the
 //! table and index access methods, as src/complete.rs does for completion:
 //!
 //! - the worker judged by one lookup (src/liveness.rs), and the pauses (jobq.pauses, usually
@@ -37,7 +37,7 @@
 //! `replace` moved it; the SQL looks at its newest version, as READ COMMITTED does): the jobs
 //! claimed here stay claimed, and the SQL looks for the others past them (they are this
 //! transaction's deletes). The fast path and the SQL are two copies of one operation;
-//! tests/checkout.rs checks that they agree, and the saving is measured (README).
+//! tests/checkout.rs checks that they agree, and the saving is measured (docs/internals.md).
 use crate::counters::jobq::tally;
 use crate::kept::kept;
 use crate::liveness::usable;
@@ -467,8 +467,7 @@ unsafe fn claim(
 }
 
 /// The job row of job `id`, whose ready row this call holds: nothing changes it meanwhile
-/// (every writer of a waiting job takes its ready row first: README, Tables and indexes, lock
-/// order).
+/// (every writer of a waiting job takes its ready row first: docs/internals.md, "Lock order").
 unsafe fn job_row(live: pg_sys::Relation, l: &Layout, id: i64, snapshot: pg_sys::Snapshot) -> pg_sys::HeapTuple {
     fetch(live, (l.id + 1) as i16, pg_sys::F_INT8EQ, pg_sys::Datum::from(id), snapshot)
         .unwrap_or_else(|| error!("jobq: job {id} has a ready row but no job row at its claim"))

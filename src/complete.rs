@@ -2,7 +2,7 @@
 //!
 //! Counted with bench/instructions.sh, the PL/pgSQL completion (`jobq._complete`,
 //! src/sql/finish.sql) spends most of its instructions on starting and ending its statements'
-//! plans and on the function layer, not on the rows it moves (README, Performance, CPU per
+//! plans and on the function layer, not on the rows it moves (docs/performance.md, CPU per
 //! job). So the common completion is done here against the table and index access methods:
 //! the job row found by primary key, its fence checked (executing under `worker`, a worker
 //! the caller may act for), the row deleted from `jobq.live_jobs` with `heap_delete` and its
@@ -17,7 +17,7 @@
 //! call's snapshot (the SQL looks at its newest version, as READ COMMITTED does), and tables
 //! that carry triggers or whose columns no longer match. Both SQL calls are prepared once per
 //! backend (src/kept.rs). The fast path and the SQL are two copies of one
-//! operation; the copy is the price of speed and its saving is measured (README).
+//! operation; the copy is the price of speed and its saving is measured (docs/internals.md).
 use crate::counters::jobq::tally;
 use crate::liveness::usable;
 use crate::rows::{fetch, text, tupdesc_attr, IndexEntries};

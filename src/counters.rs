@@ -210,7 +210,7 @@ pub mod jobq {
     /// for 'completed' and 'failed' the run `since` it started, when given. Called by the
     /// functions that move jobs (they run as the extension's owner; PUBLIC may not call it).
     /// True when counted; false without the preload, or for a queue name too long to count.
-    /// (A value, so that PL/pgSQL can call it as an expression: README, Performance.)
+    /// (A value, so that PL/pgSQL can call it as an expression: docs/internals.md, "CPU per job: what each step saved".)
     #[pg_extern(volatile, parallel_unsafe, name = "_tally")]
     pub fn tally(queue: &str, event: &str, since: Option<TimestampWithTimeZone>, at: TimestampWithTimeZone) -> bool {
         if !ENABLED.load(Ordering::Relaxed) || queue.len() > QUEUE_MAX {

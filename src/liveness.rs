@@ -80,7 +80,7 @@ pub mod jobq {
     use pgrx::prelude::*;
 
     /// True when `worker` is registered, alive and the caller may act for it: checkout's test,
-    /// one lookup by primary key instead of a part of its claim statement (README, Performance).
+    /// one lookup by primary key instead of a part of its claim statement (docs/internals.md, "CPU per job: what each step saved").
     #[pg_extern(volatile, parallel_unsafe, name = "_usable_worker")]
     pub fn usable_worker(worker: pgrx::Uuid) -> bool {
         let key = worker.into_datum().unwrap();

@@ -1,7 +1,7 @@
 //! Rows read and written without a plan (src/complete.rs, src/checkout.rs, src/liveness.rs):
 //! one row by primary key, a new row version's index entries, and the SQL functions those paths
 //! call through the function manager. A statement's executor start-up costs more than the
-//! work itself (README, Performance).
+//! work itself (docs/performance.md, "CPU per job").
 use pgrx::pg_sys;
 use std::ffi::CStr;
 

@@ -343,7 +343,7 @@ pub mod jobq {
     /// Notes that `jobs` jobs of `queue` (NULL: of every queue) become available at `run_at`
     /// once this transaction commits; the waiting checkouts are rung then. Nothing happens
     /// without the preload. True when noted. (A value, so that PL/pgSQL can call it as an
-    /// expression: README, Performance.)
+    /// expression: docs/internals.md, "CPU per job: what each step saved".)
     #[pg_extern(volatile, parallel_safe, name = "_wake")]
     pub fn wake(queue: Option<&str>, run_at: TimestampWithTimeZone, jobs: i64) -> bool {
         super::wake_at_commit(queue.map(str::as_bytes), run_at.into_inner(), jobs)

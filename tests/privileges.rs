@@ -88,7 +88,7 @@ fn a_role_granted_nothing_is_refused_everything() {
     for sql in &calls {
         refused(&mut m, sql);
     }
-    // The same calls with real arguments, as the mallory made them.
+    // The same calls with real arguments, as a hostile role would make them.
     for sql in [
         "SELECT jobq_register_worker()".to_string(),
         format!("SELECT * FROM jobq_checkout('{w}', NULL, 1000)"),

@@ -6,7 +6,7 @@
 --   a job id             -> the node that made it (id % 1024, jobq_set_node on each node)
 --   a lock key           -> the key's node (a hash)
 --   a worker, jobq_reap  -> every node (one worker id everywhere)
--- The nodes are the partitions p0, p1, ... of the SQL/MED server `jobq` (README, Scale-out),
+-- The nodes are the partitions p0, p1, ... of the SQL/MED server `jobq` (docs/scale-out.md),
 -- with modular_mapping: partition k is node k, any number of nodes.
 --
 -- How a call reaches a node: PL/Proxy connects as the calling role (the user mapping names no
@@ -66,7 +66,7 @@ CREATE TYPE jobq.job AS (
 );
 
 -- Queues pinned to a node. A queue without a row lives on node abs(hashtext(queue) % nodes);
--- pin the queues that exist before adding a node, so that none moves (README, Scale-out).
+-- pin the queues that exist before adding a node, so that none moves (docs/scale-out.md).
 CREATE TABLE jobq.placements (
     queue  text PRIMARY KEY,
     node   integer NOT NULL CHECK (node >= 0 AND node < 1024)

@@ -1,4 +1,4 @@
-//! `jobq_proxy`, the proxy extension of jobq's scale-out (README, "Scale-out"): a control file
+//! `jobq_proxy`, the proxy extension of jobq's scale-out (docs/scale-out.md): a control file
 //! (`proxy/jobq_proxy.control`) and SQL (`proxy/sql/jobq_proxy--<version>.sql`), installed by
 //! `scripts/install-proxy.sh`. No Rust runs in the proxy database: every function is PL/Proxy
 //! or PL/pgSQL. This crate exists so that the extension and its integration tests

@@ -212,7 +212,7 @@ AS 'MODULE_PATHNAME', 'jobq_checkout';
 -- plan_cache_mode: PL/pgSQL keeps each statement's plan, but PostgreSQL re-plans a
 -- parameterised statement on every call when it estimates the generic plan dearer than
 -- custom ones, which it does for the candidate query; that cost ~170 us per checkout
--- (measured, see README). The generic plan is the right one here: an ordered index scan.
+-- (measured: docs/performance.md). The generic plan is the right one here: an ordered index scan.
 -- jit = off: the generic plan's cost is estimated for a LIMIT it cannot know (10% of the
 -- table), so on a large table it crosses jit_above_cost and every checkout compiled its
 -- statements with LLVM: 1.7 s of JIT per call at 1.4M ready jobs (bench/soak.sh found it).

@@ -1,4 +1,4 @@
--- Compaction of the hot tables (the long-transaction issue; the safety of it for every other
+-- Compaction of the hot tables (docs/internals.md, "Compaction"; the safety of it for every other
 -- transaction is in src/compact.rs).
 --
 -- While a transaction elsewhere holds the xmin horizon (an idle `BEGIN`, a report, a replication
@@ -15,7 +15,7 @@
 --
 -- What it costs and when it does not run:
 -- - Every call of jobq's functions on these tables waits while it runs: for as long as copying
---   the live rows takes (measured in the README, Long transactions elsewhere). So it does not
+--   the live rows takes (measured: docs/performance.md, "Under a long transaction elsewhere"). So it does not
 --   run with more than 100,000 live rows.
 -- - It never waits long for its locks (`lock_wait` for the three together, 50 ms unless the
 --   background worker's last tries missed them, and never more than half of deadlock_timeout;

@@ -36,7 +36,7 @@ BEGIN
     PERFORM jobq._hold_hot_tables();
     -- The job leaves jobq.live_jobs; with jobq.retention = 0 nothing is kept, otherwise it
     -- goes to jobq.finished_jobs. One DELETE and one INSERT, not jobq._archive's UPDATE first:
-    -- the hot path writes each row version once (README, Performance).
+    -- the hot path writes each row version once (docs/performance.md).
     DELETE FROM jobq.live_jobs x
      WHERE x.id = _complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
@@ -47,7 +47,7 @@ BEGIN
     END IF;
     j.finished_at := clock_timestamp();
     -- Helpers are called in assignments, not with PERFORM: PL/pgSQL evaluates a lone call
-    -- without starting an executor for it (README, Performance, CPU per job).
+    -- without starting an executor for it (docs/performance.md, "CPU per job").
     v_noted := jobq._tally(j.queue, 'completed', j.started_at, j.finished_at);  -- src/counters.rs
     IF jobq.retention_ms() > 0 THEN
         j.state := 'completed';

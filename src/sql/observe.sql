@@ -30,7 +30,7 @@ SELECT l.key, l.max_starts, l.per,
  GROUP BY l.key, l.max_starts, l.per, t.now;
 
 -- jobq's tables as the statistics collector sees them: dead rows are what a snapshot held
--- elsewhere keeps (README, "Long transactions elsewhere"). Sizes are the catalog's page counts
+-- elsewhere keeps (docs/operations.md, "Long transactions elsewhere"). Sizes are the catalog's page counts
 -- of the table and its indexes (as of their last vacuum or analyze), not pg_relation_size(),
 -- which locks the table: a dashboard must not hang behind a table's ACCESS EXCLUSIVE lock.
 CREATE VIEW jobq.table_stats AS

@@ -20,7 +20,7 @@ CREATE TABLE jobq.workers (
 CREATE SEQUENCE jobq.jobs_id_seq AS bigint;
 
 -- Jobs live in two tables, so that what checkout and completion touch stays the size of
--- the work in flight, however much history is kept (README, "History"):
+-- the work in flight, however much history is kept (docs/internals.md, "History apart"):
 --   jobq.live_jobs      jobs in state 'ready' or 'executing';
 --   jobq.finished_jobs  jobs 'completed', 'dead' or 'cancelled', until jobq.retention prunes them;
 --   jobq.jobs           the view of both that clients read.
@@ -135,8 +135,8 @@ CREATE TABLE jobq.ready (
 -- Every claim leaves a dead row whose index entries sit at the front of the claim order,
 -- where the next checkout starts walking: measured, 15,600 of them cost a checkout 0.5 ms
 -- (80 index pages), 0.05 ms after a VACUUM. So autovacuum takes this table after a fixed
--- number of claims, not after 20% of the backlog, and without cost-based sleeps (README,
--- Performance: autovacuum_naptime still bounds how often).
+-- number of claims, not after 20% of the backlog, and without cost-based sleeps
+-- (docs/internals.md; autovacuum_naptime still bounds how often).
 WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
       autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 50000,
       autovacuum_vacuum_cost_delay = 0);
