@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The client libraries' tests (clients/python, clients/node, clients/rust), each in its own
+# runner, against a real PostgreSQL 15 with jobq (installed already: `cargo pgrx install`, as
+# scripts/test.sh leaves it) and a PgBouncer in transaction mode in front of it. One throwaway
+# cluster per run, on free loopback ports, stopped and removed at exit:
+#   - shared_preload_libraries = 'jobq', jobq.reap_interval = 200ms, jobq.heartbeat_timeout = 3s
+#     (so that a killed worker's jobs come back within seconds);
+#   - databases jobq_python, jobq_node, jobq_rust, each with jobq created;
+#   - login roles: jobq_test_app (granted jobq_worker), jobq_test_producer (jobq_producer),
+#     jobq_test_reader (jobq_reader), jobq_test_admin (jobq_admin), jobq_test_nobody (nothing);
+#     the superuser is postgres; every login is trusted on loopback.
+# The suites read, from the environment:
+#   JOBQ_TEST_HOST=127.0.0.1  JOBQ_TEST_PORT (the server)  JOBQ_TEST_POOLER_PORT (PgBouncer,
+#   pool_mode = transaction, every database above, every role above)
+#   JOBQ_TEST_DSN        postgresql://jobq_test_app@HOST:PORT/jobq_<language>   (a worker's)
+#   JOBQ_TEST_ADMIN_DSN  postgresql://postgres@HOST:PORT/jobq_<language>        (superuser)
+#   JOBQ_TEST_POOLER_DSN postgresql://jobq_test_app@HOST:POOLER_PORT/jobq_<language>
+#   scripts/test-clients.sh [python] [node] [rust]     (default: all three)
+#   JOBQ_TEST_KEEP=1 scripts/test-clients.sh shell     a cluster for trying things: prints the
+#                                                     variables and waits until interrupted
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+langs=("${@:-python node rust}")
+# shellcheck disable=SC2206
+langs=(${langs[*]})
+bindir=/usr/lib/postgresql/15/bin
+[ -f /usr/lib/postgresql/15/lib/jobq.so ] || { echo "test-clients: jobq is not installed (cargo pgrx install)" >&2; exit 1; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+tmp=$(mktemp -d /tmp/jobq-clients-XXXXXX); chmod 755 "$tmp"
+data=$tmp/data
+port=$(free_port) pooler_port=$(free_port)
+mkdir -m 700 "$data"; chown postgres:postgres "$data"
+bouncer_pid=
+cleanup() {
+  [ -n "$bouncer_pid" ] && kill "$bouncer_pid" 2>/dev/null || true
+  sudo -u postgres "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+sudo -u postgres "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
+cat >> "$data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$data'
+shared_preload_libraries = 'jobq'
+max_connections = 300
+fsync = off
+jobq.reap_interval = '200ms'
+jobq.heartbeat_timeout = '3s'
+CONF
+sudo -u postgres "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w start >/dev/null
+psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@"; }
+for db in jobq_python jobq_node jobq_rust; do
+  psql_ -d postgres -c "CREATE DATABASE $db"
+  psql_ -d "$db" -c "SET client_min_messages = warning; CREATE EXTENSION jobq"
+done
+psql_ -d postgres <<'SQL'
+CREATE ROLE jobq_test_app LOGIN;      GRANT jobq_worker TO jobq_test_app;
+CREATE ROLE jobq_test_producer LOGIN; GRANT jobq_producer TO jobq_test_producer;
+CREATE ROLE jobq_test_reader LOGIN;   GRANT jobq_reader TO jobq_test_reader;
+CREATE ROLE jobq_test_admin LOGIN;    GRANT jobq_admin TO jobq_test_admin;
+CREATE ROLE jobq_test_nobody LOGIN;
+SQL
+
+# PgBouncer in transaction mode, in front of every database, for every role.
+users=$tmp/users.txt ini=$tmp/pgbouncer.ini
+for r in postgres jobq_test_app jobq_test_producer jobq_test_reader jobq_test_admin jobq_test_nobody; do
+  printf '"%s" ""\n' "$r"
+done > "$users"
+cat > "$ini" <<INI
+[databases]
+* = host=127.0.0.1 port=$port
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $pooler_port
+unix_socket_dir =
+auth_type = trust
+auth_file = $users
+pool_mode = transaction
+default_pool_size = 20
+max_client_conn = 400
+ignore_startup_parameters = extra_float_digits,options
+logfile = $tmp/pgbouncer.log
+INI
+chmod 644 "$users" "$ini"; chmod 777 "$tmp"
+sudo -u postgres /usr/sbin/pgbouncer "$ini" >/dev/null 2>&1 &
+bouncer_pid=$!
+for _ in $(seq 100); do
+  psql -X -q -h 127.0.0.1 -p "$pooler_port" -U postgres -d jobq_python -c "SELECT 1" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+export JOBQ_TEST_HOST=127.0.0.1 JOBQ_TEST_PORT=$port JOBQ_TEST_POOLER_PORT=$pooler_port
+env_for() {
+  export JOBQ_TEST_DSN="postgresql://jobq_test_app@127.0.0.1:$port/jobq_$1"
+  export JOBQ_TEST_ADMIN_DSN="postgresql://postgres@127.0.0.1:$port/jobq_$1"
+  export JOBQ_TEST_POOLER_DSN="postgresql://jobq_test_app@127.0.0.1:$pooler_port/jobq_$1"
+}
+
+status=0
+for lang in "${langs[@]}"; do
+  case $lang in
+  python)
+    env_for python
+    echo "test-clients: Python (clients/python, pytest)"
+    (cd clients/python && python3 -m pytest -q tests) || status=1
+    ;;
+  node)
+    env_for node
+    echo "test-clients: Node (clients/node, node --test)"
+    (cd clients/node && npm test --silent) || status=1
+    ;;
+  rust)
+    env_for rust
+    echo "test-clients: Rust (clients/rust, cargo test)"
+    (cd "$repo" && cargo test -p jobq-client) || status=1
+    ;;
+  shell)
+    env_for python
+    env | grep '^JOBQ_TEST_' | sort
+    echo "test-clients: cluster up (databases jobq_python, jobq_node, jobq_rust); Ctrl-C stops it"
+    while true; do sleep 3600; done
+    ;;
+  *) echo "test-clients: unknown suite $lang (python, node, rust, shell)" >&2; exit 2 ;;
+  esac
+done
+exit $status
