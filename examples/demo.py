@@ -7,7 +7,7 @@ a worker killed mid-job and its job rescued by the background worker inside Post
 
 Everything runs as JOBQ_DSN's role, which holds jobq_worker only (as an application's role
 would), except the reset at the start: jobq is dropped and created again in that database
-through JOBQ_ADMIN_DSN, the extension's owner. Then it starts two Python and two Node
+through JOBQ_ADMIN_DSN, the extension's owner. Then it starts three Python and three Node
 reference workers (examples/python/worker.py, examples/node/worker.js), enqueues a steady
 stream of jobs for SECONDS (default 20) from this process, kills one worker with SIGKILL while
 it runs a long job, prints one live progress line, and ends with a summary checked against the
