@@ -199,8 +199,8 @@ pub fn queue_charts(c: &Counters, queue: &str) -> Markup {
         "−60 min"
     };
     html! {
-        (line_chart(&format!("jobs per {} ({})", dur(step), window.label), start, now, left, &through, |v| num(v.round() as i64)))
-        (line_chart(&format!("wait and run time ({})", window.label), start, now, left, &latency, |v| dur(v / 1000.0)))
+        (line_chart(&format!("jobs per {} ({})", dur(step), window.label), start, now, left, &through, Axis::Count))
+        (line_chart(&format!("wait and run time ({})", window.label), start, now, left, &latency, Axis::Millis))
     }
 }
 
@@ -260,14 +260,15 @@ pub fn empty_chart(title: &str, message: &str) -> Markup {
     }
 }
 
-/// Lines of `series` over [start, end] (seconds since the epoch), y from 0 to a round maximum.
+/// Lines of `series` over [start, end] (seconds since the epoch), y from 0 to a round maximum
+/// of `axis` (see `ticks`).
 pub fn line_chart(
     title: &str,
     start: f64,
     end: f64,
     left_label: &str,
     series: &[Series],
-    fmt_y: impl Fn(f64) -> String,
+    axis: Axis,
 ) -> Markup {
     let max = series
         .iter()
@@ -276,7 +277,8 @@ pub fn line_chart(
     if series.iter().all(|s| s.points.iter().all(|p| p.1 == 0.0)) {
         return empty_chart(title, "no activity");
     }
-    let ymax = nice_max(max);
+    let ticks = ticks(axis, max);
+    let ymax = ticks[2].0;
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
     let span = (end - start).max(1.0);
     let x = |t: f64| LEFT + ((t - start) / span).clamp(0.0, 1.0) * pw;
@@ -285,9 +287,9 @@ pub fn line_chart(
         div.chart {
             div.t { (title) }
             svg width=(W) height=(H) viewBox={"0 0 " (W) " " (H)} role="img" {
-                @for frac in [0.0, 0.5, 1.0] {
-                    line x1=(LEFT) x2=(W - RIGHT) y1=(y(ymax * frac)) y2=(y(ymax * frac)) stroke="#e5e7eb" {}
-                    text x=(LEFT - 4.0) y=(y(ymax * frac) + 4.0) text-anchor="end" font-size="10" fill="#6b7280" { (fmt_y(ymax * frac)) }
+                @for (v, label) in &ticks {
+                    line x1=(LEFT) x2=(W - RIGHT) y1=(y(*v)) y2=(y(*v)) stroke="#e5e7eb" {}
+                    text x=(LEFT - 4.0) y=(y(*v) + 4.0) text-anchor="end" font-size="10" fill="#6b7280" { (label) }
                 }
                 text x=(LEFT) y=(H - 4.0) font-size="10" fill="#6b7280" { (left_label) }
                 text x=(W - RIGHT) y=(H - 4.0) text-anchor="end" font-size="10" fill="#6b7280" { "now" }
@@ -311,6 +313,90 @@ pub fn line_chart(
 
 fn fmt1(v: f64) -> String {
     format!("{v:.1}")
+}
+
+/// What a chart's values are: it decides the axis's top and how its ticks are written.
+#[derive(Clone, Copy, Debug)]
+pub enum Axis {
+    /// Jobs per step: whole numbers.
+    Count,
+    /// Durations in milliseconds, written in µs, ms, s, min, h or d.
+    Millis,
+}
+
+/// The units of a duration axis: name, size in ms, and the tops an axis in it may have (each
+/// top's half is exact in the unit too: 2.5 s, 0.5 h). Below a microsecond and from a day on,
+/// the tops are 1, 2 or 5 times a power of ten.
+const DURATION_UNITS: &[(&str, f64, &[f64])] = &[
+    (
+        "µs",
+        0.001,
+        &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0],
+    ),
+    (
+        "ms",
+        1.0,
+        &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0],
+    ),
+    ("s", 1000.0, &[1.0, 2.0, 5.0, 10.0, 20.0, 30.0]),
+    ("min", 60_000.0, &[1.0, 2.0, 5.0, 10.0, 20.0, 30.0]),
+    ("h", 3_600_000.0, &[1.0, 2.0, 3.0, 6.0, 12.0]),
+];
+const DAY_MS: f64 = 86_400_000.0;
+
+/// The ticks of an axis whose values reach `max`: 0, half the top and the top, as (value,
+/// label). The top is round in the unit of the labels, so that every label is exact (0.25 ms,
+/// 2.5 s) and the three are distinct.
+pub fn ticks(axis: Axis, max: f64) -> [(f64, String); 3] {
+    let (top, unit, size) = match axis {
+        Axis::Count => (count_top(max), "", 1.0),
+        Axis::Millis => duration_top(max),
+    };
+    [0.0, 0.5, 1.0].map(|f| {
+        let v = top * f;
+        let label = match axis {
+            Axis::Count => num(v.round() as i64),
+            Axis::Millis => format!("{} {unit}", decimals(v / size)),
+        };
+        (v, label)
+    })
+}
+
+/// The top of a count axis: 2, 4, or 10, 20 or 50 times a power of ten, whose half is a
+/// whole number too.
+fn count_top(max: f64) -> f64 {
+    if max <= 2.0 || !max.is_finite() {
+        2.0
+    } else if max <= 4.0 {
+        4.0
+    } else {
+        nice_max(max).max(10.0)
+    }
+}
+
+/// The top of a duration axis (ms) at or above `max`: (top in ms, unit, unit in ms).
+fn duration_top(max: f64) -> (f64, &'static str, f64) {
+    let (us, us_size, _) = DURATION_UNITS[0];
+    if max.is_nan() || max <= us_size {
+        return (nice_max(max / us_size) * us_size, us, us_size);
+    }
+    for (unit, size, tops) in DURATION_UNITS {
+        if let Some(t) = tops.iter().find(|t| *t * size >= max) {
+            return (t * size, unit, *size);
+        }
+    }
+    (nice_max(max / DAY_MS) * DAY_MS, "d", DAY_MS)
+}
+
+/// `v` with the decimals it needs, at most 6: "0.25", "2.5", "100".
+fn decimals(v: f64) -> String {
+    let s = format!("{v:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.into()
+    }
 }
 
 /// The smallest 1, 2 or 5 times a power of ten at or above `m` (1 for nothing).
@@ -381,15 +467,116 @@ mod tests {
             color: "#000",
             points: vec![(0.0, 1.0), (60.0, 3.0)],
         }];
-        let svg = line_chart("t", 0.0, 60.0, "−60 min", &s, |v| v.to_string()).into_string();
+        let svg = line_chart("t", 0.0, 60.0, "−60 min", &s, Axis::Count).into_string();
         assert!(svg.contains("<svg") && svg.contains("<polyline"), "{svg}");
+        // The axis of durations: ticks at 0, 2.5 and 5 s for values up to 2.3 s.
+        let s = [Series {
+            name: "run p95",
+            color: "#000",
+            points: vec![(0.0, 900.0), (60.0, 2300.0)],
+        }];
+        let svg = line_chart("t", 0.0, 60.0, "x", &s, Axis::Millis).into_string();
+        for label in [">0 s<", ">2.5 s<", ">5 s<"] {
+            assert!(svg.contains(label), "{label}: {svg}");
+        }
         let none = [Series {
             name: "completed",
             color: "#000",
             points: vec![(0.0, 0.0)],
         }];
-        assert!(line_chart("t", 0.0, 60.0, "x", &none, |v| v.to_string())
+        assert!(line_chart("t", 0.0, 60.0, "x", &none, Axis::Count)
             .into_string()
             .contains("no activity"));
+    }
+
+    /// A tick's label read back in milliseconds (a count as it is).
+    fn value_of(label: &str) -> f64 {
+        let (n, unit) = label.split_once(' ').unwrap_or((label, ""));
+        let n: f64 = n.replace(',', "").parse().unwrap();
+        n * match unit {
+            "" => 1.0,
+            "µs" => 0.001,
+            "ms" => 1.0,
+            "s" => 1000.0,
+            "min" => 60_000.0,
+            "h" => 3_600_000.0,
+            "d" => DAY_MS,
+            u => panic!("unknown unit {u:?} in {label:?}"),
+        }
+    }
+
+    /// The labels of `ticks(axis, max)`, checked: distinct, each one exactly its tick's value,
+    /// the top at or above `max`.
+    fn labels(axis: Axis, max: f64) -> Vec<String> {
+        let t = ticks(axis, max);
+        for (v, label) in &t {
+            let back = value_of(label);
+            assert!(
+                (back - v).abs() <= 1e-9 * v.abs(),
+                "{axis:?} up to {max}: {label:?} is {back}, the tick {v}"
+            );
+        }
+        assert!(t[2].0 >= max, "{axis:?}: the top {} under {max}", t[2].0);
+        let l: Vec<String> = t.into_iter().map(|x| x.1).collect();
+        assert!(
+            l[0] != l[1] && l[1] != l[2] && l[0] != l[2],
+            "{axis:?} up to {max}: {l:?}"
+        );
+        l
+    }
+
+    #[test]
+    fn tick_labels_are_exact_and_distinct() {
+        let ms: &[(f64, [&str; 3])] = &[
+            (0.0004, ["0 µs", "0.25 µs", "0.5 µs"]),
+            (0.0015, ["0 µs", "1 µs", "2 µs"]),
+            (0.18, ["0 µs", "100 µs", "200 µs"]),
+            (0.3, ["0 µs", "250 µs", "500 µs"]),
+            (0.75, ["0 ms", "0.5 ms", "1 ms"]),
+            (1.5, ["0 ms", "1 ms", "2 ms"]),
+            (3.0, ["0 ms", "2.5 ms", "5 ms"]),
+            (37.0, ["0 ms", "25 ms", "50 ms"]),
+            (999.0, ["0 s", "0.5 s", "1 s"]),
+            (2_500.0, ["0 s", "2.5 s", "5 s"]),
+            (25_000.0, ["0 s", "15 s", "30 s"]),
+            (45_000.0, ["0 min", "0.5 min", "1 min"]),
+            (100_000.0, ["0 min", "1 min", "2 min"]),
+            (240_000.0, ["0 min", "2.5 min", "5 min"]),
+            (45.0 * 60_000.0, ["0 h", "0.5 h", "1 h"]),
+            (2.5 * 3_600_000.0, ["0 h", "1.5 h", "3 h"]),
+            (30.0 * 3_600_000.0, ["0 d", "1 d", "2 d"]),
+            (4.0 * DAY_MS, ["0 d", "2.5 d", "5 d"]),
+        ];
+        for (max, want) in ms {
+            assert_eq!(labels(Axis::Millis, *max), want, "durations up to {max} ms");
+        }
+        let counts: &[(f64, [&str; 3])] = &[
+            (0.0, ["0", "1", "2"]),
+            (1.0, ["0", "1", "2"]),
+            (3.0, ["0", "2", "4"]),
+            (5.0, ["0", "5", "10"]),
+            (40.0, ["0", "25", "50"]),
+            (1_234.0, ["0", "1,000", "2,000"]),
+            (7_654_321.0, ["0", "5,000,000", "10,000,000"]),
+        ];
+        for (max, want) in counts {
+            assert_eq!(labels(Axis::Count, *max), want, "counts up to {max}");
+        }
+    }
+
+    #[test]
+    fn tick_labels_hold_on_every_scale() {
+        // From a tenth of a microsecond to a year, and counts from 0 to 10^12, at 7 points a
+        // decade.
+        let mut max = 1e-4;
+        while max < 365.0 * DAY_MS {
+            labels(Axis::Millis, max);
+            max *= 1.39;
+        }
+        let mut max: f64 = 0.5;
+        while max < 1e12 {
+            labels(Axis::Count, max.round());
+            max *= 1.39;
+        }
     }
 }
