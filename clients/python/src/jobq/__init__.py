@@ -1,0 +1,96 @@
+"""jobq: the Python client of the jobq PostgreSQL job queue.
+
+- Producer and operator calls on your own psycopg connection or transaction:
+  ``jobq.enqueue(conn, "mail", {"to": 1})`` (synchronous, :mod:`jobq.client`) and
+  ``await jobq.aio.enqueue(aconn, ...)`` (asyncio, :mod:`jobq.aio`).
+- A worker: :class:`jobq.Worker`, with handlers registered by job kind.
+- Errors: :class:`jobq.JobqError` and its subclasses, one per SQLSTATE jobq raises.
+
+Every guarantee (exactly once, uniqueness, limits, retries, reaping) lives in the database;
+this package only sends the calls.
+"""
+
+from . import aio
+from .client import (
+    Target,
+    acquire_lock,
+    cancel,
+    checkout,
+    complete,
+    complete_and_checkout,
+    complete_many,
+    enqueue,
+    enqueue_batch,
+    fail,
+    fail_and_checkout,
+    fail_many,
+    heartbeat,
+    heartbeat_timeout,
+    lock_holder,
+    pause,
+    queue_stats,
+    reap,
+    register_worker,
+    release_lock,
+    resume,
+    retry,
+    schedule,
+    set_rate_limit,
+    unregister_worker,
+    unschedule,
+)
+from .errors import (
+    Cancelled,
+    InvalidArgument,
+    JobqError,
+    JobsFenced,
+    PermissionDenied,
+    RetryIn,
+    UniqueConflict,
+    WorkerLost,
+)
+from .types import Job, QueueStats, ReapResult
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "aio",
+    "Target",
+    "acquire_lock",
+    "cancel",
+    "checkout",
+    "complete",
+    "complete_and_checkout",
+    "complete_many",
+    "enqueue",
+    "enqueue_batch",
+    "fail",
+    "fail_and_checkout",
+    "fail_many",
+    "heartbeat",
+    "heartbeat_timeout",
+    "lock_holder",
+    "pause",
+    "queue_stats",
+    "reap",
+    "register_worker",
+    "release_lock",
+    "resume",
+    "retry",
+    "schedule",
+    "set_rate_limit",
+    "unregister_worker",
+    "unschedule",
+    "Cancelled",
+    "InvalidArgument",
+    "JobqError",
+    "JobsFenced",
+    "PermissionDenied",
+    "RetryIn",
+    "UniqueConflict",
+    "WorkerLost",
+    "Job",
+    "QueueStats",
+    "ReapResult",
+    "__version__",
+]

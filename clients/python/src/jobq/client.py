@@ -1,0 +1,105 @@
+"""The synchronous producer and operator API: one function per jobq call, each taking a psycopg
+``Connection`` or ``Cursor`` first.
+
+The call runs on that connection, inside whatever transaction it has open, so a job enqueued
+together with the application's own writes commits with them or not at all::
+
+    with psycopg.connect(dsn) as conn:           # a transaction is open until the block ends
+        conn.execute("INSERT INTO orders ...")
+        jobq.enqueue(conn, "mail", {"order": 42}, priority=5)
+    # committed here: the order and its job, or (on an exception) neither
+
+With a ``Cursor``, the call runs on the cursor's connection (a cursor of its own, so the
+caller's cursor, its row factory and its results are left alone). Errors the server raises
+become :class:`jobq.JobqError` subclasses (see :mod:`jobq.errors`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Concatenate, ParamSpec, TypeVar, Union
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import _calls
+from .errors import from_psycopg
+
+__all__ = [
+    "Target",
+    "enqueue", "enqueue_batch", "cancel", "retry", "pause", "resume",
+    "schedule", "unschedule", "set_rate_limit",
+    "acquire_lock", "release_lock", "lock_holder", "reap", "queue_stats",
+    "register_worker", "heartbeat", "unregister_worker",
+    "checkout", "complete", "fail", "complete_many", "fail_many",
+    "complete_and_checkout", "fail_and_checkout", "heartbeat_timeout",
+]
+
+#: What the synchronous functions run on: a psycopg connection or a cursor of one.
+Target = Union["psycopg.Connection[Any]", "psycopg.Cursor[Any]"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def execute(target: Target, call: _calls.Call[T]) -> T:
+    """Runs one built call on ``target`` and decodes its rows."""
+    conn = target if isinstance(target, psycopg.Connection) else target.connection
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(call.sql, call.params)
+            rows = cur.fetchall()
+    except psycopg.Error as e:
+        if e.sqlstate:
+            raise from_psycopg(e) from e
+        raise
+    return call.decode(rows)
+
+
+def _result(annotation: Any) -> Any:
+    """``"Call[X]"`` -> ``"X"``: what the bound function returns."""
+    text = str(annotation)
+    return text[5:-1] if text.startswith("Call[") and text.endswith("]") else annotation
+
+
+def _bind(builder: Callable[P, _calls.Call[T]]) -> Callable[Concatenate[Target, P], T]:
+    def run(conn: Target, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return execute(conn, builder(*args, **kwargs))
+
+    functools.update_wrapper(run, builder)
+    run.__module__ = __name__
+    signature = inspect.signature(builder)
+    conn = inspect.Parameter("conn", inspect.Parameter.POSITIONAL_ONLY, annotation="Target")
+    run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[conn, *signature.parameters.values()], return_annotation=_result(signature.return_annotation)
+    )
+    del run.__wrapped__  # type: ignore[attr-defined]
+    return run
+
+
+enqueue = _bind(_calls.enqueue)
+enqueue_batch = _bind(_calls.enqueue_batch)
+cancel = _bind(_calls.cancel)
+retry = _bind(_calls.retry)
+pause = _bind(_calls.pause)
+resume = _bind(_calls.resume)
+schedule = _bind(_calls.schedule)
+unschedule = _bind(_calls.unschedule)
+set_rate_limit = _bind(_calls.set_rate_limit)
+acquire_lock = _bind(_calls.acquire_lock)
+release_lock = _bind(_calls.release_lock)
+lock_holder = _bind(_calls.lock_holder)
+reap = _bind(_calls.reap)
+queue_stats = _bind(_calls.queue_stats)
+register_worker = _bind(_calls.register_worker)
+heartbeat = _bind(_calls.heartbeat)
+unregister_worker = _bind(_calls.unregister_worker)
+checkout = _bind(_calls.checkout)
+complete = _bind(_calls.complete)
+fail = _bind(_calls.fail)
+complete_many = _bind(_calls.complete_many)
+fail_many = _bind(_calls.fail_many)
+complete_and_checkout = _bind(_calls.complete_and_checkout)
+fail_and_checkout = _bind(_calls.fail_and_checkout)
+heartbeat_timeout = _bind(_calls.heartbeat_timeout)
