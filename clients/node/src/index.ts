@@ -1,10 +1,24 @@
 /**
  * jobq for Node.js: the client library of jobq, the PostgreSQL job queue extension.
  *
+ * - Producer and operator calls ({@link enqueue}, {@link cancel}, {@link schedule}, ...)
+ *   take any `pg` queryable, so a job commits with the caller's own transaction.
  * - Server errors arrive as {@link JobqError} and its subclasses, by SQLSTATE.
  *
  * @packageDocumentation
  */
+export {
+  enqueue, enqueueBatch, cancel, retry, pause, resume,
+  registerWorker, heartbeat, unregisterWorker,
+  checkout, complete, fail, completeMany, failMany, completeAndCheckout, failAndCheckout,
+  acquireLock, releaseLock, lockHolder,
+  schedule, unschedule, setRateLimit, reap, queueStats,
+} from './client';
+export type {
+  Queryable, JobId, Duration, Timestamp, JobState, FailState, UniqueStrategy, OnConflict,
+  EnqueueOptions, EnqueueBatchOptions, ScheduleOptions, RegisterOptions, CheckoutOptions,
+  FailOptions, CompleteAndCheckoutOptions, FailAndCheckoutOptions, Job, ReapResult, QueueStats,
+} from './client';
 export {
   JobqError, UniqueConflict, WorkerLost, InvalidArgument, PermissionDenied, Cancelled,
   RetryIn, retryIn,
