@@ -6,18 +6,20 @@
 //! - `config`: flags and environment, the basic-auth-off-loopback rule;
 //! - `db`: the pool (`SET statement_timeout` on every connection), what the role may do, errors;
 //! - `auth`: basic auth and CSRF tokens;
+//! - `input`: what no request may carry (a NUL in its path, query or form), refused centrally;
 //! - `layout`: the page frame, the error page, number and age formatting;
 //! - `charts`: counters from `jobq.throughput` as SVG;
-//! - `pages::*`: one module per URL (see `router` below for the map).
+//! - `pages::*`: one module per URL (see `table` below for the map).
 
 pub mod auth;
 pub mod charts;
 pub mod config;
 pub mod db;
+pub mod input;
 pub mod layout;
 pub mod pages;
 
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use std::sync::Arc;
 
@@ -63,41 +65,54 @@ pub async fn router(cfg: Config) -> Result<Router, String> {
     Ok(routes(app, &prefix))
 }
 
-fn routes(app: Arc<App>, prefix: &str) -> Router {
+/// Every route: its path under the base path (with its `{parameters}`) and what serves it.
+/// The router is made of these and nothing else; the tests walk them (`paths`).
+fn table() -> Vec<(&'static str, MethodRouter<Arc<App>>)> {
     use pages::*;
-    let p = |path: &str| format!("{prefix}{path}");
-    let mut r = Router::new()
-        .route(&p("/"), get(overview::page))
-        .route(&p("/fragments/overview"), get(overview::fragment))
-        .route(&p("/queues/{queue}"), get(queue::page))
-        .route(&p("/queues/{queue}/pause"), post(queue::pause))
-        .route(&p("/queues/{queue}/resume"), post(queue::resume))
-        .route(&p("/jobs"), get(jobs::list))
-        .route(
-            &p("/jobs/bulk"),
-            get(jobs::bulk_confirm).post(jobs::bulk_run),
-        )
-        .route(&p("/jobs/{id}"), get(job::page))
-        .route(&p("/jobs/{id}/retry"), post(job::retry))
-        .route(&p("/jobs/{id}/cancel"), post(job::cancel))
-        .route(&p("/workers"), get(workers::page))
-        .route(&p("/locks"), get(locks::page))
-        .route(&p("/schedules"), get(schedules::page))
-        .route(&p("/rate-limits"), get(rate_limits::page))
-        .route(&p("/health"), get(health::page));
+    vec![
+        ("/", get(overview::page)),
+        ("/fragments/overview", get(overview::fragment)),
+        ("/queues/{queue}", get(queue::page)),
+        ("/queues/{queue}/pause", post(queue::pause)),
+        ("/queues/{queue}/resume", post(queue::resume)),
+        ("/jobs", get(jobs::list)),
+        ("/jobs/bulk", get(jobs::bulk_confirm).post(jobs::bulk_run)),
+        ("/jobs/{id}", get(job::page)),
+        ("/jobs/{id}/retry", post(job::retry)),
+        ("/jobs/{id}/cancel", post(job::cancel)),
+        ("/workers", get(workers::page)),
+        ("/locks", get(locks::page)),
+        ("/schedules", get(schedules::page)),
+        ("/rate-limits", get(rate_limits::page)),
+        ("/health", get(health::page)),
+    ]
+}
+
+/// The path of every route under the base path, with its `{parameters}` ("/jobs/{id}").
+pub fn paths() -> Vec<&'static str> {
+    table().into_iter().map(|(path, _)| path).collect()
+}
+
+fn routes(app: Arc<App>, prefix: &str) -> Router {
+    let mut r = Router::new();
+    for (path, route) in table() {
+        r = r.route(&format!("{prefix}{path}"), route);
+    }
     if !prefix.is_empty() {
         // The base path without its slash shows the overview too.
-        r = r.route(prefix, get(overview::page));
+        r = r.route(prefix, get(pages::overview::page));
     }
-    r.layer(axum::middleware::from_fn_with_state(
-        app.clone(),
-        auth::csrf_layer,
-    ))
-    .layer(axum::middleware::from_fn_with_state(
-        app.clone(),
-        auth::basic_auth_layer,
-    ))
-    .with_state(app)
+    // The last layer added runs first: basic auth, then the CSRF cookie, then the NUL check.
+    r.layer(axum::middleware::from_fn(input::refuse_nul))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::csrf_layer,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::basic_auth_layer,
+        ))
+        .with_state(app)
 }
 
 /// Serves `router` on `listener` until ctrl-c.

@@ -591,6 +591,195 @@ async fn charts_draw_the_counters() {
     );
 }
 
+/// The names of the parameters the pages send: every `name="…"` of their forms and every
+/// `?name=` or `&name=` of their links.
+fn parameter_names(html: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in html.match_indices("name=\"") {
+        let rest = &html[i + 6..];
+        out.push(rest[..rest.find('"').unwrap()].to_string());
+    }
+    for sep in ["?", "&amp;"] {
+        for (i, _) in html.match_indices(sep) {
+            let rest = &html[i + sep.len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() && rest[name.len()..].starts_with('=') {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// PostgreSQL's text cannot hold U+0000 (SQLSTATE 22021): a NUL anywhere a request carries
+/// text is the dashboard's 400 page, never a 500, on every route of the router, by either
+/// method, in every path parameter, every query parameter (as the value, in the value, in
+/// the name) and every form field.
+#[tokio::test]
+async fn a_nul_anywhere_is_a_400_before_the_database() {
+    let f = fixture().await;
+    let d = start(&f.db, "dash_admin", &[]).await;
+    let token = d.token().await;
+    let id = f.dead.to_string();
+    let paths = jobq_dash::paths();
+    assert!(paths.contains(&"/jobs/{id}/retry") && paths.contains(&"/queues/{queue}"));
+    // Each path parameter: a value that names something, and values with a NUL.
+    let params: &[(&str, &str, &[&str])] = &[
+        ("{queue}", "mail", &["%00", "a%00b", "mail%00"]),
+        ("{id}", &id, &["%00", "1%00"]),
+    ];
+    let fill = |path: &str| {
+        params
+            .iter()
+            .fold(path.to_string(), |p, (k, v, _)| p.replace(k, v))
+    };
+    for path in &paths {
+        let known = params.iter().map(|p| p.0).collect::<Vec<_>>();
+        assert!(
+            path.split('/')
+                .filter(|s| s.starts_with('{'))
+                .all(|s| known.contains(&s)),
+            "{path}: a path parameter this test does not fill"
+        );
+    }
+    // Every parameter name the pages send, and those the handlers read.
+    let mut names: Vec<String> = [
+        "queue", "kind", "state", "key", "payload", "before", "action", "msg", "csrf",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for path in &paths {
+        names.extend(parameter_names(&d.get(&fill(path)).await.body));
+    }
+    names.extend(parameter_names(&d.ok("/jobs/bulk?action=retry").await));
+    names.sort();
+    names.dedup();
+    assert!(names.len() >= 9, "{names:?}");
+
+    let send = |method: &'static str, url: String, form: Vec<(String, String)>| {
+        let d = &d;
+        let token = &token;
+        async move {
+            let req = if method == "GET" {
+                d.http.get(format!("{}{url}", d.base))
+            } else {
+                d.http.post(format!("{}{url}", d.base)).form(&form)
+            };
+            let resp = req
+                .header(COOKIE, format!("jobq_dash_csrf={token}"))
+                .send()
+                .await
+                .unwrap();
+            (resp.status(), resp.text().await.unwrap())
+        }
+    };
+    // Every request that is not refused with the dashboard's 400 or 404 page, with its
+    // status and error (all of them are said at the end).
+    let mut wrong: Vec<String> = Vec::new();
+    let mut refused = |what: &str, status: StatusCode, body: &str| {
+        let page = body.contains("<h1>Bad request</h1>") || body.contains("<h1>Not found</h1>");
+        if !(status == StatusCode::BAD_REQUEST || status == StatusCode::NOT_FOUND) || !page {
+            let msg = body
+                .split("<p class=\"msg bad\">")
+                .nth(1)
+                .and_then(|m| m.split("</p>").next())
+                .unwrap_or("(not the dashboard's error page)");
+            wrong.push(format!("{what}: {status}: {msg}"));
+        }
+    };
+    // The form an action needs to reach the database: the token, and an action for the bulk.
+    let base_form = |extra: &[(&str, &str)]| {
+        let mut form: Vec<(String, String)> = vec![
+            ("csrf".into(), token.clone()),
+            ("action".into(), "retry".into()),
+        ];
+        for (k, v) in extra {
+            form.retain(|(n, _)| n != k);
+            form.push((k.to_string(), v.to_string()));
+        }
+        form
+    };
+    let mut tried = 0;
+    for path in &paths {
+        for method in ["GET", "POST"] {
+            // Without a NUL the same request is no 400 (what is tried below is the NUL).
+            let ok = fill(path);
+            let (status, body) = send(method, format!("{ok}?action=retry"), base_form(&[])).await;
+            assert!(
+                status != StatusCode::BAD_REQUEST && !status.is_server_error(),
+                "{method} {ok}: {status}: {body}"
+            );
+            // In a path parameter.
+            for (k, _, nuls) in params.iter().filter(|p| path.contains(p.0)) {
+                for nul in *nuls {
+                    let url = params
+                        .iter()
+                        .fold(path.replace(k, nul), |p, (k, v, _)| p.replace(k, v));
+                    let (status, body) =
+                        send(method, format!("{url}?action=retry"), base_form(&[])).await;
+                    refused(&format!("{method} {url}"), status, &body);
+                    tried += 1;
+                }
+            }
+            // In a query parameter: the value, inside the value, in the name.
+            for name in &names {
+                for q in [
+                    format!("action=retry&{name}=%00"),
+                    format!("action=retry&{name}=a%00b"),
+                    format!("action=retry&{name}%00=x"),
+                ] {
+                    let url = format!("{ok}?{q}");
+                    let (status, body) = send(method, url.clone(), base_form(&[])).await;
+                    refused(&format!("{method} {url}"), status, &body);
+                    tried += 1;
+                }
+            }
+        }
+        // In a form field (an action's, or any route's).
+        for name in &names {
+            for v in ["\0", "a\0b"] {
+                let form = base_form(&[(name.as_str(), v)]);
+                let (status, body) = send("POST", fill(path), form).await;
+                refused(
+                    &format!("POST {} with {name}={v:?}", fill(path)),
+                    status,
+                    &body,
+                );
+                tried += 1;
+            }
+        }
+    }
+    assert!(tried > 500, "{tried} requests");
+    assert!(
+        wrong.is_empty(),
+        "{} of {tried} requests with a NUL not refused ({} of them with a 500), among them:\n{}",
+        wrong.len(),
+        wrong.iter().filter(|w| w.contains(" 500 ")).count(),
+        wrong
+            .iter()
+            .filter(|w| w.contains(" 500 "))
+            .chain(wrong.iter().filter(|w| !w.contains(" 500 ")))
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // The payload filter's JSON may hold no \u0000 either (jsonb refuses it: 22P05).
+    let nul_json = "/jobs?payload=%7B%22to%22%3A%22%5Cu0000%22%7D";
+    assert!(d.ok(nul_json).await.contains("cannot hold"));
+    let (status, body) = send(
+        "GET",
+        format!("{nul_json}&action=retry").replace("/jobs?", "/jobs/bulk?"),
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
 #[test]
 fn refuses_to_start_off_loopback_without_basic_auth() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_jobq-dash"))

@@ -160,8 +160,12 @@ impl Filter {
             if app.cfg.hide_payloads {
                 return Err("payloads are hidden (--hide-payloads): no payload filter".into());
             }
-            if let Err(e) = serde_json::from_str::<serde_json::Value>(p) {
-                return Err(format!("the payload filter is not valid JSON: {e}"));
+            match serde_json::from_str::<serde_json::Value>(p) {
+                Err(e) => return Err(format!("the payload filter is not valid JSON: {e}")),
+                Ok(v) if json_holds_nul(&v) => {
+                    return Err("the payload filter holds \\u0000, which jsonb cannot hold".into())
+                }
+                Ok(_) => {}
             }
             sel.push(
                 |n| format!("payload @> (${n}::text)::jsonb"),
@@ -174,6 +178,17 @@ impl Filter {
             );
         }
         Ok(sel)
+    }
+}
+
+/// Whether a string or key of `v` holds U+0000 (jsonb refuses `\u0000`, SQLSTATE 22P05).
+fn json_holds_nul(v: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => a.iter().any(json_holds_nul),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || json_holds_nul(v)),
+        _ => false,
     }
 }
 
