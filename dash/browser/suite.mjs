@@ -9,6 +9,9 @@
 //   queues, queue, kind    the queues with activity; the queue and kind of the dead jobs
 //   worker, lock, schedule, rateLimit   names the other pages must show
 //   screenshot             where to save the admin's overview (PNG)
+//   long                   a third dashboard (url, as a jobq_admin role) of a database whose every
+//                          name is 900 bytes long: names (queue, kind, unique, concurrency, rate,
+//                          lock, schedule, worker) and job (its executing job, holding the keys)
 // Prints one line per check; exits 0 when all pass, 1 at the first failure.
 //
 // Chromium is Debian's (/usr/bin/chromium); playwright-core only drives it (never run
@@ -56,7 +59,8 @@ function watch(page) {
 async function visit(page, errors, url, what) {
   errors.length = 0;
   const resp = await page.goto(url, { waitUntil: 'load' });
-  check(resp && resp.status() === 200, `${what}: GET ${new URL(url).pathname}${new URL(url).search} answers 200`,
+  const shown = `${new URL(url).pathname}${new URL(url).search}`;
+  check(resp && resp.status() === 200, `${what}: GET ${shown.length > 80 ? `${shown.slice(0, 80)}…` : shown} answers 200`,
     resp ? `status ${resp.status()}` : 'no response');
   await noErrors(page, errors, what);
 }
@@ -218,6 +222,81 @@ async function readerSuite(ctx) {
   await page.close();
 }
 
+/// In the page: how it fits the window, and whether each of `names` is whole somewhere (in
+/// text no ancestor cuts, or as the title, the tooltip, of what shows it).
+function measure(names) {
+  const cuts = (e) => {
+    const s = getComputedStyle(e);
+    return (s.overflowX === 'hidden' || s.overflowX === 'clip') && e.scrollWidth > e.clientWidth + 1;
+  };
+  const cut = (node) => {
+    for (let e = node.parentElement; e; e = e.parentElement) if (cuts(e)) return true;
+    return false;
+  };
+  const texts = [];
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) texts.push(walk.currentNode);
+  const titles = [...document.querySelectorAll('[title]')].map((e) => e.getAttribute('title'));
+  const short = (s) => (s.length > 60 ? `${s.slice(0, 60)}…` : s);
+  return {
+    scrollWidth: document.documentElement.scrollWidth,
+    innerWidth: window.innerWidth,
+    offScreen: [...document.querySelectorAll('td, th, h1, h2, p')]
+      .filter((c) => c.getBoundingClientRect().right > window.innerWidth + 0.5)
+      .map((c) => short(`${c.tagName}: ${c.textContent.trim()}`)),
+    // A text field's text is its value.
+    cutWithoutTitle: [...document.querySelectorAll('body *')]
+      .filter((e) => cuts(e) && e.getAttribute('title') !== (e.tagName === 'INPUT' ? e.value : e.textContent.trim()))
+      .map((e) => short(e.outerHTML)),
+    unreachable: names
+      .filter((n) => !titles.includes(n) && !texts.some((t) => t.textContent.includes(n) && !cut(t)))
+      .map(short),
+  };
+}
+
+async function longNamesSuite(ctx) {
+  const page = await ctx.newPage();
+  await page.setViewportSize({ width: 1400, height: 900 });
+  const errors = watch(page);
+  const { url, job, names: n } = fx.long;
+  const q = encodeURIComponent;
+  const pages = [
+    ['/', 'overview', [n.queue]],
+    [`/queues/${q(n.queue)}`, 'queue page', [n.queue, n.kind]],
+    ['/jobs', 'jobs', [n.queue, n.kind]],
+    [`/jobs?queue=${q(n.queue)}&kind=${q(n.kind)}&key=${q(n.unique)}`, 'jobs filtered', [n.queue, n.kind]],
+    [`/jobs/bulk?queue=${q(n.queue)}&action=cancel`, 'bulk cancel', [n.queue]],
+    [`/jobs/${job}`, 'job page', [n.queue, n.kind, n.unique, n.concurrency, n.rate]],
+    ['/locks', 'locks', [n.lock, n.unique, n.concurrency]],
+    ['/schedules', 'schedules', [n.schedule, n.queue, n.kind]],
+    ['/workers', 'workers', [n.worker]],
+    ['/rate-limits', 'rate limits', [n.rate]],
+    ['/health', 'health', []],
+  ];
+  for (const [path, what, names] of pages) {
+    await visit(page, errors, `${url}${path}`, `long names, ${what}`);
+    const m = await page.evaluate(measure, names);
+    check(m.scrollWidth <= m.innerWidth, `long names, ${what}: fits 1400 px (${m.scrollWidth} px wide)`);
+    check(m.offScreen.length === 0, `long names, ${what}: no cell or heading past the window's edge`, m.offScreen.join('\n  '));
+    check(m.cutWithoutTitle.length === 0, `long names, ${what}: whatever is cut has its whole text as its title`,
+      m.cutWithoutTitle.join('\n  '));
+    check(m.unreachable.length === 0, `long names, ${what}: ${names.length} names whole in text or title`,
+      m.unreachable.join('\n  '));
+  }
+  // The overview's table shows every count and state of the long queue's row on screen.
+  await visit(page, errors, `${url}/`, 'long names, overview again');
+  const row = page.locator('#live table tbody tr', { hasText: n.queue.slice(0, 40) });
+  check(await row.count() === 1, 'long names, overview: the queue in the table');
+  const cells = await row.locator('td').evaluateAll((tds) => tds.map((td) => {
+    const r = td.getBoundingClientRect();
+    return { text: td.innerText.trim(), left: r.left, right: r.right };
+  }));
+  check(cells.length === 9 && cells.every((c) => c.left >= 0 && c.right <= 1400),
+    "long names, overview: the queue's 9 cells on screen", JSON.stringify(cells.map((c) => [c.text.slice(0, 20), c.right])));
+  check(cells[8].text === 'failing', 'long names, overview: its status reads failing', cells[8].text);
+  await page.close();
+}
+
 const dataDir = mkdtempSync(join(tmpdir(), 'jobq-dash-chromium-'));
 let ctx;
 let code = 0;
@@ -236,6 +315,9 @@ try {
   console.log('# as jobq_reader');
   await ctx.clearCookies(); // cookies are per host, not per port: the reader's are its own
   await readerSuite(ctx);
+  console.log('# names of 900 bytes, in a 1400 px window');
+  await ctx.clearCookies();
+  await longNamesSuite(ctx);
   console.log(`# ${checks} checks passed`);
 } catch (e) {
   code = 1;

@@ -41,6 +41,8 @@ input,select{font:inherit;padding:3px 6px;border:1px solid #cbd5e1;border-radius
 .legend span{font-size:11px;margin-right:8px}
 .legend i{display:inline-block;width:10px;height:3px;margin-right:3px;vertical-align:middle}
 .kv th{width:220px}
+.name{display:inline-block;max-width:16em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:top}
+h1,h2,p,.kv td,td.err,nav .who{overflow-wrap:anywhere}
 "#;
 
 /// The nav bar's entries: (path, label).
@@ -87,6 +89,14 @@ pub fn page(app: &App, access: Option<&Access>, active: &str, title: &str, body:
             }
         }
     }
+}
+
+/// A name (of a queue, kind, key, lock, schedule, worker…) where it shares a line or a table
+/// row: it may be 1,000 bytes with nowhere to break a line, so it is cut with an ellipsis past
+/// 16em and is whole in its title (the tooltip). Longer text that is not a name (headings,
+/// paragraphs, errors, a job's columns) wraps instead (STYLE, `overflow-wrap`).
+pub fn name(s: &str) -> Markup {
+    html! { span.name title=(s) { (s) } }
 }
 
 /// A form with one button that POSTs an action, carrying the CSRF token.

@@ -2,7 +2,9 @@
 //! Playwright (dash/browser/suite.mjs, `npm ci` by scripts/setup.sh) against two dashboards
 //! running in-process, one connected as a jobq_admin login role and one as a jobq_reader one.
 //! This file seeds the data, starts the dashboards, runs the suite and checks in SQL what the
-//! suite did (the retried job is ready, the forged retry changed nothing).
+//! suite did (the retried job is ready, the forged retry changed nothing). A third dashboard
+//! shows a database whose every name is 900 bytes long: the suite checks that each page still
+//! fits a 1400 px window.
 //!
 //! Alone: `cargo test -p jobq-dash --test browser -- --nocapture`. The suite saves the
 //! overview's screenshot to dash/screenshot.png (the README shows it).
@@ -169,6 +171,119 @@ async fn seed() -> Seeded {
     }
 }
 
+/// What the names of `LongNames` are made of: one 900-byte word (the limit is 1,000 bytes),
+/// with no space or hyphen a browser could break a line at after its first hyphen.
+fn long(prefix: &str) -> String {
+    let mut s = format!("{prefix}-");
+    while s.len() < 900 {
+        s.push_str("abcdefghij");
+    }
+    s.truncate(900);
+    s
+}
+
+/// A database whose every name is 900 bytes long: a queue with a dead, an executing and a
+/// ready job of one kind, the executing one holding a unique key, a concurrency key and a rate
+/// key; a lock held by a worker with a long name and metadata; a schedule.
+struct LongNames {
+    db: String,
+    /// The executing job.
+    job: i64,
+    names: serde_json::Value,
+}
+
+/// The one row of `sql`.
+async fn one(
+    s: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> tokio_postgres::Row {
+    s.query_one(sql, params)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+async fn seed_long_names() -> LongNames {
+    let c = cluster();
+    let db = c.fresh_db().await;
+    let s = c.connect(&db, "postgres").await;
+    let [queue, kind, unique, concurrency, rate, lock, schedule, worker] = [
+        "queue",
+        "kind",
+        "unique",
+        "concurrency",
+        "rate",
+        "lock",
+        "schedule",
+        "worker",
+    ]
+    .map(long);
+    s.execute("SELECT jobq_set_rate_limit($1, 100, '1 minute')", &[&rate])
+        .await
+        .unwrap();
+    s.execute(
+        "SELECT jobq_schedule($1, '30 2 * * *', $2, kind => $3, time_zone => 'America/Argentina/Buenos_Aires')",
+        &[&schedule, &queue, &kind],
+    )
+    .await
+    .unwrap();
+    let w: String = s
+        .query_one(
+            "SELECT jobq_register_worker($1, jsonb_build_object('note', $2::text))::text",
+            &[&worker, &long("metadata")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let checkout = "SELECT id FROM jobq_checkout($1::text::uuid, ARRAY[$2])";
+    let dead: i64 = one(
+        &s,
+        "SELECT jobq_enqueue($1, '{}', kind => $2)",
+        &[&queue, &kind],
+    )
+    .await
+    .get(0);
+    assert_eq!(
+        one(&s, checkout, &[&w, &queue]).await.get::<_, i64>(0),
+        dead
+    );
+    one(
+        &s,
+        "SELECT jobq_fail($1, $2::text::uuid, '{\"msg\": \"boom\"}', discard => true)",
+        &[&dead, &w],
+    )
+    .await;
+    let job: i64 = one(
+        &s,
+        "SELECT jobq_enqueue($1, '{}', kind => $2, unique_key => $3, concurrency_key => $4, concurrency_limit => 2, rate_key => $5)",
+        &[&queue, &kind, &unique, &concurrency, &rate],
+    )
+    .await
+    .get(0);
+    assert_eq!(one(&s, checkout, &[&w, &queue]).await.get::<_, i64>(0), job);
+    one(
+        &s,
+        "SELECT jobq_enqueue($1, '{}', kind => $2)",
+        &[&queue, &kind],
+    )
+    .await;
+    assert!(one(
+        &s,
+        "SELECT jobq_acquire_lock($1, $2::text::uuid)",
+        &[&lock, &w]
+    )
+    .await
+    .get::<_, bool>(0));
+    LongNames {
+        db,
+        job,
+        names: serde_json::json!({
+            "queue": queue, "kind": kind, "unique": unique, "concurrency": concurrency,
+            "rate": rate, "lock": lock, "schedule": schedule, "worker": worker,
+        }),
+    }
+}
+
 /// Starts the dashboard in-process on a free loopback port, connected as `user`; its URL.
 async fn start(db: &str, user: &str) -> String {
     let url = cluster().url(db, user);
@@ -202,6 +317,8 @@ async fn the_dashboard_in_a_browser() {
     let f = seed().await;
     let admin = start(&f.db, "dash_admin").await;
     let reader = start(&f.db, "dash_reader").await;
+    let l = seed_long_names().await;
+    let long_names = start(&l.db, "dash_admin").await;
     let fixture = serde_json::json!({
         "admin": admin,
         "reader": reader,
@@ -215,6 +332,7 @@ async fn the_dashboard_in_a_browser() {
         "schedule": "nightly-report",
         "rateLimit": "partner-api",
         "screenshot": dir.join("screenshot.png"),
+        "long": { "url": long_names, "job": l.job, "names": l.names },
     });
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new("node")

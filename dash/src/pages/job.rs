@@ -5,7 +5,7 @@
 use super::{authorize_action, back, message, Msg};
 use crate::auth::CsrfToken;
 use crate::db::AppError;
-use crate::layout::{self, action_button, age, seg};
+use crate::layout::{self, action_button, age, name, seg};
 use crate::App;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::HeaderMap;
@@ -115,7 +115,7 @@ pub async fn page(
     let body = html! {
         (message(&msg))
         p {
-            "Queue " a href=(app.link(&format!("/queues/{}", seg(&queue)))) { (queue) } " · state " strong { (state) }
+            "Queue " a href=(app.link(&format!("/queues/{}", seg(&queue)))) { (name(&queue)) } " · state " strong { (state) }
             " · attempt " (text("attempt")) " of " (text("max_attempts"))
             @if may_act {
                 @if state == "dead" || state == "cancelled" { " " (action_button(&app.link(&format!("/jobs/{id}/retry")), &csrf, "Retry", false, &[])) }

@@ -10,7 +10,7 @@ use super::authorize_action;
 use crate::auth::CsrfToken;
 use crate::auth::CSRF_FIELD;
 use crate::db::AppError;
-use crate::layout::{self, age, num, seg};
+use crate::layout::{self, age, name, num, seg};
 use crate::App;
 use axum::extract::{Form, Query, State};
 use axum::http::HeaderMap;
@@ -275,8 +275,8 @@ pub async fn list(
             let state: String = r.get(3);
             html! { tr.bad[state == "dead"] {
                 td.n { a href=(app.link(&format!("/jobs/{id}"))) { (id) } }
-                td { a href=(app.link(&format!("/queues/{}", seg(&queue)))) { (queue) } }
-                td { (r.get::<_, Option<String>>(2).unwrap_or_default()) }
+                td { a href=(app.link(&format!("/queues/{}", seg(&queue)))) { (name(&queue)) } }
+                td { @if let Some(k) = r.get::<_, Option<String>>(2) { (name(&k)) } }
                 td { (state) }
                 td.n { (r.get::<_, i32>(4)) " / " (r.get::<_, i32>(5)) }
                 td.n { (r.get::<_, i32>(6)) }
@@ -326,15 +326,16 @@ fn filter_form(app: &App, f: &Filter) -> Markup {
     let v = |o: &Option<String>| o.clone().unwrap_or_default();
     html! {
         form.filters method="get" action=(app.link("/jobs")) {
-            label { "queue" input name="queue" value=(v(&f.queue)) size="12"; }
-            label { "kind" input name="kind" value=(v(&f.kind)) size="12"; }
+            // A value wider than its field is whole in the field's title (the tooltip) too.
+            label { "queue" input name="queue" value=(v(&f.queue)) title=[f.queue.as_deref()] size="12"; }
+            label { "kind" input name="kind" value=(v(&f.kind)) title=[f.kind.as_deref()] size="12"; }
             label { "state" select name="state" {
                 option value="" { "any" }
                 @for s in STATES { option value=(s) selected[f.state.as_deref() == Some(*s)] { (s) } }
             } }
-            label { "unique or concurrency key" input name="key" value=(v(&f.key)) size="16"; }
+            label { "unique or concurrency key" input name="key" value=(v(&f.key)) title=[f.key.as_deref()] size="16"; }
             @if !app.cfg.hide_payloads {
-                label { "payload contains (JSON)" input name="payload" value=(v(&f.payload)) size="24" placeholder="{\"to\": \"a@example.com\"}"; }
+                label { "payload contains (JSON)" input name="payload" value=(v(&f.payload)) title=[f.payload.as_deref()] size="24" placeholder="{\"to\": \"a@example.com\"}"; }
             }
             button type="submit" { "Filter" }
             a href=(app.link("/jobs")) { "clear" }

@@ -2,7 +2,7 @@
 //! slots in use per key (jobq.concurrency_slots).
 
 use crate::db::AppError;
-use crate::layout::{self, age, num};
+use crate::layout::{self, age, name, num};
 use crate::App;
 use axum::extract::State;
 use maud::{html, Markup};
@@ -46,7 +46,7 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
         .map(|r| {
             let job: Option<i64> = r.get(2);
             html! { tr {
-                td { code { (r.get::<_, String>(0)) } }
+                td { code { (name(&r.get::<_, String>(0))) } }
                 td { @if let Some(j) = job { "unique key of job " a href=(app.link(&format!("/jobs/{j}"))) { (j) } } @else { "named lock" } }
                 td { code { (r.get::<_, Option<String>>(1).unwrap_or_default()) } }
                 td { (age(r.get(3))) }
@@ -60,7 +60,7 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
             let (n, max): (i64, Option<i32>) = (r.get(2), r.get(3));
             html! { tr.warn[max.is_some_and(|m| n >= m as i64)] {
                 td { (r.get::<_, String>(0)) }
-                td { code { (r.get::<_, String>(1)) } }
+                td { code { (name(&r.get::<_, String>(1))) } }
                 td.n { (num(n)) } td.n { (max.map(|m| num(m as i64)).unwrap_or_default()) }
                 td { (age(r.get(4))) }
             } }

@@ -4,7 +4,7 @@
 
 use crate::charts::{self, Counters, DAY, HOUR};
 use crate::db::AppError;
-use crate::layout::{self, num, seg};
+use crate::layout::{self, name, num, seg};
 use crate::App;
 use axum::extract::State;
 use maud::{html, Markup, PreEscaped};
@@ -106,7 +106,7 @@ async fn fragment_markup(app: &App) -> Result<Markup, AppError> {
             let completed: i64 = hour.of(q).iter().map(|b| b.completed).sum();
             html! {
                 tr.bad[failing] .warn[stuck && !failing] {
-                    td { a href=(app.link(&format!("/queues/{}", seg(q)))) { (q) } }
+                    td { a href=(app.link(&format!("/queues/{}", seg(q)))) { (name(q)) } }
                     td.n { (num(s.map_or(0, |s| s.ready))) }
                     td.n { (num(s.map_or(0, |s| s.scheduled))) }
                     td.n { (num(s.map_or(0, |s| s.executing))) }
@@ -128,7 +128,7 @@ async fn fragment_markup(app: &App) -> Result<Markup, AppError> {
         @if let Some(w) = warning { (w) }
         (super::table(&["queue", "#ready", "#scheduled", "#executing", "#dead", "oldest ready", "#completed (1 h)", "#failed (1 h)", "status"], rows, "No queue has a job yet."))
         @for q in &queues {
-            h2 { "Queue " a href=(app.link(&format!("/queues/{}", seg(q)))) { (q) } }
+            h2 { "Queue " a href=(app.link(&format!("/queues/{}", seg(q)))) { (name(q)) } }
             div.charts { (charts::queue_charts(&hour, q)) (charts::queue_charts(&day, q)) }
         }
         @if queues.is_empty() {

@@ -5,7 +5,7 @@ use super::{authorize_action, back, message, overview::queue_depths_or_warning, 
 use crate::auth::CsrfToken;
 use crate::charts::{self, DAY, HOUR};
 use crate::db::AppError;
-use crate::layout::{self, action_button, dur, num, seg};
+use crate::layout::{self, action_button, dur, name, num, seg};
 use crate::App;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::HeaderMap;
@@ -62,7 +62,7 @@ pub async fn page(
                 None => format!("/jobs?queue={q}"),
             };
             html! { tr {
-                td { a href=(app.link(&link)) { (kind.as_deref().unwrap_or("(no kind)")) } }
+                td { a href=(app.link(&link)) { @match &kind { Some(k) => { (name(k)) }, None => { "(no kind)" } } } }
                 td.n { (num(r.get(1))) } td.n { (num(r.get(2))) }
             } }
         })

@@ -1,7 +1,7 @@
 //! `/schedules`: recurring jobs (jobq.schedules), their next and last ticks.
 
 use crate::db::AppError;
-use crate::layout::{self, age, seg};
+use crate::layout::{self, age, name, seg};
 use crate::App;
 use axum::extract::State;
 use maud::{html, Markup};
@@ -25,11 +25,11 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
             let queue: String = r.get(3);
             let next: Option<f64> = r.get(6);
             html! { tr.warn[next.is_some_and(|n| n > 60.0)] {
-                td { (r.get::<_, String>(0)) }
+                td { (name(&r.get::<_, String>(0))) }
                 td { code { (r.get::<_, String>(1)) } }
-                td { (r.get::<_, String>(2)) }
-                td { a href=(app.link(&format!("/queues/{}", seg(&queue)))) { (queue) } }
-                td { (r.get::<_, Option<String>>(4).unwrap_or_default()) }
+                td { (name(&r.get::<_, String>(2))) }
+                td { a href=(app.link(&format!("/queues/{}", seg(&queue)))) { (name(&queue)) } }
+                td { @if let Some(k) = r.get::<_, Option<String>>(4) { (name(&k)) } }
                 td { (age(next)) br; span.muted { (r.get::<_, Option<String>>(5).unwrap_or_default()) } }
                 td { (age(r.get(8))) br; span.muted { (r.get::<_, Option<String>>(7).unwrap_or_default()) } }
             } }

@@ -2,7 +2,7 @@
 //! jobs each holds (executing jobs per worker_id, from the live jobs only).
 
 use crate::db::AppError;
-use crate::layout::{self, age, num};
+use crate::layout::{self, age, name, num};
 use crate::App;
 use axum::extract::State;
 use maud::{html, Markup};
@@ -37,13 +37,13 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
             let id: String = r.get(0);
             html! { tr.bad[stale] {
                 td { code { (id) } }
-                td { (r.get::<_, String>(1)) }
-                td { (r.get::<_, Option<String>>(2).unwrap_or_default()) }
+                td { (name(&r.get::<_, String>(1))) }
+                td { @if let Some(n) = r.get::<_, Option<String>>(2) { (name(&n)) } }
                 td { (age(Some(hb))) @if stale { " " span.badge.bad { "past jobq.heartbeat_timeout" } } }
                 td { (age(r.get(5))) }
                 td.n { (num(r.get(7))) }
                 td { (r.get::<_, Option<i32>>(6).map(|p| p.to_string()).unwrap_or_else(|| "—".into())) }
-                td.muted { (r.get::<_, Option<String>>(3).unwrap_or_default()) }
+                td.muted { @if let Some(m) = r.get::<_, Option<String>>(3) { (name(&m)) } }
             } }
         })
         .collect();
