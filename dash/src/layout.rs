@@ -117,7 +117,8 @@ pub fn action_button(
 }
 
 /// The error page of a failed request: 403 for what the dashboard or the database refused
-/// (SQLSTATE 42501), 504 for a statement timeout, 503 without a database.
+/// (SQLSTATE 42501), 400 for input the database refused as data (class 22: a name over 1,000
+/// bytes, a value out of range), 504 for a statement timeout, 503 without a database.
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, title, detail) = match &self {
@@ -129,6 +130,7 @@ impl IntoResponse for AppError {
                     .unwrap_or_else(|| e.to_string());
                 match code {
                     "42501" => (StatusCode::FORBIDDEN, "Refused by the database", format!("{msg} (SQLSTATE 42501): the role the dashboard connects as lacks this privilege")),
+                    c if c.starts_with("22") => (StatusCode::BAD_REQUEST, "Bad request", format!("{msg} (SQLSTATE {code})")),
                     "57014" => (StatusCode::GATEWAY_TIMEOUT, "Query timed out", format!("{msg} (SQLSTATE 57014): the query ran longer than --query-timeout")),
                     "" => (StatusCode::SERVICE_UNAVAILABLE, "Database error", msg),
                     _ => (StatusCode::INTERNAL_SERVER_ERROR, "Database error", format!("{msg} (SQLSTATE {code})")),
@@ -195,6 +197,32 @@ pub fn dur(secs: f64) -> String {
     }
 }
 
+/// A configured length of time (a rate limit's window), exactly: "1.5 s", "1 min 30 s",
+/// "250 ms", "2 h 5 min", where `dur` rounds to a reading of the right order.
+pub fn exact_dur(secs: f64) -> String {
+    let us = (secs.abs() * 1e6).round() as i64;
+    if us < 1_000_000 {
+        return format!("{} ms", trim(us as f64 / 1e3));
+    }
+    let (d, h, m) = (us / 86_400_000_000, us / 3_600_000_000 % 24, us / 60_000_000 % 60);
+    let s = (us % 60_000_000) as f64 / 1e6;
+    let mut parts: Vec<String> = [(d, "d"), (h, "h"), (m, "min")]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n} {unit}"))
+        .collect();
+    if s > 0.0 {
+        parts.push(format!("{} s", trim(s)));
+    }
+    parts.join(" ")
+}
+
+/// A number with at most six decimals and none that are zero at the end ("1.5", "30", "0.25").
+fn trim(x: f64) -> String {
+    let t = format!("{x:.6}");
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// Seconds since a moment (negative: it lies ahead) as "3 s ago" or "in 5 min".
 pub fn age(secs: Option<f64>) -> String {
     match secs {
@@ -233,5 +261,17 @@ mod tests {
         assert_eq!(dur(0.25), "250 ms");
         assert_eq!(dur(7200.0 + 300.0), "2 h 5 min");
         assert_eq!(seg("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn configured_lengths_of_time_are_exact() {
+        assert_eq!(exact_dur(1.5), "1.5 s");
+        assert_eq!(exact_dur(2.5), "2.5 s");
+        assert_eq!(exact_dur(90.0), "1 min 30 s");
+        assert_eq!(exact_dur(60.0), "1 min");
+        assert_eq!(exact_dur(0.25), "250 ms");
+        assert_eq!(exact_dur(0.0005), "0.5 ms");
+        assert_eq!(exact_dur(7500.0), "2 h 5 min");
+        assert_eq!(exact_dur(86_400.0 + 3_600.0 + 61.25), "1 d 1 h 1 min 1.25 s");
     }
 }

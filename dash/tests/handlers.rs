@@ -800,3 +800,33 @@ fn refuses_to_start_off_loopback_without_basic_auth() {
         "{err}"
     );
 }
+
+/// Input the database refuses as data (SQLSTATE class 22: here a queue name over 1,000 bytes,
+/// which no queue can have) is the 400 page, not a 500, and changes nothing; and a rate
+/// limit's window reads exactly as it was set (1.5 s, not "2 s"; 90 s, not "1 min").
+#[tokio::test]
+async fn bad_data_is_a_400_and_windows_read_exactly() {
+    let f = fixture().await;
+    let d = start(&f.db, "dash_admin", &[]).await;
+    let token = d.token().await;
+    let long = "q".repeat(1001);
+    let (status, _, body) = d
+        .post(&format!("/queues/{long}/pause"), Some(&token), &[("csrf", &token)])
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("Bad request") && body.contains("22023"), "{body}");
+    let s = cluster().connect(&f.db, "postgres").await;
+    let pauses: i64 = s.query_one("SELECT count(*) FROM jobq.pauses", &[]).await.unwrap().get(0);
+    assert_eq!(pauses, 0, "nothing was paused");
+
+    s.batch_execute(
+        "SELECT jobq_set_rate_limit('burst', 3, '1.5 seconds');
+         SELECT jobq_set_rate_limit('steady', 10, '90 seconds');",
+    )
+    .await
+    .unwrap();
+    let page = d.ok("/rate-limits").await;
+    assert!(page.contains("3 per 1.5 s"), "{page}");
+    assert!(page.contains("10 per 1 min 30 s"), "{page}");
+    assert!(page.contains("100 per 1 min"), "{page}");
+}

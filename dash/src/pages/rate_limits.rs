@@ -1,7 +1,7 @@
 //! `/rate-limits`: every rate limit and its window now (jobq.rate_windows).
 
 use crate::db::AppError;
-use crate::layout::{self, age, dur, name, num};
+use crate::layout::{self, age, exact_dur, name, num};
 use crate::App;
 use axum::extract::State;
 use maud::{html, Markup};
@@ -25,7 +25,7 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
             let full = used >= max as i64;
             html! { tr.warn[full] {
                 td { code { (name(&r.get::<_, String>(0))) } }
-                td.n { (num(max as i64)) " per " (dur(r.get(2))) }
+                td.n { (num(max as i64)) " per " (exact_dur(r.get(2))) }
                 td.n { (num(used)) }
                 td { @if full { "full: next start " (age(r.get(4))) } @else { "open" } }
             } }

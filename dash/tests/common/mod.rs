@@ -26,7 +26,9 @@ pub struct Cluster {
 pub fn cluster() -> &'static Cluster {
     static C: OnceLock<Cluster> = OnceLock::new();
     C.get_or_init(|| {
-        let c = harness::Cluster::start("dash", &[]);
+        // A reaper per test database (each test makes its own), with the launcher: more than
+        // the default 8 background processes.
+        let c = harness::Cluster::start("dash", &["max_worker_processes = 32"]);
         // Roles are cluster-wide and jobq's roles exist once CREATE EXTENSION ran somewhere.
         // (psql, not a client: this may run inside a tokio test.)
         let out = harness::pg_command("psql")
