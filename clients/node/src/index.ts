@@ -3,6 +3,7 @@
  *
  * - Producer and operator calls ({@link enqueue}, {@link cancel}, {@link schedule}, ...)
  *   take any `pg` queryable, so a job commits with the caller's own transaction.
+ * - {@link Worker} runs handlers with the whole worker protocol done for it.
  * - Server errors arrive as {@link JobqError} and its subclasses, by SQLSTATE.
  *
  * @packageDocumentation
@@ -23,3 +24,5 @@ export {
   JobqError, UniqueConflict, WorkerLost, InvalidArgument, PermissionDenied, Cancelled,
   RetryIn, retryIn,
 } from './errors';
+export { Worker } from './worker';
+export type { Handler, JobContext, WorkerEvent, WorkerOptions, ConnectionConfig } from './worker';
