@@ -50,6 +50,7 @@ from .errors import (
     WorkerLost,
 )
 from .types import Job, QueueStats, ReapResult
+from .worker import Handler, Worker
 
 __version__ = "0.2.0"
 
@@ -92,5 +93,7 @@ __all__ = [
     "Job",
     "QueueStats",
     "ReapResult",
+    "Worker",
+    "Handler",
     "__version__",
 ]

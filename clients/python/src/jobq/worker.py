@@ -1,0 +1,722 @@
+"""The worker: runs handlers for the jobs of some queues, N at a time, with everything the jobq
+protocol asks of a worker done for you.
+
+A whole worker::
+
+    import jobq
+
+    worker = jobq.Worker("postgresql://app@db/app", queues=["mail"], concurrency=8)
+
+    @worker.handler("welcome_mail")           # jobs of kind "welcome_mail"
+    def welcome(job: jobq.Job) -> dict:
+        send(job.payload["to"])
+        return {"sent": True}                 # the job's result
+
+    worker.run()                              # until SIGTERM / SIGINT / worker.stop()
+
+What it does, all of it through the SQL functions (no guarantee is kept client-side):
+
+- Registers (``jobq_register_worker``; with ``bind_to_session`` unless ``pooled``) and reads
+  ``jobq.heartbeat_timeout`` from the server.
+- Keeps up to ``concurrency`` jobs in flight: plain ``def`` handlers run in a thread pool,
+  ``async def`` handlers as asyncio tasks, all in the process that calls :meth:`Worker.run`.
+- Checks out as many jobs as it has free slots. When it has finished jobs to report it does
+  both in one call and one commit (``jobq_complete_and_checkout``); if a job in hand was
+  finished elsewhere meanwhile (``JQ002``) it reports the others with ``jobq_complete_many``.
+  When there is nothing to do it waits inside the server (``jobq_checkout(..., wait)``),
+  never polling; jobs that finish meanwhile are reported by a second connection
+  (``jobq_complete_many``), and failures at once (``jobq_fail``).
+- Heartbeats on a third connection every ``heartbeat_timeout / 3`` with ``holding`` = the ids
+  really in flight (none while a checkout is on its way), and delivers cancellation requests
+  to their handlers: :attr:`jobq.Job.cancelled` turns True, and an ``async def`` handler's task
+  is cancelled. A cancelled handler that raises fails its job, which becomes ``cancelled``.
+- On ``JQ001`` (this worker was reaped or unregistered) it drops the jobs in hand without
+  reporting them (their handlers see :attr:`~jobq.Job.cancelled`; what they return is
+  ignored: the jobs run again), registers again, and goes on.
+- On a lost connection it reconnects with exponential backoff (1 s .. 30 s); when bound to
+  its session (not ``pooled``) the server already counts it dead, so it drops its jobs and
+  registers again.
+- On SIGTERM / SIGINT (when :meth:`run` is called from the main thread) or :meth:`stop`, it
+  takes no more jobs, cancels its waiting checkout (not when ``pooled``: there the wait runs
+  out, at most ``wait`` seconds), lets the jobs in flight finish, reports them, unregisters
+  and returns.
+
+A handler's return value is the job's result (JSON). An exception fails the job with
+``{"type": <exception class name>, "message": str(exception)}`` and the server's backoff;
+:class:`jobq.RetryIn` asks for a delay of its own. A job whose kind (or, for a job with no
+kind, queue) has no handler fails with type ``"NoHandler"`` and is discarded (``dead``, not
+retried).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar, Union
+
+import psycopg
+
+from . import aio
+from .errors import JobqError, JobsFenced, RetryIn, WorkerLost
+from .types import Job
+
+__all__ = ["Worker", "Handler"]
+
+#: A handler: a function or coroutine function taking the :class:`~jobq.Job` and returning
+#: its JSON-serialisable result.
+Handler = Union[Callable[[Job], Any], Callable[[Job], Awaitable[Any]]]
+H = TypeVar("H", bound=Callable[..., Any])
+T = TypeVar("T")
+
+log = logging.getLogger("jobq.worker")
+
+_MAX_BACKOFF = 30.0
+
+
+class _Slot:
+    """A job in hand: checked out under registration ``wid`` and not yet reported."""
+
+    __slots__ = ("job", "wid", "inner", "cancel_requested", "dropped")
+
+    def __init__(self, job: Job, wid: uuid.UUID) -> None:
+        self.job = job
+        self.wid = wid
+        self.inner: asyncio.Future[Any] | None = None  # the handler's task or thread future
+        self.cancel_requested = False
+        self.dropped = False
+
+
+class _Failure:
+    __slots__ = ("slot", "error", "retry_in", "discard")
+
+    def __init__(self, slot: _Slot, error: dict[str, str], retry_in: timedelta | None, discard: bool) -> None:
+        self.slot = slot
+        self.error = error
+        self.retry_in = retry_in
+        self.discard = discard
+
+
+def _lost(error: BaseException, conn: psycopg.AsyncConnection[Any] | None) -> bool:
+    """Whether ``error`` means the connection is gone (so: reconnect), not a refused call."""
+    if conn is not None and (conn.closed or conn.broken):
+        return True
+    pg = error.pg_error if isinstance(error, JobqError) else error
+    return isinstance(pg, (psycopg.OperationalError, psycopg.InterfaceError)) and (
+        conn is None or pg.sqlstate is None or pg.sqlstate.startswith(("08", "57P"))
+    )
+
+
+class Worker:
+    """Runs the jobs of ``queues`` through the handlers registered for their kinds.
+
+    Args:
+        dsn: libpq connection string of a role granted ``jobq_worker``.
+        queues: the queues to take jobs from; None: every queue.
+        concurrency: jobs in flight at once (threads for ``def`` handlers, tasks for
+            ``async def`` ones).
+        name: the worker's name in ``jobq.workers`` (default ``py-<host>-<pid>``).
+        metadata: extra JSON for ``jobq.workers.metadata`` (``lang``, ``pid`` and ``host``
+            are added).
+        pooled: behind a transaction-mode pooler (PgBouncer ``pool_mode = transaction``): no
+            ``bind_to_session``, no LISTEN, no session state, no server-side prepared
+            statements (``prepare_threshold=None``); liveness is the heartbeats alone.
+        wait: how long an idle checkout waits inside the server, seconds (at most 3600).
+        heartbeat_interval: seconds between heartbeats; default the server's
+            ``jobq.heartbeat_timeout`` / 3, read at each registration.
+        handlers: handlers by kind, as :meth:`add_handler` takes them.
+        connect_kwargs: more keyword arguments for ``psycopg.AsyncConnection.connect``.
+        handle_signals: stop gracefully on SIGTERM and SIGINT when :meth:`run` /
+            :meth:`run_async` runs in the main thread.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 10,
+        name: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        pooled: bool = False,
+        wait: float = 5.0,
+        heartbeat_interval: float | None = None,
+        handlers: Mapping[str, Handler] | None = None,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not 0 < wait <= 3600:
+            raise ValueError("wait must be more than 0 and at most 3600 seconds")
+        self.dsn = dsn
+        self.queues = list(queues) if queues is not None else None
+        self.concurrency = concurrency
+        self.name = name or f"py-{socket.gethostname()}-{os.getpid()}"
+        self.metadata = {"lang": "python", "pid": os.getpid(), "host": socket.gethostname(), **(metadata or {})}
+        self.pooled = pooled
+        self.wait = wait
+        self.heartbeat_interval = heartbeat_interval
+        self.connect_kwargs = dict(connect_kwargs or {})
+        self.handle_signals = handle_signals
+        self._handlers: dict[str, Handler] = dict(handlers or {})
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = threading.Event()
+        self._wid: uuid.UUID | None = None
+
+    # -- public API --------------------------------------------------------------------
+
+    def handler(self, name: str) -> Callable[[H], H]:
+        """Decorator: registers the function as the handler of jobs of kind ``name`` (and of
+        jobs with no kind in queue ``name``)::
+
+            @worker.handler("resize")
+            def resize(job: jobq.Job) -> dict: ...
+        """
+
+        def register(fn: H) -> H:
+            self.add_handler(name, fn)
+            return fn
+
+        return register
+
+    def add_handler(self, name: str, fn: Handler) -> None:
+        """Registers ``fn`` for jobs of kind ``name``; a job whose kind is NULL is routed by its
+        queue name instead. A plain function runs in the worker's thread pool, a coroutine
+        function as an asyncio task; either takes the :class:`~jobq.Job` and returns its
+        result."""
+        self._handlers[name] = fn
+
+    @property
+    def worker_id(self) -> uuid.UUID | None:
+        """The current registration's worker id (it changes when the worker registers again),
+        or None when not registered."""
+        return self._wid
+
+    def run(self) -> None:
+        """Runs the worker until :meth:`stop`, SIGTERM or SIGINT, then drains and returns.
+
+        Blocks the calling thread (it runs its own asyncio event loop). Raises what a
+        deployment error raises, e.g. :class:`jobq.PermissionDenied` when the role may not
+        register a worker."""
+        asyncio.run(self.run_async())
+
+    def stop(self) -> None:
+        """Asks the worker to stop: it takes no more jobs, finishes and reports those in
+        flight, unregisters, and :meth:`run` returns. Safe from any thread and from a signal
+        handler; returns at once."""
+        self._stop_requested.set()
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._begin_stop()
+        else:
+            try:
+                loop.call_soon_threadsafe(self._begin_stop)
+            except RuntimeError:
+                pass  # the loop has closed: the worker has stopped already
+
+    async def run_async(self) -> None:
+        """:meth:`run` as a coroutine, for an application that has its event loop already."""
+        self._stopping = asyncio.Event()
+        self._wake_dispatcher = asyncio.Event()
+        self._wake_reporter = asyncio.Event()
+        self._reporter_exit = asyncio.Event()
+        self._reporter_done = asyncio.Event()
+        self._wake_heartbeat = asyncio.Event()
+        self._heartbeat_exit = False
+        self._hand_lock = asyncio.Lock()
+        self._checkouts = 0
+        self._in_hand: dict[int, _Slot] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._done: list[tuple[_Slot, Any]] = []
+        self._failed: list[_Failure] = []
+        self._reaped: uuid.UUID | None = None
+        self._waiting_conn: psycopg.AsyncConnection[Any] | None = None
+        self._dispatcher_waiting = False
+        self._cancelling: asyncio.Future[None] | None = None
+        self._heartbeat_s = self.heartbeat_interval or 10.0
+        self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="jobq-handler")
+        self._loop = asyncio.get_running_loop()
+        signals = self._install_signals()
+        if self._stop_requested.is_set():
+            self._stopping.set()
+        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="jobq-heartbeat")
+        reporter = asyncio.create_task(self._report_loop(), name="jobq-reporter")
+        try:
+            await self._dispatch_loop()
+        finally:
+            self._reporter_exit.set()
+            self._wake_reporter.set()
+            self._heartbeat_exit = True
+            self._wake_heartbeat.set()
+            for task in (reporter, heartbeat):
+                if not task.done():
+                    try:
+                        await task
+                    except Exception:  # pragma: no cover - logged by the loops themselves
+                        log.exception("jobq worker %s: %s ended with an error", self.name, task.get_name())
+            for task in list(self._tasks):
+                task.cancel()
+            self._executor.shutdown(wait=False)
+            for sig in signals:
+                self._loop.remove_signal_handler(sig)
+            self._loop = None
+            self._stop_requested.clear()
+            log.info("jobq worker %s: stopped", self.name)
+
+    # -- connections, registration, signals ---------------------------------------------
+
+    async def _connect(self, role: str) -> psycopg.AsyncConnection[Any]:
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10, "application_name": f"{self.name}-{role}"}
+        if self.pooled:
+            kwargs["prepare_threshold"] = None  # a pooler may run a prepared name in another session
+        kwargs.update(self.connect_kwargs)
+        return await psycopg.AsyncConnection.connect(self.dsn, **kwargs)
+
+    async def _register(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        again = self._reaped is not None
+        wid = await aio.register_worker(conn, self.name, self.metadata, bind_to_session=not self.pooled)
+        timeout = await aio.heartbeat_timeout(conn)
+        self._heartbeat_s = self.heartbeat_interval or max(timeout.total_seconds() / 3, 0.05)
+        self._wid = wid
+        self._wake_heartbeat.set()  # the next heartbeat is one interval from now
+        log.info("jobq worker %s: %s as %s", self.name, "registered again" if again else "registered", wid)
+
+    def _install_signals(self) -> list[int]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return []
+        assert self._loop is not None
+        installed: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError, ValueError):  # not on this platform / loop
+                continue
+            installed.append(sig)
+        return installed
+
+    def _begin_stop(self) -> None:
+        if self._stopping.is_set():
+            return
+        log.info("jobq worker %s: stopping", self.name)
+        self._stopping.set()
+        self._wake_dispatcher.set()
+        self._wake_reporter.set()
+        conn = self._waiting_conn
+        if conn is not None and not self.pooled:
+            self._cancelling = asyncio.ensure_future(self._cancel_wait(conn))
+
+    async def _cancel_wait(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        try:
+            cancel_safe = getattr(conn, "cancel_safe", None)
+            if cancel_safe is not None:
+                await cancel_safe()
+            else:  # psycopg < 3.2
+                await asyncio.to_thread(conn.cancel)
+        except Exception as e:  # the wait ends by itself at worst
+            log.debug("jobq worker %s: could not cancel the waiting checkout: %s", self.name, e)
+
+    # -- jobs in hand --------------------------------------------------------------------
+
+    def _take(self, jobs: list[Job], wid: uuid.UUID) -> list[_Slot]:
+        """Jobs a checkout returned become jobs in hand (called with no await since the
+        checkout's answer, so a heartbeat never sees the one without the other)."""
+        if self._reaped == wid or self._wid != wid:
+            if jobs:
+                log.warning("jobq worker %s: dropped %s claimed by a lost registration", self.name, [j.id for j in jobs])
+            return []
+        slots = [_Slot(job, wid) for job in jobs]
+        for slot in slots:
+            self._in_hand[slot.job.id] = slot
+        return slots
+
+    def _start(self, slots: list[_Slot]) -> None:
+        for slot in slots:
+            task = asyncio.create_task(self._run_job(slot), name=f"jobq-job-{slot.job.id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("jobq worker %s: %s failed", self.name, task.get_name(), exc_info=task.exception())
+        self._wake_dispatcher.set()
+
+    def _drop_all(self, why: str) -> None:
+        """Drops every job in hand without reporting it: the server has returned them, or
+        will, and they run again. Their handlers are told through their cancel signal."""
+        dropped = sorted(self._in_hand)
+        for slot in self._in_hand.values():
+            slot.dropped = True
+            slot.job._cancel.set()
+            if slot.inner is not None and isinstance(slot.inner, asyncio.Task):
+                slot.inner.cancel()
+        self._in_hand.clear()
+        self._done.clear()
+        self._failed.clear()
+        if dropped:
+            log.warning("jobq worker %s: %s: dropped jobs %s without reporting them", self.name, why, dropped)
+
+    def _release(self, slots: Sequence[_Slot]) -> None:
+        """Reported (or lost): no longer in hand."""
+        for slot in slots:
+            if self._in_hand.get(slot.job.id) is slot:
+                del self._in_hand[slot.job.id]
+
+    def _mine(self, slots: Sequence[_Slot]) -> bool:
+        return bool(slots) and self._wid is not None and self._reaped != self._wid
+
+    # -- running one job -----------------------------------------------------------------
+
+    async def _run_job(self, slot: _Slot) -> None:
+        job = slot.job
+        key = job.kind if job.kind is not None else job.queue
+        fn = self._handlers.get(key)
+        if fn is None:
+            what = f"kind {job.kind!r}" if job.kind is not None else f"queue {job.queue!r} (the job has no kind)"
+            self._failure(slot, {"type": "NoHandler", "message": f"no handler for {what}"}, None, discard=True)
+            return
+        loop = asyncio.get_running_loop()
+        inner: asyncio.Future[Any]
+        if inspect.iscoroutinefunction(fn):
+            inner = asyncio.ensure_future(fn(job))
+        else:
+            inner = loop.run_in_executor(self._executor, fn, job)
+        slot.inner = inner
+        try:
+            await asyncio.wait([inner])
+        except asyncio.CancelledError:
+            inner.cancel()
+            raise
+        if inner.cancelled():
+            self._failure(slot, {"type": "Cancelled", "message": f"job {job.id} was cancelled"}, None)
+            return
+        error = inner.exception()
+        if error is None:
+            result = inner.result()
+            if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                try:
+                    result = await result
+                except Exception as e:
+                    error = e
+        if error is None:
+            self._success(slot, result)
+        elif isinstance(error, RetryIn):
+            cause = error.__cause__
+            described = (
+                {"type": type(cause).__name__, "message": str(cause)}
+                if cause is not None
+                else {"type": "RetryIn", "message": error.message}
+            )
+            self._failure(slot, described, error.delay)
+        elif isinstance(error, asyncio.CancelledError):
+            self._failure(slot, {"type": "Cancelled", "message": f"job {job.id} was cancelled"}, None)
+        else:
+            self._failure(slot, {"type": type(error).__name__, "message": str(error)}, None)
+
+    def _success(self, slot: _Slot, result: Any) -> None:
+        if slot.dropped:
+            return
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as e:
+            self._failure(slot, {"type": type(e).__name__, "message": f"the handler's result is not JSON: {e}"}, None)
+            return
+        log.debug("jobq worker %s: job %d succeeded", self.name, slot.job.id)
+        self._done.append((slot, result))
+        self._wake_dispatcher.set()
+        self._wake_reporter.set()
+
+    def _failure(self, slot: _Slot, error: dict[str, str], retry_in: timedelta | None, discard: bool = False) -> None:
+        if slot.dropped:
+            return
+        log.info("jobq worker %s: job %d failed: %s: %s", self.name, slot.job.id, error["type"], error["message"])
+        self._failed.append(_Failure(slot, error, retry_in, discard))
+        self._wake_reporter.set()
+
+    # -- the job connection: checkouts, the one-commit protocol, the drain -------------------
+
+    async def _dispatch_loop(self) -> None:
+        backoff = 1.0
+        while True:
+            conn: psycopg.AsyncConnection[Any] | None = None
+            try:
+                conn = await self._connect("jobs")
+                await self._work(conn)
+                backoff = 1.0
+                await self._drain(conn)
+                return
+            except Exception as e:
+                if not _lost(e, conn):
+                    raise
+                if conn is not None:
+                    await conn.close()
+                log.warning("jobq worker %s: connection lost (%s); again in %g s", self.name, str(e).strip(), backoff)
+                if not self.pooled and self._wid is not None:
+                    # The registration was bound to the session that ended: the server has
+                    # reaped it, and its jobs run again.
+                    self._drop_all("its session ended")
+                    self._wid = None
+                if self._stopping.is_set() and (conn is None or not self.pooled or self._wid is None):
+                    # Nothing left to report on this registration, or no way to: let the
+                    # handlers end; the server returns whatever is still held.
+                    await self._wait_tasks()
+                    if self.pooled and self._wid is not None:
+                        log.warning("jobq worker %s: stopped without unregistering %s", self.name, self._wid)
+                    return
+                try:
+                    await asyncio.wait_for(self._stopping.wait(), backoff)
+                except asyncio.TimeoutError:
+                    pass
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+            finally:
+                if conn is not None:
+                    await conn.close()
+
+    async def _work(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        while not self._stopping.is_set():
+            if self._wid is None or self._reaped == self._wid:
+                self._drop_all("this worker was reaped")
+                await self._register(conn)
+                continue
+            wid = self._wid
+            free = self.concurrency - len(self._tasks)
+            if free <= 0:
+                self._wake_dispatcher.clear()
+                await self._wake_dispatcher.wait()
+                continue
+            done, self._done = [(s, r) for s, r in self._done if s.wid == wid], []
+            if done:
+                slots = await self._complete_and_checkout(conn, wid, done, free)
+            else:
+                slots = await self._checkout_waiting(conn, wid, free)
+            self._start(slots)
+
+    async def _complete_and_checkout(
+        self, conn: psycopg.AsyncConnection[Any], wid: uuid.UUID, done: list[tuple[_Slot, Any]], free: int
+    ) -> list[_Slot]:
+        ids = [s.job.id for s, _ in done]
+        results = [r for _, r in done]
+        jobs: list[Job] = []
+        async with self._hand_lock:
+            self._checkouts += 1
+        try:
+            try:
+                jobs = await aio.complete_and_checkout(conn, wid, ids, results, self.queues, free)
+                log.debug("jobq worker %s: completed %s", self.name, ids)
+                self._release([s for s, _ in done])
+            except JobsFenced as e:  # some were finished elsewhere: report the others alone
+                log.info("jobq worker %s: jobs %s are no longer this worker's", self.name, e.job_ids)
+                await self._complete_alone(conn, wid, done)
+            except WorkerLost:
+                self._reaped = wid
+        except BaseException:
+            self._done[:0] = done  # not reported: report them with the next call
+            raise
+        finally:
+            self._checkouts -= 1
+            slots = self._take(jobs, wid)
+        return slots
+
+    async def _checkout_waiting(self, conn: psycopg.AsyncConnection[Any], wid: uuid.UUID, free: int) -> list[_Slot]:
+        jobs: list[Job] = []
+        async with self._hand_lock:
+            self._checkouts += 1
+        self._waiting_conn = conn
+        self._dispatcher_waiting = True
+        self._wake_reporter.set()  # jobs that finish while this waits are the reporter's to report
+        try:
+            if not self._stopping.is_set():
+                jobs = await aio.checkout(conn, wid, self.queues, free, wait=self.wait)
+        except WorkerLost:
+            self._reaped = wid
+        except JobqError as e:
+            if e.sqlstate != "57014":  # 57014: stop() cancelled the wait
+                raise
+        finally:
+            self._dispatcher_waiting = False
+            self._waiting_conn = None
+            self._checkouts -= 1
+            slots = self._take(jobs, wid)
+        return slots
+
+    async def _complete_alone(self, conn: psycopg.AsyncConnection[Any], wid: uuid.UUID, done: list[tuple[_Slot, Any]]) -> None:
+        ids = [s.job.id for s, _ in done]
+        ok = set(await aio.complete_many(conn, wid, ids, [r for _, r in done]))
+        lost = [i for i in ids if i not in ok]
+        if lost:
+            log.info("jobq worker %s: jobs %s were not this worker's to complete any more", self.name, lost)
+        self._release([s for s, _ in done])
+
+    async def _wait_tasks(self) -> None:
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def _drain(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Stopping: the jobs in flight finish, their outcomes are reported, the worker
+        unregisters."""
+        log.info("jobq worker %s: draining: no more checkouts, %d jobs in flight", self.name, len(self._tasks))
+        await self._wait_tasks()
+        self._reporter_exit.set()
+        self._wake_reporter.set()
+        await self._reporter_done.wait()
+        wid = self._wid
+        done, self._done = self._done, []
+        failed, self._failed = self._failed, []
+        if wid is None or self._reaped == wid:
+            return
+        try:
+            for f in failed:
+                if f.slot.wid == wid:
+                    await self._retrying_cancel(self._fail_one, conn, wid, f)
+            mine = [(s, r) for s, r in done if s.wid == wid]
+            if mine:
+                await self._retrying_cancel(self._complete_alone, conn, wid, mine)
+            returned = await self._retrying_cancel(aio.unregister_worker, conn, wid)
+            log.info("jobq worker %s: unregistered %s (%d jobs returned)", self.name, wid, returned)
+        except WorkerLost:
+            log.info("jobq worker %s: %s was reaped before it unregistered", self.name, wid)
+        self._wid = None
+
+    async def _retrying_cancel(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Runs ``call(*args)``, once more if a cancel meant for the waiting checkout landed on
+        it instead."""
+        try:
+            return await call(*args)
+        except JobqError as e:
+            if e.sqlstate != "57014":
+                raise
+            return await call(*args)
+
+    async def _fail_one(self, conn: psycopg.AsyncConnection[Any], wid: uuid.UUID, f: _Failure) -> None:
+        state = await aio.fail(conn, f.slot.job.id, wid, f.error, retry_in=f.retry_in, discard=f.discard or None)
+        log.debug("jobq worker %s: job %d is %s", self.name, f.slot.job.id, state)
+        self._release([f.slot])
+
+    # -- the report connection: failures at once, completions while the job connection waits --
+
+    async def _report_loop(self) -> None:
+        conn: psycopg.AsyncConnection[Any] | None = None
+        backoff = 1.0
+        try:
+            while True:
+                self._wake_reporter.clear()
+                wid = self._wid
+                failed = [f for f in self._failed if f.slot.wid == wid] if wid else []
+                self._failed = []
+                done: list[tuple[_Slot, Any]] = []
+                if self._dispatcher_waiting or self._stopping.is_set():
+                    done = [(s, r) for s, r in self._done if s.wid == wid] if wid else []
+                    self._done = []
+                if not failed and not done:
+                    if self._reporter_exit.is_set():
+                        return
+                    await self._wake_reporter.wait()
+                    continue
+                assert wid is not None
+                try:
+                    if conn is None:
+                        conn = await self._connect("reports")
+                    while failed:
+                        try:
+                            await self._fail_one(conn, wid, failed[0])
+                        except WorkerLost:
+                            raise
+                        except JobqError as e:
+                            if _lost(e, conn):
+                                raise
+                            # Refused (e.g. a retry_in out of range): leave the job to the
+                            # heartbeat's holding, which returns it to the queue.
+                            log.error("jobq worker %s: could not fail job %d: %s", self.name, failed[0].slot.job.id, e)
+                            self._release([failed[0].slot])
+                        failed.pop(0)
+                    if done:
+                        await self._complete_alone(conn, wid, done)
+                        done = []
+                    backoff = 1.0
+                except WorkerLost:
+                    if self._wid == wid:
+                        self._reaped = wid
+                        self._drop_all("this worker was reaped")
+                        self._wake_dispatcher.set()
+                except Exception as e:
+                    self._failed[:0] = failed
+                    self._done[:0] = done
+                    if not _lost(e, conn):
+                        raise
+                    log.warning("jobq worker %s: report connection lost (%s); again in %g s", self.name, str(e).strip(), backoff)
+                    if conn is not None:
+                        await conn.close()
+                    conn = None
+                    if self._reporter_exit.is_set():
+                        return  # the drain reports what is left on the job connection
+                    try:
+                        await asyncio.wait_for(self._reporter_exit.wait(), backoff)
+                    except asyncio.TimeoutError:
+                        pass
+                    backoff = min(backoff * 2, _MAX_BACKOFF)
+        finally:
+            self._reporter_done.set()
+            if conn is not None:
+                await conn.close()
+
+    # -- the heartbeat connection ----------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            while not self._heartbeat_exit:
+                self._wake_heartbeat.clear()
+                try:
+                    await asyncio.wait_for(self._wake_heartbeat.wait(), self._heartbeat_s)
+                    continue  # exit, or registered (which was a heartbeat: wait a full interval)
+                except asyncio.TimeoutError:
+                    pass
+                wid = self._wid
+                if wid is None or wid == self._reaped:
+                    continue
+                try:
+                    if conn is None:
+                        conn = await self._connect("heartbeat")
+                    async with self._hand_lock:
+                        # No list while a checkout is on its way: its jobs are claimed but not
+                        # in hand yet, and the list would give them back.
+                        holding = None if self._checkouts else sorted(i for i, s in self._in_hand.items() if s.wid == wid)
+                        cancel = await aio.heartbeat(conn, wid, holding)
+                    for job_id in cancel:
+                        slot = self._in_hand.get(job_id)
+                        if slot is not None and not slot.cancel_requested:
+                            log.info("jobq worker %s: job %d: cancellation requested", self.name, job_id)
+                            slot.cancel_requested = True
+                            slot.job._cancel.set()
+                            if isinstance(slot.inner, asyncio.Task):
+                                slot.inner.cancel()
+                except WorkerLost:
+                    if self._wid == wid:
+                        log.warning("jobq worker %s: %s was reaped (JQ001)", self.name, wid)
+                        self._reaped = wid
+                        self._drop_all("this worker was reaped")
+                        self._wake_dispatcher.set()
+                except Exception as e:
+                    log.warning("jobq worker %s: heartbeat failed: %s", self.name, str(e).strip())
+                    if conn is not None and _lost(e, conn):
+                        await conn.close()
+                        conn = None
+        finally:
+            if conn is not None:
+                await conn.close()
+
