@@ -92,6 +92,11 @@ impl Job {
         })
     }
 
+    pub(crate) fn with_token(mut self, token: CancellationToken) -> Job {
+        self.cancel = token;
+        self
+    }
+
     /// The payload deserialised into `T`.
     pub fn parse_payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         T::deserialize(&self.payload)
