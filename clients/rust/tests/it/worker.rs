@@ -1,0 +1,597 @@
+//! The `Worker` in this process: transactions, concurrency, results and errors, cancellation,
+//! re-registration after JQ001, and pooled mode behind PgBouncer.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jobq_client::tokio_postgres::Client;
+use jobq_client::*;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Barrier};
+use tokio::task::JoinHandle;
+
+use crate::common::*;
+
+/// Starts the worker; the test calls `stop` at its end, which checks that the drain returns
+/// `Ok` and that the worker unregistered.
+fn start(worker: Worker) -> (WorkerHandle, JoinHandle<Result<(), Error>>) {
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run()))
+}
+
+async fn stop(handle: WorkerHandle, run: JoinHandle<Result<(), Error>>, admin: &Client) {
+    let id = handle.worker_id().expect("registered");
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(15), run)
+        .await
+        .expect("the drain ends")
+        .unwrap()
+        .expect("run returns Ok");
+    assert_eq!(handle.worker_id(), None);
+    let left: i64 = admin
+        .query_one("SELECT count(*) FROM jobq.workers WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "unregistered");
+}
+
+async fn result(admin: &Client, id: i64) -> Option<Value> {
+    admin
+        .query_one("SELECT result FROM jobq.jobs WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_job_enqueued_in_a_rolled_back_transaction_never_runs() {
+    let (mut app, admin) = (app().await, admin().await);
+    let queue = unique("tx");
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let seen = ran.clone();
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .queues([&queue])
+            .handler(&queue, move |job: Job| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push(job.id);
+                    Ok(json!("done"))
+                }
+            })
+            .build()
+            .unwrap(),
+    );
+
+    let tx = app.transaction().await.unwrap();
+    let rolled_back = enqueue(&tx, &queue, &json!({"n": 1}), EnqueueOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let tx = app.transaction().await.unwrap();
+    let committed = enqueue(&tx, &queue, &json!({"n": 2}), EnqueueOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    wait_for(
+        "the committed job to complete",
+        Duration::from_secs(10),
+        || async { state(&admin, committed).await == "completed" },
+    )
+    .await;
+    assert_eq!(result(&admin, committed).await, Some(json!("done")));
+    let exists: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM jobq.jobs WHERE id = $1 OR queue = $2 AND id <> $3",
+            &[&rolled_back, &queue, &committed],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(exists, 0, "the rolled-back job does not exist");
+    stop(handle, run, &admin).await;
+    assert_eq!(*ran.lock().unwrap(), vec![committed]);
+}
+
+#[tokio::test]
+async fn n_handlers_run_at_once_and_never_more() {
+    let (app, admin) = (app().await, admin().await);
+    let queue = unique("concurrency");
+    const N: usize = 6;
+    let barrier = Arc::new(Barrier::new(N));
+    let (now, max) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (b, n, m) = (barrier.clone(), now.clone(), max.clone());
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .queues([&queue])
+            .concurrency(N)
+            .handler(&queue, move |job: Job| {
+                let (b, n, m) = (b.clone(), n.clone(), m.clone());
+                async move {
+                    let running = n.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(running, Ordering::SeqCst);
+                    // Passes only when N handlers are here at once.
+                    job.cancellable(b.wait()).await?;
+                    n.fetch_sub(1, Ordering::SeqCst);
+                    Ok(json!({"n": job.payload["n"]}))
+                }
+            })
+            .build()
+            .unwrap(),
+    );
+    let payloads: Vec<Value> = (0..2 * N).map(|n| json!({"n": n})).collect();
+    let ids = enqueue_batch(&app, &queue, &payloads, BatchOptions::new())
+        .await
+        .unwrap();
+    wait_for(
+        "two rounds of N jobs in flight together",
+        Duration::from_secs(20),
+        || async { count_in_state(&admin, &ids, "completed").await == ids.len() as i64 },
+    )
+    .await;
+    assert_eq!(
+        max.load(Ordering::SeqCst),
+        N,
+        "at most N at once, and N reached"
+    );
+    stop(handle, run, &admin).await;
+}
+
+#[tokio::test]
+async fn results_errors_panics_routing_and_retry_delays() {
+    let (app, admin) = (app().await, admin().await);
+    let queue = unique("outcomes");
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .queues([&queue])
+            .concurrency(4)
+            // Jobs without a kind go to the handler named after their queue.
+            .handler(&queue, |job: Job| async move {
+                Ok(json!({"by": "queue", "n": job.payload["n"]}))
+            })
+            .handler("ok", |job: Job| async move {
+                Ok(json!({"by": "kind", "attempt": job.attempt}))
+            })
+            .handler("boom", |_job: Job| async move {
+                Err::<Value, _>(JobError::new("Boom", "went wrong"))
+            })
+            .handler("parse", |job: Job| async move {
+                let n: i32 = job.payload["n"].as_str().unwrap_or("").parse()?;
+                Ok(json!(n))
+            })
+            .handler("panic", |job: Job| async move {
+                if job.payload["explode"] == json!(true) {
+                    panic!("handler exploded");
+                }
+                Ok(json!(null))
+            })
+            .handler("later", |job: Job| async move {
+                if job.attempt == 1 {
+                    return Err(JobError::retry_in(Duration::from_millis(3500)));
+                }
+                Ok(json!({"attempt": job.attempt}))
+            })
+            .build()
+            .unwrap(),
+    );
+    let once = || EnqueueOptions::new().max_attempts(1);
+    let by_queue = enqueue(&app, &queue, &json!({"n": 7}), once())
+        .await
+        .unwrap()
+        .unwrap();
+    let by_kind = enqueue(&app, &queue, &json!({}), once().kind("ok"))
+        .await
+        .unwrap()
+        .unwrap();
+    let boom = enqueue(&app, &queue, &json!({}), once().kind("boom"))
+        .await
+        .unwrap()
+        .unwrap();
+    let parse = enqueue(&app, &queue, &json!({"n": "x"}), once().kind("parse"))
+        .await
+        .unwrap()
+        .unwrap();
+    let panic = enqueue(
+        &app,
+        &queue,
+        &json!({"explode": true}),
+        once().kind("panic"),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let nobody = enqueue(
+        &app,
+        &queue,
+        &json!({}),
+        EnqueueOptions::new().kind("nobody"),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let later = enqueue(
+        &app,
+        &queue,
+        &json!({}),
+        EnqueueOptions::new().kind("later"),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+
+    let finished = [by_queue, by_kind, boom, parse, panic, nobody];
+    wait_for("six jobs finished", Duration::from_secs(10), || async {
+        count_in_state(&admin, &finished, "completed").await
+            + count_in_state(&admin, &finished, "dead").await
+            == 6
+    })
+    .await;
+    assert_eq!(
+        result(&admin, by_queue).await,
+        Some(json!({"by": "queue", "n": 7}))
+    );
+    assert_eq!(
+        result(&admin, by_kind).await,
+        Some(json!({"by": "kind", "attempt": 1}))
+    );
+    let error = |id: i64| {
+        let admin = &admin;
+        async move {
+            let row = admin
+                .query_one(
+                    "SELECT state, attempt, last_error FROM jobq.jobs WHERE id = $1",
+                    &[&id],
+                )
+                .await
+                .unwrap();
+            (
+                row.get::<_, String>(0),
+                row.get::<_, i32>(1),
+                row.get::<_, Value>(2),
+            )
+        }
+    };
+    assert_eq!(
+        error(boom).await,
+        (
+            "dead".into(),
+            1,
+            json!({"type": "Boom", "message": "went wrong"})
+        )
+    );
+    assert_eq!(
+        error(parse).await,
+        (
+            "dead".into(),
+            1,
+            json!({"type": "ParseIntError", "message": "invalid digit found in string"})
+        )
+    );
+    assert_eq!(
+        error(panic).await,
+        (
+            "dead".into(),
+            1,
+            json!({"type": "Panic", "message": "handler exploded"})
+        )
+    );
+    let (nobody_state, attempt, last_error) = error(nobody).await;
+    assert_eq!(
+        (nobody_state.as_str(), attempt),
+        ("dead", 1),
+        "NoHandler is discarded, not retried"
+    );
+    assert_eq!(last_error["type"], "NoHandler");
+
+    // The retry waits for the handler's delay, measured from the failure the server recorded.
+    wait_for(
+        "the first attempt to fail",
+        Duration::from_secs(10),
+        || async {
+            let row = admin
+                .query_one(
+                    "SELECT state = 'ready' AND attempt = 1 FROM jobq.jobs WHERE id = $1",
+                    &[&later],
+                )
+                .await
+                .unwrap();
+            row.get::<_, bool>(0)
+        },
+    )
+    .await;
+    let delay: f64 = admin
+        .query_one(
+            "SELECT extract(epoch FROM run_at - (errors->0->>'at')::timestamptz)::float8 FROM jobq.jobs WHERE id = $1",
+            &[&later],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        (3.4..3.6).contains(&delay),
+        "retry_in 3.5 s, run_at {delay} s after the failure"
+    );
+    wait_for("the retry to complete", Duration::from_secs(10), || async {
+        state(&admin, later).await == "completed"
+    })
+    .await;
+    let waited: bool = admin
+        .query_one(
+            "SELECT started_at >= run_at FROM jobq.jobs WHERE id = $1",
+            &[&later],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(waited, "the second attempt started once due");
+    assert_eq!(result(&admin, later).await, Some(json!({"attempt": 2})));
+    stop(handle, run, &admin).await;
+}
+
+#[tokio::test]
+async fn a_cancel_reaches_the_running_handler() {
+    let (app, admin) = (app().await, admin().await);
+    let queue = unique("cancel");
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .queues([&queue])
+            .handler(&queue, move |job: Job| {
+                let (started_tx, flag) = (started_tx.clone(), flag.clone());
+                async move {
+                    started_tx.send(job.id).unwrap();
+                    job.cancelled().await;
+                    flag.store(true, Ordering::SeqCst);
+                    Err::<Value, _>(JobError::cancelled())
+                }
+            })
+            .build()
+            .unwrap(),
+    );
+    let id = enqueue(&app, &queue, &json!({}), EnqueueOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), started.recv())
+            .await
+            .unwrap(),
+        Some(id)
+    );
+    assert_eq!(cancel(&app, id).await.unwrap(), Some(JobState::Executing));
+    wait_for(
+        "the job to be cancelled",
+        Duration::from_secs(10),
+        || async { state(&admin, id).await == "cancelled" },
+    )
+    .await;
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the handler saw its token fire"
+    );
+    let error: Value = admin
+        .query_one("SELECT last_error FROM jobq.jobs WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(error["type"], "Cancelled");
+    stop(handle, run, &admin).await;
+}
+
+#[tokio::test]
+async fn a_reaped_worker_registers_again_and_drops_what_it_held() {
+    let (app, admin) = (app().await, admin().await);
+    let queue = unique("reaped");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first_run_stopped = Arc::new(AtomicBool::new(false));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let (r, f, e) = (runs.clone(), first_run_stopped.clone(), events.clone());
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .queues([&queue])
+            .concurrency(1)
+            .on_event(move |event| e.lock().unwrap().push(event.clone()))
+            .handler(&queue, move |job: Job| {
+                let (r, f, started_tx) = (r.clone(), f.clone(), started_tx.clone());
+                async move {
+                    let run = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    if run == 1 {
+                        started_tx.send(job.worker_id).unwrap();
+                        job.cancelled().await;
+                        f.store(true, Ordering::SeqCst);
+                        // A dropped run's outcome is never reported.
+                        return Err(JobError::msg("the first run must not be reported"));
+                    }
+                    Ok(json!({"run": run}))
+                }
+            })
+            .build()
+            .unwrap(),
+    );
+    let id = enqueue(&app, &queue, &json!({}), EnqueueOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(handle.worker_id(), Some(first));
+
+    // An administrator unregisters the worker under its feet: its next call gets JQ001.
+    assert_eq!(unregister_worker(&admin, first).await.unwrap(), 1);
+    wait_for(
+        "the job to run again and complete",
+        Duration::from_secs(15),
+        || async { state(&admin, id).await == "completed" },
+    )
+    .await;
+    assert!(
+        first_run_stopped.load(Ordering::SeqCst),
+        "the dropped run's token fired"
+    );
+    assert_eq!(result(&admin, id).await, Some(json!({"run": 2})));
+    let row = admin
+        .query_one(
+            "SELECT worker_id, errors FROM jobq.jobs WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    let second: uuid::Uuid = row.get(0);
+    assert_ne!(second, first, "completed by the new registration");
+    assert_eq!(
+        row.get::<_, Option<Value>>(1),
+        None,
+        "the dropped run's error was not reported"
+    );
+    assert_eq!(handle.worker_id(), Some(second));
+    let events = events.lock().unwrap().clone();
+    for expected in [
+        WorkerEvent::Registered { worker: first },
+        WorkerEvent::Reaped { worker: first },
+        WorkerEvent::Dropped { jobs: vec![id] },
+        WorkerEvent::Registered { worker: second },
+        WorkerEvent::Completed { jobs: vec![id] },
+    ] {
+        assert!(
+            events.contains(&expected),
+            "{expected:?} missing from {events:?}"
+        );
+    }
+    stop(handle, run, &admin).await;
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_reopened_and_the_worker_registers_again() {
+    let (app, admin) = (app().await, admin().await);
+    let (queue, name) = (unique("reconnect"), unique("reconnect-worker"));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let e = events.clone();
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .name(&name)
+            .queues([&queue])
+            .on_event(move |event| e.lock().unwrap().push(event.clone()))
+            .handler(&queue, |job: Job| async move {
+                Ok(json!({"n": job.payload["n"]}))
+            })
+            .build()
+            .unwrap(),
+    );
+    wait_for("the registration", Duration::from_secs(10), || async {
+        handle.worker_id().is_some()
+    })
+    .await;
+    let first = handle.worker_id().unwrap();
+
+    // The job loop's session (its application_name is the worker's name) is terminated.
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1);
+    wait_for("a new registration", Duration::from_secs(15), || async {
+        handle.worker_id().is_some_and(|w| w != first)
+    })
+    .await;
+    assert!(events.lock().unwrap().iter().any(|e| matches!(e, WorkerEvent::Disconnected { retry_in, .. } if *retry_in == Duration::from_secs(1))));
+    let gone: i64 = admin
+        .query_one("SELECT count(*) FROM jobq.workers WHERE id = $1", &[&first])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(gone, 0, "the old registration went with its session");
+
+    let id = enqueue(&app, &queue, &json!({"n": 1}), EnqueueOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    wait_for("the job to complete", Duration::from_secs(10), || async {
+        state(&admin, id).await == "completed"
+    })
+    .await;
+    assert_eq!(result(&admin, id).await, Some(json!({"n": 1})));
+    stop(handle, run, &admin).await;
+}
+
+#[tokio::test]
+async fn pooled_mode_runs_jobs_through_pgbouncer() {
+    let (app, admin) = (app().await, admin().await);
+    let queue = unique("pooled");
+    let (handle, run) = start(
+        Worker::builder(pooler_dsn())
+            .queues([&queue])
+            .concurrency(4)
+            .pooled(true)
+            .wait(Duration::from_secs(1))
+            .handler(&queue, |job: Job| async move {
+                Ok(json!({"n": job.payload["n"]}))
+            })
+            .build()
+            .unwrap(),
+    );
+    let payloads: Vec<Value> = (0..20).map(|n| json!({"n": n})).collect();
+    let ids = enqueue_batch(&app, &queue, &payloads, BatchOptions::new())
+        .await
+        .unwrap();
+    wait_for(
+        "20 jobs through the pooler",
+        Duration::from_secs(20),
+        || async { count_in_state(&admin, &ids, "completed").await == 20 },
+    )
+    .await;
+    let worker = handle.worker_id().unwrap();
+    let bound: bool = admin
+        .query_one(
+            "SELECT backend_pid IS NOT NULL FROM jobq.workers WHERE id = $1",
+            &[&worker],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!bound, "pooled: not bound to a session");
+    // Idle now: jobs enqueued later reach it through its waiting checkouts.
+    let more = enqueue_batch(&app, &queue, &payloads[..5], BatchOptions::new())
+        .await
+        .unwrap();
+    wait_for("5 more jobs", Duration::from_secs(20), || async {
+        count_in_state(&admin, &more, "completed").await == 5
+    })
+    .await;
+    assert_eq!(result(&admin, more[4]).await, Some(json!({"n": 4})));
+    stop(handle, run, &admin).await;
+}
+
+#[tokio::test]
+async fn builder_refuses_bad_settings() {
+    let ok = || Worker::builder(dsn()).handler("q", |_job: Job| async move { Ok(json!(null)) });
+    for (builder, what) in [
+        (ok().concurrency(0), "concurrency"),
+        (ok().wait(Duration::ZERO), "wait"),
+        (ok().wait(Duration::from_secs(3601)), "wait"),
+        (Worker::builder(dsn()), "handler"),
+        (
+            Worker::builder("postgresql://[bad")
+                .handler("q", |_job: Job| async move { Ok(json!(null)) }),
+            "connection string",
+        ),
+    ] {
+        match builder.build() {
+            Err(Error::Config(message)) => assert!(message.contains(what), "{message}"),
+            other => panic!("expected a Config error about {what}, got {other:?}"),
+        }
+    }
+}
