@@ -67,3 +67,8 @@ pub use worker::{Worker, WorkerBuilder, WorkerEvent, WorkerHandle};
 
 /// Re-exported: the driver whose clients and transactions the calls take.
 pub use tokio_postgres;
+
+/// The README's examples, compiled as doc tests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

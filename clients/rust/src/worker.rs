@@ -289,7 +289,7 @@ fn hostname() -> String {
 ///   `jobq_complete_many` on `JQ002`; reports failures with `jobq_fail` (with the handler's
 ///   retry delay or discard);
 /// - when idle, waits inside the server (`jobq_checkout(..., wait)`), never polling; results
-///   that arrive meanwhile are reported on a second connection;
+///   that arrive meanwhile are reported on another connection;
 /// - fires a job's [cancellation token](Job::cancellation_token) when a heartbeat returns its
 ///   cancellation request;
 /// - on `JQ001` (reaped or unregistered): fires the tokens of the jobs in hand, drops them
