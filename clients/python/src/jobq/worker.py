@@ -377,9 +377,6 @@ class Worker:
             if self._in_hand.get(slot.job.id) is slot:
                 del self._in_hand[slot.job.id]
 
-    def _mine(self, slots: Sequence[_Slot]) -> bool:
-        return bool(slots) and self._wid is not None and self._reaped != self._wid
-
     # -- running one job -----------------------------------------------------------------
 
     async def _run_job(self, slot: _Slot) -> None:
