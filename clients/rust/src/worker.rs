@@ -576,8 +576,10 @@ struct Dispatcher {
     stopping: bool,
     /// The last checkout found fewer jobs than it asked for: the next one waits.
     idle: bool,
-    /// A stop cancelled `c1`'s waiting checkout: the cancel may land on the statement after
-    /// it instead (57014), which is then sent again.
+    /// A stop cancelled `c1`'s waiting checkout. PostgreSQL delivers a cancel request as two
+    /// signals (to the backend and to its process group): when they arrive apart, the second
+    /// cancels the statement after the wait, or one that follows a wait that had just
+    /// returned. From then on a statement of the drain that fails with 57014 is sent again.
     cancel_sent: bool,
 }
 
@@ -674,24 +676,23 @@ impl Dispatcher {
         }
     }
 
-    /// Runs a call on `c1`, once more if the first got the stray cancel of a stop.
-    async fn retry_stray<'c, T, F, Fut>(&mut self, c1: &'c Client, call: F) -> Result<T, Error>
+    /// Runs a call on `c1`, again (twice at most) when a stop's cancel lands on it.
+    async fn retry_stray<'c, T, F, Fut>(&self, c1: &'c Client, call: F) -> Result<T, Error>
     where
         F: Fn(&'c Client) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        match call(c1).await {
-            Err(e) if self.is_stray_cancel(&e) => call(c1).await,
-            other => other,
+        let mut retries = 0;
+        loop {
+            match call(c1).await {
+                Err(e) if retries < 2 && self.is_stray_cancel(&e) => retries += 1,
+                other => return other,
+            }
         }
     }
 
-    fn is_stray_cancel(&mut self, e: &Error) -> bool {
-        if self.cancel_sent && e.sqlstate() == Some("57014") {
-            self.cancel_sent = false;
-            return true;
-        }
-        false
+    fn is_stray_cancel(&self, e: &Error) -> bool {
+        self.cancel_sent && e.sqlstate() == Some("57014")
     }
 
     /// Waits for a handler to finish, a stop, or a `JQ001` from the heartbeat task.
@@ -770,11 +771,11 @@ impl Dispatcher {
         while let Some((id, error)) = self.failed.first() {
             let (id, options) = (*id, calls::FailOptions::from(error));
             let stored = error.to_json();
-            let state = match calls::fail(c, id, worker, options.clone()).await {
-                Err(e) if on_c1 && self.is_stray_cancel(&e) => {
-                    calls::fail(c, id, worker, options).await?
-                }
-                other => other?,
+            let fail = |c| calls::fail(c, id, worker, options.clone());
+            let state = if on_c1 {
+                self.retry_stray(c, fail).await?
+            } else {
+                fail(c).await?
             };
             self.failed.remove(0);
             self.forget(&[id]).await;
@@ -796,11 +797,11 @@ impl Dispatcher {
             return Ok(());
         }
         let (ids, results): (Vec<i64>, Vec<Value>) = self.done.iter().cloned().unzip();
-        let completed = match calls::complete_many(c, worker, &ids, Some(&results)).await {
-            Err(e) if on_c1 && self.is_stray_cancel(&e) => {
-                calls::complete_many(c, worker, &ids, Some(&results)).await?
-            }
-            other => other?,
+        let complete = |c| calls::complete_many(c, worker, &ids, Some(&results));
+        let completed = if on_c1 {
+            self.retry_stray(c, complete).await?
+        } else {
+            complete(c).await?
         };
         self.done.clear();
         self.forget(&ids).await;
@@ -948,10 +949,7 @@ impl Dispatcher {
                 self.mark_reaped(worker);
                 Ok(())
             }
-            Err(e) if self.cancel_sent && e.sqlstate() == Some("57014") => {
-                self.cancel_sent = false; // the stop's cancel ended the wait
-                Ok(())
-            }
+            Err(e) if self.is_stray_cancel(&e) => Ok(()), // the stop's cancel ended the wait
             Err(e) => Err(e),
         }
     }

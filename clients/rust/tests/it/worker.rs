@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use jobq_client::tokio_postgres::Client;
 use jobq_client::*;
@@ -525,6 +525,95 @@ async fn a_lost_connection_is_reopened_and_the_worker_registers_again() {
     .await;
     assert_eq!(result(&admin, id).await, Some(json!({"n": 1})));
     stop(handle, run, &admin).await;
+}
+
+#[tokio::test]
+async fn a_cancel_landing_after_the_stops_own_is_sent_again() {
+    // A stop cancels the waiting checkout; PostgreSQL may deliver that cancel a second time,
+    // onto the drain's next statement. Here a cancel lands on the drain's unregister on purpose
+    // (held on the worker's row meanwhile): the worker sends it again and the drain succeeds.
+    let admin = admin().await;
+    let (queue, name) = (unique("stray"), unique("stray-worker"));
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .name(&name)
+            .queues([&queue])
+            .wait(Duration::from_secs(60))
+            .handler(&queue, |_job: Job| async move { Ok(json!(null)) })
+            .build()
+            .unwrap(),
+    );
+    let activity = |call: &'static str| {
+        let (admin, name) = (&admin, name.clone());
+        async move {
+            admin
+                .query_opt(
+                    "SELECT pid, query_start, wait_event_type = 'Lock' FROM pg_stat_activity
+                      WHERE application_name = $1 AND state = 'active' AND query LIKE '%' || $2 || '%'",
+                    &[&name, &call],
+                )
+                .await
+                .unwrap()
+                .map(|r| (r.get::<_, i32>(0), r.get::<_, SystemTime>(1), r.get::<_, bool>(2)))
+        }
+    };
+    wait_for(
+        "the worker waiting in its checkout",
+        Duration::from_secs(10),
+        || async { activity("jobq_checkout").await.is_some() },
+    )
+    .await;
+    let worker = handle.worker_id().unwrap();
+    let mut locker = connect(&admin_dsn()).await;
+    let tx = locker.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM jobq.workers WHERE id = $1 FOR UPDATE",
+        &[&worker],
+    )
+    .await
+    .unwrap();
+
+    handle.shutdown();
+    wait_for(
+        "the unregister waiting for the row",
+        Duration::from_secs(10),
+        || async {
+            activity("jobq_unregister_worker")
+                .await
+                .is_some_and(|(_, _, locked)| locked)
+        },
+    )
+    .await;
+    let (pid, first, _) = activity("jobq_unregister_worker").await.unwrap();
+    admin
+        .execute("SELECT pg_cancel_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    wait_for(
+        "the unregister sent again",
+        Duration::from_secs(10),
+        || async {
+            activity("jobq_unregister_worker")
+                .await
+                .is_some_and(|(_, start, locked)| locked && start > first)
+        },
+    )
+    .await;
+    tx.rollback().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(15), run)
+        .await
+        .expect("the drain ends")
+        .unwrap()
+        .expect("run returns Ok");
+    let left: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM jobq.workers WHERE id = $1",
+            &[&worker],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "unregistered");
 }
 
 #[tokio::test]
