@@ -66,6 +66,16 @@ if [ ! -d examples/node/node_modules/pg ]; then
   (cd examples/node && npm ci --silent --no-audit --no-fund)
 fi
 cargo build -q --release --manifest-path examples/rust/Cargo.toml
+# The client libraries' test runners, type checker and package builders (clients/: pytest,
+# mypy and build for Python; TypeScript and pg for Node, from clients/node's lock file).
+if ! python3 -c "import pytest, pytest_asyncio, mypy, build, wheel" 2>/dev/null; then
+  echo "setup: pip install pytest pytest-asyncio mypy build wheel"
+  python3 -m pip install -q --disable-pip-version-check pytest pytest-asyncio mypy build wheel
+fi
+if [ ! -d clients/node/node_modules/typescript ]; then
+  echo "setup: npm ci in clients/node"
+  (cd clients/node && npm ci --silent --no-audit --no-fund)
+fi
 # The browser suite's driver (playwright-core, pointed at /usr/bin/chromium; no browser download).
 if [ "$BROWSER" = 1 ] && [ ! -d dash/browser/node_modules/playwright-core ]; then
   echo "setup: npm ci in dash/browser"

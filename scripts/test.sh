@@ -10,7 +10,9 @@
 # and a proxy cluster of that version, with the jobq the suite installed). Then the Debian
 # packages of PostgreSQL 15, built and installed (scripts/package.sh, scripts/test-package.sh),
 # and the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
-# Chromium), against PostgreSQL 15 with jobq installed.
+# Chromium), against PostgreSQL 15 with jobq installed; last the client libraries (clients/:
+# pytest, node --test, cargo test, through scripts/test-clients.sh), mypy --strict, and their
+# packages (wheel and sdist, npm pack, cargo package).
 # Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,3 +44,11 @@ echo "test: the Debian packages (PostgreSQL 15)"
 echo "test: jobq-dash (PostgreSQL 15)"
 cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 cargo test -p jobq-dash
+echo "test: the client libraries (PostgreSQL 15)"
+./scripts/test-clients.sh python node rust
+# Each typed as its ecosystem checks it, and packaged as its registry expects.
+mkdir -p target/clients
+(cd clients/python && python3 -m mypy --strict src && python3 -m build --no-isolation --outdir ../../target/clients/python >/dev/null)
+(cd clients/node && npm pack --silent --pack-destination ../../target/clients >/dev/null)
+cargo package -q -p jobq-client --allow-dirty
+ls target/clients/python/jobq-*.whl target/clients/python/jobq-*.tar.gz target/clients/jobq-*.tgz target/package/jobq-client-*.crate
