@@ -55,17 +55,28 @@ if $missing_init; then
   echo "setup: cargo pgrx init ${init_args[*]}"
   cargo pgrx init "${init_args[@]}"
 fi
-# The reference workers of examples/ (used by tests/cross_language.rs and the demo): Python's
-# psycopg, Node's pg, and the Rust worker's release build. Each skipped when already there.
+# The example workers of examples/ (used by tests/cross_language.rs and the demo) and the client
+# libraries they use: psycopg and this checkout's clients/python (editable) for Python;
+# clients/node built (its dist/ is what examples/node's "jobq": "file:../../clients/node" loads)
+# and examples/node's dependencies for Node; the Rust worker's release build (over clients/rust).
 if ! python3 -c "import psycopg" 2>/dev/null; then
   echo "setup: pip install -r examples/python/requirements.txt"
   python3 -m pip install -q --disable-pip-version-check -r examples/python/requirements.txt
 fi
-if [ ! -d examples/node/node_modules/pg ]; then
+if [ "$(python3 -c 'import jobq; print(jobq.__file__)' 2>/dev/null)" != "$PWD/clients/python/src/jobq/__init__.py" ]; then
+  echo "setup: pip install -e clients/python"
+  python3 -m pip install -q --disable-pip-version-check -e clients/python
+fi
+if [ ! -d clients/node/node_modules/typescript ]; then
+  echo "setup: npm ci in clients/node"
+  (cd clients/node && npm ci --silent --no-audit --no-fund)
+fi
+(cd clients/node && npm run build --silent)
+if [ ! -d examples/node/node_modules/pg ] || [ ! -e examples/node/node_modules/jobq ]; then
   echo "setup: npm ci in examples/node"
   (cd examples/node && npm ci --silent --no-audit --no-fund)
 fi
-cargo build -q --release --manifest-path examples/rust/Cargo.toml
+flock /tmp/jobq-cargo.lock cargo build -q --release --manifest-path examples/rust/Cargo.toml
 # The client libraries' test runners, type checker and package builders (clients/: pytest,
 # mypy and build for Python; TypeScript and pg for Node, from clients/node's lock file).
 if ! python3 -c "import pytest, pytest_asyncio, mypy, build, wheel" 2>/dev/null; then

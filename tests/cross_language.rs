@@ -1,6 +1,11 @@
-//! Any client, any language: the reference workers of examples/ (Python psycopg 3, Node pg,
-//! Rust tokio-postgres) as real processes against one cluster with the background worker.
-//! scripts/setup.sh installs their dependencies and builds the Rust one.
+//! Any client, any language: the example workers of examples/ (Python, Node and Rust, each a
+//! few lines over its language's jobq client library in clients/) as real processes against one
+//! cluster with the background worker. scripts/setup.sh installs the libraries and the examples'
+//! dependencies and builds the Rust one.
+//!
+//! What a worker did is read from the database (jobq.workers, jobq.jobs, pg_stat_activity,
+//! pg_stat_user_functions) and from the lines its handler prints: "started" (id, attempt) when
+//! it begins a job and "finished" (id) when it returns the job's result.
 mod common;
 
 use common::*;
@@ -10,17 +15,20 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 const PATIENCE: Duration = Duration::from_secs(90);
 const DB: &str = "xlang";
 
-/// One cluster for this file, its background worker serving database `xlang`.
+/// One cluster for this file, its background worker serving database `xlang`. Heartbeats
+/// come every second: the libraries heartbeat every third of the server's
+/// jobq.heartbeat_timeout.
 fn cluster() -> &'static Cluster {
     static C: OnceLock<Cluster> = OnceLock::new();
     C.get_or_init(|| {
-        let c = Cluster::start("xlang", &["jobq.database = 'xlang'", "jobq.reap_interval = '200ms'"]);
+        let c = Cluster::start("xlang", &["jobq.database = 'xlang'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '3s'"]);
         let mut admin = c.connect("postgres");
         admin.batch_execute("CREATE DATABASE xlang").unwrap();
         // The workers and producers log in as an application role holding jobq_worker only.
@@ -29,7 +37,7 @@ fn cluster() -> &'static Cluster {
     })
 }
 
-/// The login role of the reference workers: granted jobq_worker, nothing else.
+/// The login role of the example workers: granted jobq_worker, nothing else.
 const APP: &str = "xlang_app";
 
 fn dsn() -> String {
@@ -41,6 +49,17 @@ enum Lang {
     Python,
     Node,
     Rust,
+}
+
+impl Lang {
+    /// What the demo handler writes as its result's "lang".
+    fn name(self) -> &'static str {
+        match self {
+            Lang::Python => "python",
+            Lang::Node => "node",
+            Lang::Rust => "rust",
+        }
+    }
 }
 
 fn command(lang: Lang, program: &str) -> Command {
@@ -65,34 +84,36 @@ fn command(lang: Lang, program: &str) -> Command {
     cmd
 }
 
-/// A worker process and the JSON events it printed so far.
+/// A worker process, the name it registered under, and the JSON lines it printed so far.
 struct Worker {
     lang: Lang,
+    name: String,
     child: Child,
     events: Arc<Mutex<Vec<Value>>>,
     /// Reads the worker's stdout until EOF; joined before judging what it printed last.
     reader: Option<std::thread::JoinHandle<()>>,
+    /// The superuser's connection string of the database the worker works in.
+    admin: String,
 }
 
 impl Worker {
+    /// A worker of `queue` in the test database, running up to five jobs at once.
     fn start(lang: Lang, queue: &str) -> Worker {
-        Worker::start_with(lang, queue, dsn())
+        Worker::start_env(lang, queue, dsn(), cluster().url(DB), &[])
     }
 
-    /// A worker connecting to `dsn` instead of the test database.
-    fn start_with(lang: Lang, queue: &str, dsn: String) -> Worker {
-        Worker::start_env(lang, queue, dsn, &[])
-    }
-
-    /// A worker connecting to `dsn`, with more environment (`JOBQ_POOLED`, …).
-    fn start_env(lang: Lang, queue: &str, dsn: String, env: &[(&str, &str)]) -> Worker {
+    /// A worker connecting to `dsn`, in the database `admin` (a superuser's connection
+    /// string) reaches, with more environment (`JOBQ_POOLED`, `JOBQ_CONCURRENCY`, …).
+    fn start_env(lang: Lang, queue: &str, dsn: String, admin: String, env: &[(&str, &str)]) -> Worker {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let name = format!("x{}-{}-{queue}", lang.name(), SEQ.fetch_add(1, Ordering::Relaxed));
         let mut child = command(lang, "worker")
-            .envs(env.iter().copied())
             .env("JOBQ_DSN", dsn)
+            .env("JOBQ_NAME", &name)
             .env("JOBQ_QUEUES", queue)
-            .env("JOBQ_BATCH", "5")
-            .env("JOBQ_HEARTBEAT_S", "0.5")
+            .env("JOBQ_CONCURRENCY", "5")
             .env("JOBQ_LOG_JSON", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("start the {lang:?} worker (did scripts/setup.sh run?): {e}"));
@@ -106,21 +127,28 @@ impl Worker {
                 }
             }
         });
-        let w = Worker { lang, child, events, reader: Some(reader) };
-        wait_until(&format!("the {lang:?} worker to register"), PATIENCE, || w.saw("registered", None));
+        let w = Worker { lang, name, child, events, reader: Some(reader), admin };
+        let mut c = w.db();
+        wait_until(&format!("the {lang:?} worker to register"), PATIENCE, || w.registration(&mut c).is_some());
         w
     }
 
-    fn saw(&self, event: &str, id: Option<i64>) -> bool {
-        self.events.lock().unwrap().iter().any(|e| e["event"] == event && id.is_none_or(|id| e["id"] == id))
+    fn db(&self) -> Client {
+        Client::connect(&self.admin, postgres::NoTls).unwrap()
     }
 
+    /// The worker's registration in jobq.workers, if it has one.
+    fn registration(&self, c: &mut Client) -> Option<uuid::Uuid> {
+        c.query_opt("SELECT id FROM jobq.workers WHERE name = $1", &[&self.name]).unwrap().map(|r| r.get(0))
+    }
+
+    /// The ids of the jobs the worker's handler printed `event` ("started", "finished") for.
     fn ids(&self, event: &str) -> Vec<i64> {
         self.events.lock().unwrap().iter().filter(|e| e["event"] == event).filter_map(|e| e["id"].as_i64()).collect()
     }
 
-    fn name(&self) -> String {
-        self.events.lock().unwrap()[0]["worker"].as_str().unwrap().to_string()
+    fn saw(&self, event: &str, id: i64) -> bool {
+        self.ids(event).contains(&id)
     }
 
     /// SIGTERM: it must finish its jobs, unregister and exit 0.
@@ -130,7 +158,8 @@ impl Worker {
         assert!(status.success(), "{:?} worker exit after SIGTERM: {status}", self.lang);
         // The process is gone, but its last lines may still be in the pipe: read to EOF first.
         self.reader.take().unwrap().join().unwrap();
-        assert!(self.saw("unregistered", None), "{:?} worker unregistered: {:?}", self.lang, self.events.lock().unwrap());
+        let mut c = self.db();
+        assert_eq!(self.registration(&mut c), None, "{:?} worker unregistered", self.lang);
         self
     }
 }
@@ -148,6 +177,19 @@ fn enqueue(lang: Lang, queue: &str, count: usize, payload: &str) -> Vec<i64> {
     String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect()
 }
 
+/// A job's state, attempt, whether an attempt of it was interrupted, and its result's worker
+/// and lang.
+fn job(c: &mut Client, id: i64) -> (String, i32, bool, Option<String>, Option<String>) {
+    let r = c
+        .query_one("SELECT state, attempt, interrupted_at IS NOT NULL, result->>'worker', result->>'lang' FROM jobq.jobs WHERE id = $1", &[&id])
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
+}
+
+fn completed(c: &mut Client, id: i64) -> bool {
+    job(c, id).0 == "completed"
+}
+
 /// Jobs of `queue` by state, and which worker completed each.
 fn outcome(c: &mut Client, queue: &str) -> (HashMap<String, i64>, HashMap<i64, String>) {
     let mut states = HashMap::new();
@@ -163,7 +205,26 @@ fn outcome(c: &mut Client, queue: &str) -> (HashMap<String, i64>, HashMap<i64, S
     (states, by)
 }
 
-/// Enqueue from one language, work with two others at once; every job completed exactly once.
+/// Every id of `expected` once, and nothing else, in `logged` (any order); what differs.
+fn each_once(logged: Vec<i64>, expected: &[i64]) -> Result<(), String> {
+    let mut counts: HashMap<i64, usize> = expected.iter().map(|id| (*id, 0)).collect();
+    let mut unknown = Vec::new();
+    for id in logged {
+        match counts.get_mut(&id) {
+            Some(n) => *n += 1,
+            None => unknown.push(id),
+        }
+    }
+    let mut wrong: Vec<(i64, usize)> = counts.into_iter().filter(|(_, n)| *n != 1).collect();
+    wrong.sort();
+    match (wrong.is_empty(), unknown.is_empty()) {
+        (true, true) => Ok(()),
+        _ => Err(format!("(id, times) not once: {wrong:?}; not expected: {unknown:?}")),
+    }
+}
+
+/// Enqueue from one language, work with two others at once; every job run and completed
+/// exactly once.
 fn exactly_once_across(queue: &str, producer: Lang, workers: [Lang; 2]) {
     const N: usize = 200;
     let mut c = cluster().connect(DB);
@@ -176,17 +237,15 @@ fn exactly_once_across(queue: &str, producer: Lang, workers: [Lang; 2]) {
 
     let (states, by) = outcome(&mut c, queue);
     assert_eq!(states, HashMap::from([("completed".to_string(), N as i64)]));
-    // Each job completed once: in the database, and in the workers' own logs.
-    let mut logged: Vec<i64> = a.ids("completed").into_iter().chain(b.ids("completed")).collect();
-    logged.sort();
-    let mut expected = ids.clone();
-    expected.sort();
-    assert_eq!(logged, expected, "every job reported completed by exactly one worker, once");
+    // Each job ran once: in the database, and in the workers' own logs.
+    for event in ["started", "finished"] {
+        let logged: Vec<i64> = a.ids(event).into_iter().chain(b.ids(event)).collect();
+        each_once(logged, &ids).unwrap_or_else(|e| panic!("every job {event} by exactly one worker, once: {e}"));
+    }
     for w in [&a, &b] {
-        let name = w.name();
-        let mine: Vec<i64> = w.ids("completed");
+        let mine: Vec<i64> = w.ids("finished");
         assert!(!mine.is_empty(), "the {:?} worker did some of the work", w.lang);
-        assert!(mine.iter().all(|id| by[id] == name), "the result names the worker that completed the job");
+        assert!(mine.iter().all(|id| by[id] == w.name), "the result names the worker that completed the job");
     }
 }
 
@@ -200,29 +259,29 @@ fn node_enqueues_python_and_rust_work() {
     exactly_once_across("node-to-py-rust", Lang::Node, [Lang::Python, Lang::Rust]);
 }
 
-/// SIGKILL a worker mid-job: the background worker reaps it (its session is gone) and another
-/// worker, in another language, completes the job.
-/// Each reference worker, idle, waits inside the server (jobq_checkout with wait, its default)
-/// instead of LISTEN or polling, takes a job the moment it is committed, and a SIGTERM cancels
-/// the wait rather than sitting it out.
+/// Each example worker, idle, waits inside the server (jobq_checkout with wait, the libraries'
+/// default) instead of LISTEN or polling, takes a job the moment it is committed, and a
+/// SIGTERM cancels the wait rather than sitting it out.
 #[test]
-fn every_reference_worker_waits_inside_the_server_when_idle() {
+fn every_example_worker_waits_inside_the_server_when_idle() {
     for (lang, queue) in [(Lang::Python, "wait-py"), (Lang::Node, "wait-node"), (Lang::Rust, "wait-rust")] {
         let mut c = cluster().connect(DB);
         let w = Worker::start(lang, queue);
-        let name = w.name();
+        let name = w.name.clone();
+        // The libraries name their connections after the worker (<name> or <name>-<role>).
         let waiting = |c: &mut Client| -> bool {
             c.query_one(
                 "SELECT count(*) = 1 FROM pg_stat_activity
-                  WHERE application_name = $1 AND wait_event = 'Extension' AND query LIKE '%jobq_checkout%wait%'",
+                  WHERE (application_name = $1 OR application_name LIKE $1 || '-%') AND wait_event = 'Extension' AND query LIKE '%jobq_checkout%wait%'",
                 &[&name],
             )
             .unwrap()
             .get(0)
         };
-        wait_until("the idle worker to wait inside the server", PATIENCE, || waiting(&mut c));
+        wait_until(&format!("the idle {lang:?} worker to wait inside the server"), PATIENCE, || waiting(&mut c));
         let job: i64 = c.query_one("SELECT jobq_enqueue($1)", &[&queue]).unwrap().get(0);
-        wait_until("the worker to complete the job", PATIENCE, || w.saw("completed", Some(job)));
+        wait_until("the worker to complete the job", PATIENCE, || completed(&mut c, job));
+        assert_eq!(job_of(&mut c, job), Some(name.clone()), "{lang:?}: the waiting worker took it");
         wait_until("the worker to wait again", PATIENCE, || waiting(&mut c));
         let stopping = std::time::Instant::now();
         w.stop();
@@ -230,49 +289,51 @@ fn every_reference_worker_waits_inside_the_server_when_idle() {
     }
 }
 
+/// The worker named in a completed job's result.
+fn job_of(c: &mut Client, id: i64) -> Option<String> {
+    job(c, id).3
+}
+
+/// SIGKILL a worker mid-job: the background worker reaps it (its session is gone) and another
+/// worker, in another language, completes the job.
 #[test]
 fn a_job_of_a_killed_worker_is_completed_by_another() {
-    for (victim, rescuer, queue) in [(Lang::Python, Lang::Rust, "kill-py"), (Lang::Node, Lang::Python, "kill-node")] {
+    for (victim, rescuer, queue) in [(Lang::Python, Lang::Rust, "kill-py"), (Lang::Node, Lang::Python, "kill-node"), (Lang::Rust, Lang::Node, "kill-rust")] {
         let mut c = cluster().connect(DB);
         let mut v = Worker::start(victim, queue);
         // Long enough that the victim is surely mid-job when it dies (it is killed at once).
-        let job = enqueue(Lang::Python, queue, 1, r#"{"sleep_ms": 2000}"#)[0];
-        wait_until("the victim to claim the job", PATIENCE, || v.saw("claimed", Some(job)));
+        let job_id = enqueue(Lang::Python, queue, 1, r#"{"sleep_ms": 2000}"#)[0];
+        wait_until("the victim to start the job", PATIENCE, || v.saw("started", job_id));
         let r = Worker::start(rescuer, queue);
         assert_eq!(unsafe { libc::kill(v.child.id() as i32, libc::SIGKILL) }, 0);
         v.child.wait().unwrap();
 
-        wait_until("another worker to complete the job", PATIENCE, || r.saw("completed", Some(job)));
-        let row = c
-            .query_one("SELECT state, attempt, interrupted_at IS NOT NULL, result->>'lang' FROM jobq.jobs WHERE id = $1", &[&job])
-            .unwrap();
-        let lang = format!("{rescuer:?}").to_lowercase();
+        wait_until("another worker to complete the job", PATIENCE, || completed(&mut c, job_id));
         assert_eq!(
-            (row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2), row.get::<_, String>(3)),
-            ("completed".to_string(), 2, true, lang),
+            job(&mut c, job_id),
+            ("completed".to_string(), 2, true, Some(r.name.clone()), Some(rescuer.name().to_string())),
             "{victim:?} killed, {rescuer:?} completed the second attempt"
         );
-        assert!(!v.saw("completed", Some(job)));
+        assert!(r.saw("finished", job_id) && !v.saw("finished", job_id));
         r.stop();
     }
 }
 
-/// Each reference worker sends the jobs it holds with every heartbeat (`holding`): a job
+/// Each example worker sends the jobs it holds with every heartbeat (`holding`): a job
 /// claimed under its id behind its back (as a checkout whose reply never reached it would
 /// be) goes back to the queue at its next heartbeat, while the job it is really running,
-/// several heartbeats long, stays its own.
+/// several heartbeats long, stays its own. One job at a time: the libraries send no list
+/// while a checkout of theirs is under way (its jobs may be claimed and not in hand yet),
+/// and a worker with a free slot waits in a checkout.
 #[test]
-fn every_reference_worker_heartbeats_with_what_it_holds() {
+fn every_example_worker_heartbeats_with_what_it_holds() {
     for (lang, queue) in [(Lang::Python, "hold-py"), (Lang::Node, "hold-node"), (Lang::Rust, "hold-rust")] {
         let mut c = cluster().connect(DB);
-        let w = Worker::start(lang, queue);
-        let wid: uuid::Uuid = {
-            let events = w.events.lock().unwrap();
-            let registered = events.iter().find(|e| e["event"] == "registered").unwrap();
-            registered["worker_id"].as_str().unwrap().parse().unwrap()
-        };
-        let long = enqueue(Lang::Python, queue, 1, r#"{"sleep_ms": 2500}"#)[0];
-        wait_until("the worker to claim the long job", PATIENCE, || w.saw("claimed", Some(long)));
+        let w = Worker::start_env(lang, queue, dsn(), cluster().url(DB), &[("JOBQ_CONCURRENCY", "1")]);
+        let wid = w.registration(&mut c).unwrap();
+        // Three and a half heartbeats long.
+        let long = enqueue(Lang::Python, queue, 1, r#"{"sleep_ms": 3500}"#)[0];
+        wait_until("the worker to start the long job", PATIENCE, || w.saw("started", long));
         // The superuser may act for any worker: it checks out a job of another queue under
         // this worker's id, a claim whose reply the worker never sees.
         let elsewhere = format!("{queue}-elsewhere");
@@ -284,23 +345,25 @@ fn every_reference_worker_heartbeats_with_what_it_holds() {
                 .unwrap()
                 .get::<_, bool>(0)
         });
-        wait_until("the long job to complete", PATIENCE, || w.saw("completed", Some(long)));
-        let row = c.query_one("SELECT state, attempt, interrupted_at IS NULL FROM jobq.jobs WHERE id = $1", &[&long]).unwrap();
+        assert!(!completed(&mut c, long), "{lang:?}: put back while the long job still ran");
+        wait_until("the long job to complete", PATIENCE, || completed(&mut c, long));
         assert_eq!(
-            (row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)),
-            ("completed".to_string(), 1, true),
+            job(&mut c, long),
+            ("completed".to_string(), 1, false, Some(w.name.clone()), Some(lang.name().to_string())),
             "{lang:?}: the job in hand was never put back"
         );
         w.stop();
     }
 }
 
+/// The libraries' one-commit protocol: a job's success is reported by the call that checks
+/// out the worker's next job (jobq_complete_and_checkout). Seven jobs waiting, one at a time:
+/// the first comes from a checkout, each of the seven completions rides on the checkout after
+/// it. Counted with track_functions ('all': jobq_complete is a C function, src/complete.rs) in
+/// a database of this test's own (function statistics are per database), so other tests'
+/// calls do not mix in.
 #[test]
-fn every_reference_worker_completes_with_one_commit_per_batch() {
-    // The worker protocol: a batch's successes are completed by the call that checks out the
-    // next batch (jobq_complete_and_checkout); no checkout is made on its own. Counted with
-    // track_functions ('all': jobq_complete is a C function, src/complete.rs) in a database of this test's own (function statistics are per
-    // database), so other tests' calls do not mix in.
+fn every_example_worker_completes_through_the_fused_call() {
     let db = "xfused";
     cluster().connect("postgres").batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
     let mut c = cluster().connect(db);
@@ -315,9 +378,9 @@ fn every_reference_worker_completes_with_one_commit_per_batch() {
             .query_one(
                 "SELECT coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_complete_and_checkout'), 0)::bigint,
                         coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_fail_and_checkout'), 0)::bigint,
-                        coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_checkout'), 0)::bigint,
+                        coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_complete'), 0)::bigint,
                         coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_complete_many'), 0)::bigint,
-                        coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_complete'), 0)::bigint
+                        coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_fail'), 0)::bigint
                    FROM pg_stat_user_functions",
                 &[],
             )
@@ -326,27 +389,26 @@ fn every_reference_worker_completes_with_one_commit_per_batch() {
     };
     for (lang, queue) in [(Lang::Python, "fused-py"), (Lang::Node, "fused-node"), (Lang::Rust, "fused-rust")] {
         let before = calls(&mut c);
-        // JOBQ_WAIT_S=0: this counts the fused protocol's calls; an idle worker's waiting
-        // checkout (the default) is a call of jobq_checkout of its own.
-        let w = Worker::start_env(lang, queue, format!("postgresql://{APP}@127.0.0.1:{}/{db}", cluster().port), &[("JOBQ_WAIT_S", "0")]);
         let ids: Vec<i64> = c.query("SELECT jobq_enqueue($1) FROM generate_series(1, 7)", &[&queue]).unwrap().iter().map(|r| r.get(0)).collect();
-        wait_until("the worker to complete the jobs", PATIENCE, || ids.iter().all(|id| w.saw("completed", Some(*id))));
-        let name = w.name();
+        let url = format!("postgresql://{APP}@127.0.0.1:{}/{db}", cluster().port);
+        let w = Worker::start_env(lang, queue, url, cluster().url(db), &[("JOBQ_CONCURRENCY", "1")]);
+        wait_until("the worker to complete the jobs", PATIENCE, || ids.iter().all(|id| completed(&mut c, *id)));
+        let name = w.name.clone();
+        each_once(w.ids("finished"), &ids).unwrap_or_else(|e| panic!("{lang:?}: {e}"));
         w.stop();
-        // Its session ended: its function counts are flushed.
-        wait_until("the worker's session to end", PATIENCE, || {
-            c.query_one("SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name LIKE $1 || '%'", &[&name]).unwrap().get::<_, bool>(0)
+        // Its sessions ended: their function counts are flushed.
+        wait_until("the worker's sessions to end", PATIENCE, || {
+            c.query_one("SELECT count(*) = 0 FROM pg_stat_activity WHERE (application_name = $1 OR application_name LIKE $1 || '-%')", &[&name]).unwrap().get::<_, bool>(0)
         });
-        let n: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = $1 AND state = 'completed'", &[&queue]).unwrap().get(0);
-        assert_eq!(n, 7, "{lang:?}");
         // A backend flushes its function counts as it exits: await the seven completions.
-        wait_until("the worker's function counts", PATIENCE, || calls(&mut c)[4] - before[4] >= 7);
+        wait_until("the worker's function counts", PATIENCE, || calls(&mut c)[2] - before[2] >= 7);
         let after = calls(&mut c);
-        let [fused, fail_fused, checkout, many, complete] = [0, 1, 2, 3, 4].map(|i| after[i] - before[i]);
-        assert!(fused >= 2, "{lang:?}: {fused} fused calls");
-        assert_eq!(checkout, fused + fail_fused, "{lang:?}: every checkout came through a fused call");
+        let [fused, fail_fused, complete, many, fail] = [0, 1, 2, 3, 4].map(|i| after[i] - before[i]);
         assert_eq!(complete, 7, "{lang:?}: each job completed once");
-        assert!(many >= fused, "{lang:?}: completions go through the batch call");
+        // One job at a time, so a fused call completes one job at most: seven of them at
+        // least, and no jobq_complete_many but theirs (jobq_complete_and_checkout completes
+        // through it).
+        assert!(fused >= 7 && many == fused && (fail_fused, fail) == (0, 0), "{lang:?}: every completion rode on a checkout: {fused} fused, {many} batch, {fail_fused}/{fail} failures");
     }
 }
 
@@ -405,14 +467,14 @@ impl Drop for Bouncer {
     }
 }
 
-/// SPEC, Poolers: the reference workers behind PgBouncer in transaction mode (waiting inside the
+/// SPEC, Poolers: the example workers behind PgBouncer in transaction mode (waiting inside the
 /// server instead of LISTEN, no bind_to_session, heartbeats with `holding`), more client connections than
 /// server sessions so that consecutive calls of one worker run in different sessions: every
 /// job completed exactly once, a worker killed mid-job has its job completed by another
 /// once its heartbeats stop (the background worker reaps it after jobq.heartbeat_timeout), and
 /// a checkout with `wait` waits inside the server through the pooler.
 #[test]
-fn the_reference_workers_work_through_pgbouncer_in_transaction_mode() {
+fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
     const N: usize = 300;
     let cluster = Cluster::start("pooled", &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '3s'"]);
     let db = "pooled";
@@ -421,13 +483,13 @@ fn the_reference_workers_work_through_pgbouncer_in_transaction_mode() {
     let mut c = cluster.connect(db);
     c.batch_execute(&format!("CREATE EXTENSION jobq; CREATE ROLE {app} LOGIN; GRANT jobq_worker TO {app};")).unwrap();
     // Four server sessions: a waiting checkout holds one while it waits (three workers), the
-    // heartbeats share the fourth.
+    // heartbeats and the reports of results share the fourth.
     let bouncer = Bouncer::start(&cluster, db, app, 4);
     let dsn = format!("postgresql://{app}@127.0.0.1:{}/{db}", bouncer.port);
     let pooled = [("JOBQ_POOLED", "1")];
     let workers: Vec<Worker> = [Lang::Python, Lang::Node, Lang::Rust]
         .into_iter()
-        .map(|lang| Worker::start_env(lang, "pq", dsn.clone(), &pooled))
+        .map(|lang| Worker::start_env(lang, "pq", dsn.clone(), cluster.url(db), &pooled))
         .collect();
     let registered: Vec<(Option<i32>, bool)> = c
         .query("SELECT backend_pid, owner::text = $1 FROM jobq.workers", &[&app])
@@ -445,29 +507,30 @@ fn the_reference_workers_work_through_pgbouncer_in_transaction_mode() {
     wait_until("every job to complete", PATIENCE, || {
         c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 'pq' AND state = 'completed'", &[]).unwrap().get::<_, i64>(0) == N as i64
     });
-    // Six client connections (a main one and a heartbeat one per worker) shared four server
-    // sessions: the workers' calls moved between sessions.
+    // Nine client connections (a job, a report and a heartbeat one per worker) shared four
+    // server sessions: the workers' calls moved between sessions.
     let sessions: i64 = c.query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", &[&app]).unwrap().get(0);
     assert!((1..=4).contains(&sessions), "{sessions} server sessions for the pooled workers");
     let workers: Vec<Worker> = workers.into_iter().map(Worker::stop).collect();
-    let mut logged: Vec<i64> = workers.iter().flat_map(|w| w.ids("completed")).collect();
-    logged.sort();
-    assert_eq!(logged, ids, "every job reported completed by exactly one worker, once");
+    for event in ["started", "finished"] {
+        let logged: Vec<i64> = workers.iter().flat_map(|w| w.ids(event)).collect();
+        each_once(logged, &ids).unwrap_or_else(|e| panic!("every job {event} by exactly one worker, once: {e}"));
+    }
     for w in &workers {
-        assert!(!w.ids("completed").is_empty(), "the {:?} worker did some of the work", w.lang);
+        assert!(!w.ids("finished").is_empty(), "the {:?} worker did some of the work", w.lang);
     }
 
     // Crash recovery without a bound session: the heartbeats stop, the background worker
     // reaps the worker after jobq.heartbeat_timeout, another worker completes the job.
-    let mut victim = Worker::start_env(Lang::Python, "pkill", dsn.clone(), &pooled);
+    let mut victim = Worker::start_env(Lang::Python, "pkill", dsn.clone(), cluster.url(db), &pooled);
     let job: i64 = c.query_one("SELECT jobq_enqueue('pkill', '{\"sleep_ms\": 60000}')", &[]).unwrap().get(0);
-    wait_until("the victim to claim the job", PATIENCE, || victim.saw("claimed", Some(job)));
-    let rescuer = Worker::start_env(Lang::Node, "pkill", dsn.clone(), &pooled);
+    wait_until("the victim to start the job", PATIENCE, || victim.saw("started", job));
+    let rescuer = Worker::start_env(Lang::Node, "pkill", dsn.clone(), cluster.url(db), &pooled);
     assert_eq!(unsafe { libc::kill(victim.child.id() as i32, libc::SIGKILL) }, 0);
     victim.child.wait().unwrap();
     // The rescuer gets the job once it is requeued; it sleeps 60 s, so cut it short: wait for
     // the claim of the second attempt, which only the reaping makes possible.
-    wait_until("the rescuer to claim the requeued job", PATIENCE, || rescuer.saw("claimed", Some(job)));
+    wait_until("the rescuer to start the requeued job", PATIENCE, || rescuer.saw("started", job));
     let row = c.query_one("SELECT state, attempt, interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&job]).unwrap();
     assert_eq!(
         (row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)),
