@@ -8,7 +8,8 @@ a worker killed mid-job and its job rescued by the background worker inside Post
 Everything runs as JOBQ_DSN's role, which holds jobq_worker only (as an application's role
 would), except the reset at the start: jobq is dropped and created again in that database
 through JOBQ_ADMIN_DSN, the extension's owner. Then it starts three Python and three Node
-reference workers (examples/python/worker.py, examples/node/worker.js), enqueues a steady
+example workers (examples/python/worker.py, examples/node/worker.js: a few lines each over the
+jobq client libraries of clients/), enqueues a steady
 stream of jobs for SECONDS (default 20) from this process, kills one worker with SIGKILL while
 it runs a long job, prints one live progress line, and ends with a summary checked against the
 database and the workers' own logs.
@@ -44,12 +45,16 @@ def say(msg=""):
 
 
 class Worker:
-    def __init__(self, lang):
+    """An example worker process, two jobs at a time, and the lines its handler prints:
+    "started" when it begins a job, "finished" when it returns the job's result."""
+
+    def __init__(self, lang, n):
         cmd = ["python3", str(ROOT / "python/worker.py")] if lang == "python" else ["node", str(ROOT / "node/worker.js")]
-        # Heartbeat cadence: the worker's default, a third of the server's jobq.heartbeat_timeout.
-        env = dict(os.environ, JOBQ_DSN=DSN, JOBQ_LOG_JSON="1", JOBQ_BATCH="2")
-        env.pop("JOBQ_HEARTBEAT_S", None)
-        self.lang, self.proc, self.events, self.name = lang, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True), [], None
+        self.name = f"{'py' if lang == 'python' else 'node'}-demo-{n}"
+        # Heartbeat cadence: the library's, a third of the server's jobq.heartbeat_timeout.
+        env = dict(os.environ, JOBQ_DSN=DSN, JOBQ_LOG_JSON="1", JOBQ_CONCURRENCY="2", JOBQ_NAME=self.name)
+        env.pop("JOBQ_QUEUES", None)
+        self.lang, self.proc, self.events = lang, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True), []
         STARTED.append(self.proc)
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -59,14 +64,13 @@ class Worker:
                 e = json.loads(line)
             except ValueError:
                 continue
-            self.name = self.name or e.get("worker")
             self.events.append(e)
 
     def ids(self, event):
         return [e["id"] for e in list(self.events) if e.get("event") == event]
 
     def holds(self, job_id):
-        return job_id in self.ids("claimed") and job_id not in self.ids("completed")
+        return job_id in self.ids("started") and job_id not in self.ids("finished")
 
 
 def wait_for(what, cond, timeout=30):
@@ -125,12 +129,14 @@ def main():
     with psycopg.connect(DSN, autocommit=True) as db:
         hb, reap = db.execute("SELECT current_setting('jobq.heartbeat_timeout'), current_setting('jobq.reap_interval')").fetchone()
     say("jobq demo: every coordination step below is a SQL function call; the workers are plain")
-    say("programs using their language's usual PostgreSQL driver, and the reaping of dead workers")
+    say("programs using their language's jobq client library, and the reaping of dead workers")
     say(f"is done by a background worker inside PostgreSQL ({'running' if bgw else 'NOT running: preload jobq'};"
         f" heartbeat_timeout {hb}, reap_interval {reap}).")
     say()
-    workers = [Worker(lang) for lang in ("python", "node") * 3]
-    wait_for("the workers to register", lambda: all(w.name for w in workers))
+    workers = [Worker(lang, n) for n, lang in enumerate(("python", "node") * 3, 1)]
+    with psycopg.connect(DSN, autocommit=True) as db:
+        wait_for("the workers to register", lambda: db.execute("SELECT count(*) FROM jobq.workers WHERE name = ANY(%s)",
+                                                               ([w.name for w in workers],)).fetchone()[0] == len(workers))
     say(f"▶ started {len(workers)} workers: " + ", ".join(w.name for w in workers))
     say(f"▶ enqueueing for {SECONDS:.0f} s: ~20 mails/s (10-100 ms each); a report every second (1.2 s each, at most")
     say(f"  {REPORT_LIMIT} at once: concurrency key 'reporting-db'); an inventory sync asked 4 times a second (unique key")
@@ -210,9 +216,14 @@ def main():
     say("  jobs by state:   " + ", ".join(f"{s} {n}" for s, n in jobs))
     by_lang = db.execute("SELECT result->>'lang', count(*) FROM jobq.jobs WHERE state = 'completed' GROUP BY 1 ORDER BY 1").fetchall()
     say("  completed by:    " + ", ".join(f"{lang} workers {n}" for lang, n in by_lang))
-    logged = Counter(i for w in workers for i in w.ids("completed"))
-    twice = [i for i, n in logged.items() if n > 1]
-    say(f"  exactly once:    {len(logged)} completions in the workers' logs, {len(twice)} job(s) completed twice")
+    # A job whose handler returned twice ran to the end twice. (The killed worker's are left
+    # out: what it finished and had not reported yet runs again.)
+    finished = {w.name: set(w.ids("finished")) for w in workers}
+    twice = [i for i, n in Counter(i for w in workers if w is not victim for i in w.ids("finished")).items() if n > 1]
+    completed = db.execute("SELECT id, result->>'worker' FROM jobq.jobs WHERE state = 'completed'").fetchall()
+    unlogged = [i for i, by in completed if i not in finished.get(by, ())]
+    say(f"  exactly once:    {len(completed)} jobs completed, each by the worker its handler finished it in"
+        f" ({len(unlogged)} not), {len(twice)} job(s) run to the end twice")
     say(f"  concurrency:     at most {max_reports} 'reporting-db' reports executing at once (limit {REPORT_LIMIT},"
         " sampled every 0.1 s)")
     say(f"  uniqueness:      'sync:inventory' asked {counts['sync asked']} times, queued {counts['sync queued']},"
@@ -234,8 +245,11 @@ def main():
     say(f"  dead:            {dead_rows[0]} always-failing mail(s) after 2 attempts, e.g. \"{dead_rows[1]}\"")
     say(f"  crash rescue:    job {video}: {victim.name} killed mid-job, requeued by the background worker,"
         " completed by another worker")
-    say(f"  shutdown:        the other workers got SIGTERM, finished their jobs, unregistered (exit codes {codes})")
-    ok = (not twice and all(c == 0 for c in codes) and max_reports <= REPORT_LIMIT and rescued
+    (registered,) = db.execute("SELECT count(*) FROM jobq.workers WHERE name = ANY(%s)",
+                               ([w.name for w in workers if w is not victim],)).fetchone()
+    say(f"  shutdown:        the other workers got SIGTERM, finished their jobs, unregistered (exit codes {codes},"
+        f" {registered} still registered)")
+    ok = (not twice and not unlogged and registered == 0 and all(c == 0 for c in codes) and max_reports <= REPORT_LIMIT and rescued
           and api_max <= API_LIMIT and api_done == counts["api"] and one_per_tick)
     say("  result:          " + ("OK" if ok else "PROBLEM: see above"))
     return 0 if ok else 1
