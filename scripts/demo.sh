@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The main job: set up everything (PostgreSQL 15, cargo-pgrx, the reference workers' Python and
-# Node dependencies), install jobq, start a local PostgreSQL 15 with jobq preloaded (its
+# The main job: set up what it runs (PostgreSQL 15, cargo-pgrx, the client libraries and the
+# example workers' dependencies), install jobq, start a local PostgreSQL 15 with jobq preloaded (its
 # background worker reaping in database jobq_demo), and run the demo (examples/demo.py): Python
 # and Node workers, a stream of jobs, a worker killed mid-job and rescued; the dashboard
 # (jobq-dash) watches it. The server and the dashboard are left running (scripts/cluster.sh stop
 # stops both).   scripts/demo.sh [SECONDS]   (how long jobs are enqueued; default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Only what the demo runs: PostgreSQL 15 (not 17 and 18, which only the test suite needs), no browser.
-JOBQ_PG_VERSIONS=15 JOBQ_BROWSER=0 ./scripts/setup.sh
+# Only what the demo runs: PostgreSQL 15 (not 17 and 18, which only the test suite needs), no
+# browser, no test runners.
+JOBQ_PG_VERSIONS=15 JOBQ_TEST_TOOLS=0 ./scripts/setup.sh
 cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 # Restart so a server that was already running loads the library just installed.
 ./scripts/cluster.sh stop

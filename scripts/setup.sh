@@ -3,10 +3,10 @@
 # Debian packages, cargo-pgrx 0.18.0, PostgreSQL 17 and 18 built from Debian's source packages
 # (scripts/build-postgres.sh, once per machine) with PL/Proxy (scripts/build-plproxy.sh), and
 # `cargo pgrx init` against 15 (Debian's),
-# 17 and 18. Then the reference workers' dependencies. Every step checks first and skips what is
-# already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the versions it prepares;
-# JOBQ_BROWSER=0 skips what only the dashboard's browser suite needs.
-# Also Debian's chromium and the npm dependencies of the dashboard's browser suite (dash/browser).
+# 17 and 18. Then the client libraries and the example workers' dependencies. Every step checks
+# first and skips what is already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the
+# versions it prepares; JOBQ_TEST_TOOLS=0 skips what only the tests use: Debian's chromium and
+# the npm dependencies of the dashboard's browser suite (dash/browser), pytest, mypy and build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,10 +26,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 # Debian's postgresql package starts a cluster on 5432; jobq never uses it, leave it alone.
-# The dashboard's browser suite (dash/tests/browser.rs) drives Debian's Chromium; the main job
-# (scripts/demo.sh) runs no browser and sets JOBQ_BROWSER=0.
-BROWSER=${JOBQ_BROWSER:-1}
-if [ "$BROWSER" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+# What only the tests use (Chromium for the dashboard's browser suite, the client libraries'
+# test runners): the main job (scripts/demo.sh) runs none of it and sets JOBQ_TEST_TOOLS=0.
+TEST_TOOLS=${JOBQ_TEST_TOOLS:-1}
+if [ "$TEST_TOOLS" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   echo "setup: installing chromium chromium-driver"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
@@ -76,19 +76,15 @@ if [ ! -d examples/node/node_modules/pg ] || [ ! -e examples/node/node_modules/j
   echo "setup: npm ci in examples/node"
   (cd examples/node && npm ci --silent --no-audit --no-fund)
 fi
-flock /tmp/jobq-cargo.lock cargo build -q --release --manifest-path examples/rust/Cargo.toml
-# The client libraries' test runners, type checker and package builders (clients/: pytest,
-# mypy and build for Python; TypeScript and pg for Node, from clients/node's lock file).
-if ! python3 -c "import pytest, pytest_asyncio, mypy, build, wheel" 2>/dev/null; then
+cargo build -q --release --manifest-path examples/rust/Cargo.toml
+# The client libraries' test runners, type checker and package builders (pytest, mypy, build;
+# Node's TypeScript came with clients/node's npm ci above).
+if [ "$TEST_TOOLS" = 1 ] && ! python3 -c "import pytest, pytest_asyncio, mypy, build, wheel" 2>/dev/null; then
   echo "setup: pip install pytest pytest-asyncio mypy build wheel"
   python3 -m pip install -q --disable-pip-version-check pytest pytest-asyncio mypy build wheel
 fi
-if [ ! -d clients/node/node_modules/typescript ]; then
-  echo "setup: npm ci in clients/node"
-  (cd clients/node && npm ci --silent --no-audit --no-fund)
-fi
 # The browser suite's driver (playwright-core, pointed at /usr/bin/chromium; no browser download).
-if [ "$BROWSER" = 1 ] && [ ! -d dash/browser/node_modules/playwright-core ]; then
+if [ "$TEST_TOOLS" = 1 ] && [ ! -d dash/browser/node_modules/playwright-core ]; then
   echo "setup: npm ci in dash/browser"
   (cd dash/browser && npm ci --silent --no-audit --no-fund)
 fi
