@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# What each client library's worker costs: jobs/s of the library's Worker against a hand-written
+# loop on the same driver, one worker process, a no-op handler, 1, 4 and 16 jobs in flight.
+#
+#   bench/clients.sh [--quick]        (--quick: fewer jobs, one run per cell)
+#
+# The programs are in bench/clients/: python/worker.py (psycopg 3, clients/python), node/worker.js
+# (pg, clients/node, built here with `npm run build`), rust/ (tokio-postgres, clients/rust; its
+# own cargo project and Cargo.lock, not a workspace member). Each runs in one of two modes:
+#   raw      register, wait inside the server (jobq_checkout with wait), then
+#            jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C) in a loop: the C jobs
+#            a call returns run with a no-op and are completed by the next call (one round trip
+#            and one commit per C jobs), a heartbeat every heartbeat_timeout / 3;
+#   library  the library's Worker with concurrency C and one no-op handler for the queue.
+# Each run: a fresh jobq (DROP/CREATE EXTENSION) and a CHECKPOINT; the worker process starts
+# and, once it waits inside the server (bench/clients/watch.py), N no-op jobs are enqueued in
+# one jobq_enqueue_batch into a queue of their own; once no job of the queue is live, SIGTERM.
+# jobs/s = N / (the last job's finished_at - the first job's started_at): start-up,
+# registration and shutdown are left out. Every job must end completed at its first attempt.
+# Also per run: jobs per call (N over the distinct started_at of the jobs: the mean number of
+# jobs each checkout call that found work returned) and the worker process's CPU time per job
+# between the enqueue and the drain (/proc/PID/stat, all its threads). Runs alternate raw and
+# library; each figure is the median of 3 runs.
+#
+# Its own throwaway PostgreSQL 15 on a free loopback port (jobq preloaded, synchronous_commit =
+# on, fsync = on), stopped and removed at exit. Output: bench/results/clients.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+QUICK=0
+case "${1:-}" in
+  "") ;;
+  --quick) QUICK=1 ;;
+  *) echo "usage: bench/clients.sh [--quick]" >&2; exit 2 ;;
+esac
+LANGS="python node rust"
+INFLIGHT="1 4 16"
+if [ $QUICK = 1 ]; then RUNS=1; else RUNS=3; fi
+# Jobs per run, by jobs in flight: a few seconds of work each.
+jobs_for() {
+  if [ $QUICK = 1 ]; then
+    case $1 in 1) echo 1000 ;; 4) echo 2000 ;; *) echo 4000 ;; esac
+  else
+    case $1 in 1) echo 5000 ;; 4) echo 10000 ;; *) echo 20000 ;; esac
+  fi
+}
+OUT=bench/results/clients.md
+bindir=/usr/lib/postgresql/15/bin
+
+# jobq, release build, installed into PostgreSQL 15.
+if [ ! -f /usr/lib/postgresql/15/lib/jobq.so ]; then
+  flock /tmp/jobq-cargo.lock cargo pgrx install --release --pg-config "$bindir/pg_config" >/dev/null
+fi
+# A debug build of jobq would be measured as well: say which one ran.
+if readelf -S /usr/lib/postgresql/15/lib/jobq.so | grep -q '\.debug_info'; then JOBQ_BUILD=debug; else JOBQ_BUILD=release; fi
+[ $JOBQ_BUILD = release ] || echo "clients: warning: the installed jobq.so is a debug build" >&2
+# The programs.
+echo "clients: building (clients/node: npm run build; bench/clients/rust: cargo build --release)" >&2
+(cd clients/node && { [ -d node_modules ] || npm ci --silent; } && npm run build --silent >/dev/null)
+flock /tmp/jobq-cargo.lock cargo build --quiet --release --manifest-path bench/clients/rust/Cargo.toml
+RUST_BIN=$repo/bench/clients/rust/target/release/jobq-bench-clients
+export PYTHONPATH=$repo/clients/python/src NODE_PATH=$repo/clients/node/node_modules
+
+# The cluster.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+tmp=$(mktemp -d /tmp/jobq-bench-clients-XXXXXX); chmod 755 "$tmp"
+data=$tmp/data
+port=$(free_port)
+mkdir -m 700 "$data"; chown postgres:postgres "$data"
+worker_pid=
+cleanup() {
+  [ -n "$worker_pid" ] && kill -KILL "$worker_pid" 2>/dev/null || true
+  sudo -u postgres "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+sudo -u postgres "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 >/dev/null
+cat >> "$data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$data'
+shared_preload_libraries = 'jobq'
+jobq.database = 'bench'
+max_connections = 50
+shared_buffers = '1GB'
+synchronous_commit = on
+fsync = on
+CONF
+sudo -u postgres "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w start >/dev/null
+psql_() { psql -X -q -v ON_ERROR_STOP=1 -tA -h 127.0.0.1 -p "$port" -U postgres "$@"; }
+psql_ -d postgres -c "CREATE DATABASE bench"
+psql_ -d bench -c "SET client_min_messages = warning; CREATE EXTENSION jobq"
+psql_ -d postgres -c "CREATE ROLE jobq_bench LOGIN; GRANT jobq_worker TO jobq_bench"
+DSN="postgresql://jobq_bench@127.0.0.1:$port/bench"
+ADMIN_DSN="postgresql://postgres@127.0.0.1:$port/bench"
+
+worker_cmd() { # LANG: the worker program, in CMD
+  case $1 in
+    python) CMD=(python3 bench/clients/python/worker.py) ;;
+    node) CMD=(node bench/clients/node/worker.js) ;;
+    rust) CMD=("$RUST_BIN") ;;
+  esac
+}
+
+# cpu PID: the process's CPU time so far (user + system, all threads), in clock ticks.
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK=$(getconf CLK_TCK)
+
+# run LANG MODE C N RUN: one run; sets RUN_RATE (jobs/s), RUN_PER_CALL (jobs per checkout call
+# that found work) and RUN_CPU (the worker process's CPU time per job, in microseconds).
+run() {
+  local lang=$1 mode=$2 c=$3 n=$4 r=$5 q="${1}_${2}_c${3}_r${5}"
+  psql_ -d bench >/dev/null <<SQL
+SET client_min_messages = warning;
+DROP EXTENSION jobq CASCADE;
+CREATE EXTENSION jobq;
+CHECKPOINT;
+SQL
+  local log=$tmp/$q.log
+  worker_cmd "$lang"
+  "${CMD[@]}" "$mode" "$DSN" "$q" "$c" >"$log" 2>&1 &
+  worker_pid=$!
+  # Started, registered and waiting inside the server: what it has cost so far is start-up.
+  if ! python3 bench/clients/watch.py waiting "$ADMIN_DSN" jobq_bench 60; then
+    echo "clients: $q: the worker did not reach its waiting checkout within 60 s" >&2; cat "$log" >&2; exit 1
+  fi
+  local cpu0 cpu1
+  cpu0=$(cpu "$worker_pid")
+  psql_ -d bench -c "SELECT count(*) FROM jobq_enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[$n]))" >/dev/null
+  if ! python3 bench/clients/watch.py drained "$ADMIN_DSN" "$q" 120; then
+    echo "clients: $q was not drained within 120 s" >&2; cat "$log" >&2; exit 1
+  fi
+  cpu1=$(cpu "$worker_pid")
+  kill -TERM "$worker_pid"
+  local rc=0
+  wait "$worker_pid" || rc=$?
+  worker_pid=
+  # The library drains and exits 0; the raw loop has no handler for SIGTERM (143).
+  if [ $rc != 0 ] && { [ "$mode" != raw ] || [ $rc != 143 ]; }; then
+    echo "clients: $q exited $rc" >&2; cat "$log" >&2; exit 1
+  fi
+  local res total ok
+  res=$(psql_ -d bench -F ' ' -c "
+    SELECT count(*), count(*) FILTER (WHERE state = 'completed' AND attempt = 1),
+           round(count(*) / extract(epoch FROM max(finished_at) - min(started_at))),
+           round(count(*)::numeric / count(DISTINCT started_at), 1)
+      FROM jobq.jobs WHERE queue = '$q'")
+  read -r total ok RUN_RATE RUN_PER_CALL <<<"$res"
+  if [ "$total" != "$n" ] || [ "$ok" != "$n" ]; then
+    echo "clients: $q: $total jobs, $ok completed at their first attempt, of $n" >&2; exit 1
+  fi
+  RUN_CPU=$(( (cpu1 - cpu0) * 1000000 / TICK / n ))
+}
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "-" }'; }
+
+declare -A RATE PERCALL CPU
+start=$(date +%s)
+for lang in $LANGS; do
+  for c in $INFLIGHT; do
+    n=$(jobs_for "$c")
+    for r in $(seq "$RUNS"); do
+      for mode in raw library; do
+        run "$lang" "$mode" "$c" "$n" "$r"
+        RATE[$lang,$mode,$c]="${RATE[$lang,$mode,$c]:-} $RUN_RATE"
+        PERCALL[$lang,$mode,$c]="${PERCALL[$lang,$mode,$c]:-} $RUN_PER_CALL"
+        CPU[$lang,$mode,$c]="${CPU[$lang,$mode,$c]:-} $RUN_CPU"
+        echo "clients: $lang $mode, $c in flight, run $r: $RUN_RATE jobs/s, $RUN_PER_CALL jobs per call, $RUN_CPU µs of worker CPU per job" >&2
+      done
+    done
+  done
+done
+elapsed=$(( $(date +%s) - start ))
+
+label() { case $1 in python) echo Python ;; node) echo Node ;; rust) echo Rust ;; esac; }
+versions() {
+  case $1 in
+    python) echo "Python $(python3 -c 'import platform; print(platform.python_version())'), psycopg $(python3 -c 'import psycopg; print(psycopg.__version__, psycopg.pq.__impl__)'), clients/python \`jobq\` $(python3 -c 'import jobq; print(jobq.__version__)'), \`async def\` handler" ;;
+    node) echo "Node $(node --version), pg $(node -p 'require("pg/package.json").version'), clients/node \`jobq\` $(node -p 'require("./clients/node/package.json").version')" ;;
+    rust) echo "$(rustc --version | awk '{print "rustc " $2}'), tokio-postgres $(awk '/^name = "tokio-postgres"/{getline; gsub(/"/, "", $3); print $3}' bench/clients/rust/Cargo.lock), clients/rust \`jobq-client\` $(awk -F'"' '/^version/{print $2; exit}' clients/rust/Cargo.toml), release build" ;;
+  esac
+}
+{
+  echo "# Client libraries: the library's worker against a hand-written loop"
+  echo
+  echo "\`bench/clients.sh$([ $QUICK = 1 ] && echo ' --quick')\`, commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo), PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') (synchronous_commit = on, fsync = on), jobq $JOBQ_BUILD build, ${elapsed} s of runs."
+  echo
+  echo "One worker process, a no-op handler, C jobs in flight. **raw**: a hand-written loop on the"
+  echo "same driver, \`jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C)\` (one round"
+  echo "trip and one commit per C jobs); **library**: the library's \`Worker\` with concurrency C."
+  echo "jobs/s = N jobs / (last finished_at - first started_at), N = $(jobs_for 1), $(jobs_for 4), $(jobs_for 16) at 1, 4, 16 in"
+  echo "flight; ratio = library / raw; jobs per call: the mean number of jobs a checkout call that"
+  echo "found work returned; worker CPU: the worker process's CPU time per job (user + system, all"
+  echo "threads), from the enqueue to the drain. Medians of $RUNS run(s), raw and library alternating."
+  for lang in $LANGS; do
+    echo
+    echo "## $(label "$lang")"
+    echo
+    echo "$(versions "$lang")."
+    echo
+    echo "| in flight | raw jobs/s | library jobs/s | library / raw | jobs per call, raw / library | worker CPU µs per job, raw / library |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+    for c in $INFLIGHT; do
+      raw_m=$(echo "${RATE[$lang,raw,$c]}" | median)
+      lib_m=$(echo "${RATE[$lang,library,$c]}" | median)
+      echo "| $c | $raw_m | $lib_m | $(ratio "$lib_m" "$raw_m") | $(echo "${PERCALL[$lang,raw,$c]}" | median) / $(echo "${PERCALL[$lang,library,$c]}" | median) | $(echo "${CPU[$lang,raw,$c]}" | median) / $(echo "${CPU[$lang,library,$c]}" | median) |"
+    done
+  done
+  echo
+  echo "## Every run"
+  echo
+  echo "jobs/s of each run, in the order they ran."
+  echo
+  echo "| language | in flight | raw | library |"
+  echo "| --- | ---: | --- | --- |"
+  for lang in $LANGS; do
+    for c in $INFLIGHT; do
+      echo "| $(label "$lang") | $c |${RATE[$lang,raw,$c]} |${RATE[$lang,library,$c]} |"
+    done
+  done
+} > "$OUT"
+echo "clients: wrote $OUT (${elapsed} s)" >&2

@@ -1,0 +1,76 @@
+"""bench/clients.sh, Python: one worker process over one queue of no-op jobs, C jobs in flight.
+
+    python3 bench/clients/python/worker.py raw     DSN QUEUE C
+    python3 bench/clients/python/worker.py library DSN QUEUE C
+
+raw: the hand-written loop on psycopg 3 (autocommit): register, wait inside the server for up
+to C jobs (jobq_checkout with wait), run them with a no-op, then
+jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C) over and over: each call
+completes the jobs in hand and takes the next C (psycopg prepares the statement server-side
+after its fifth run). When a call returns nothing, back to the waiting checkout. A heartbeat
+every heartbeat_timeout / 3 between calls.
+
+library: the jobq package's Worker (clients/python, on PYTHONPATH) with concurrency=C and one
+no-op `async def` handler for the queue.
+
+Both run until SIGTERM (bench/clients.sh sends it once the queue is drained).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import psycopg
+
+FUSED = (
+    "SELECT id, queue, kind, payload, attempt"
+    " FROM jobq_complete_and_checkout(%s, %s::bigint[], NULL, %s::text[], %s)"
+)
+WAITING = (
+    "SELECT id, queue, kind, payload, attempt"
+    " FROM jobq_checkout(%s, %s::text[], %s, wait => interval '1 s')"
+)
+
+
+def raw(dsn: str, queue: str, c: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        worker, timeout = conn.execute(
+            "SELECT jobq_register_worker(%s, bind_to_session => true),"
+            " extract(epoch FROM current_setting('jobq.heartbeat_timeout')::interval)::float8",
+            (f"bench-python-raw-{os.getpid()}",),
+        ).fetchone()  # type: ignore[misc]
+        beat = timeout / 3
+        next_beat = time.monotonic() + beat
+        queues = [queue]
+        done: list[int] = []
+        while True:
+            rows = conn.execute(FUSED, (worker, done, queues, c)).fetchall() if done else []
+            if not rows:
+                rows = conn.execute(WAITING, (worker, queues, c)).fetchall()
+            done = []
+            for job_id, _queue, _kind, _payload, _attempt in rows:
+                done.append(job_id)  # the no-op handler
+            if time.monotonic() >= next_beat:
+                conn.execute("SELECT jobq_heartbeat(%s)", (worker,))
+                next_beat = time.monotonic() + beat
+
+
+def library(dsn: str, queue: str, c: int) -> None:
+    import jobq
+
+    worker = jobq.Worker(dsn, queues=[queue], concurrency=c, name=f"bench-python-library-{os.getpid()}")
+
+    @worker.handler(queue)
+    async def noop(job: jobq.Job) -> None:
+        return None
+
+    worker.run()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] not in ("raw", "library"):
+        sys.exit("usage: worker.py raw|library DSN QUEUE CONCURRENCY")
+    mode, dsn, queue, c = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    (raw if mode == "raw" else library)(dsn, queue, c)
