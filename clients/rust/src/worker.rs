@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -283,7 +283,11 @@ fn hostname() -> String {
 /// What it does, all through jobq's SQL calls (no guarantee is kept client-side):
 /// - registers (`bind_to_session` unless [pooled](WorkerBuilder::pooled)), and heartbeats on
 ///   a connection of its own every third of the server's `jobq.heartbeat_timeout` (read from
-///   the server), with `holding` = the jobs really in hand;
+///   the server), with `holding` = the jobs really in hand. While a checkout is under way
+///   that heartbeat sends no list (the checkout may have claimed jobs not in hand yet), so the
+///   job loop sends one itself when a checkout returns, on its side connection: at least once
+///   a heartbeat period, and after every failed checkout (its reply may be lost). A claim
+///   whose reply never arrived goes back to `ready` within a period or a `wait`;
 /// - reports a finished job in the call that checks out the next ones
 ///   (`jobq_complete_and_checkout`: one round trip and one commit), falling back to
 ///   `jobq_complete_many` on `JQ002`; reports failures with `jobq_fail` (with the handler's
@@ -506,8 +510,28 @@ struct Registration {
 struct Hand {
     jobs: HashMap<i64, Held>,
     /// Checkouts sent and not answered yet: the jobs they claim are not in `jobs` yet, so
-    /// meanwhile a heartbeat sends no `holding` (NULL: nothing is put back).
+    /// meanwhile a heartbeat sends no `holding` (NULL: nothing is put back). Only the job loop
+    /// checks out, one call at a time: this is 0 or 1.
     checkouts: u32,
+    /// When the last heartbeat with a `holding` list was sent (and answered).
+    holding_sent: Option<Instant>,
+}
+
+impl Hand {
+    /// Fires the tokens of the jobs among `ids` (a heartbeat's cancellation requests) and
+    /// returns those whose token had not fired yet.
+    fn cancel_requested(&self, ids: Vec<i64>) -> Vec<i64> {
+        let mut requested = Vec::new();
+        for id in ids {
+            if let Some(held) = self.jobs.get(&id) {
+                if !held.token.is_cancelled() {
+                    held.token.cancel();
+                    requested.push(id);
+                }
+            }
+        }
+        requested
+    }
 }
 
 struct Held {
@@ -629,12 +653,85 @@ impl Dispatcher {
             let capacity = self.s.concurrency.saturating_sub(self.running);
             if capacity == 0 {
                 self.next_event().await;
-            } else if !self.idle || !self.done.is_empty() {
-                self.checkout_fused(&c1, capacity).await?;
+                continue;
+            }
+            // The only place that checks out: no other checkout is in flight from here until
+            // the next one starts.
+            let checkout = if !self.idle || !self.done.is_empty() {
+                self.checkout_fused(&c1, capacity).await
             } else {
-                self.checkout_waiting(&c1, &mut c2, capacity).await?;
+                self.checkout_waiting(&c1, &mut c2, capacity).await
+            };
+            self.send_holding(&mut c2, checkout.is_err()).await;
+            checkout?;
+        }
+    }
+
+    /// Right after a checkout returned, and before the next one: sends the jobs really in
+    /// hand as `holding` on `c2`, when no heartbeat has sent a list for a period (the
+    /// heartbeat task sends none while a checkout is in flight, which is nearly always when
+    /// the worker idles in waiting checkouts) or when the checkout failed (its claims may
+    /// have committed with the reply lost). The server puts back what it lacks. Errors go the
+    /// heartbeat task's way: `JQ001` marks the registration reaped, a connection error drops
+    /// `c2`, anything else is a [`WorkerEvent::HeartbeatFailed`] and the next return tries
+    /// again.
+    async fn send_holding(&mut self, c2: &mut Option<Client>, checkout_failed: bool) {
+        let Some(worker) = self.s.current_worker() else {
+            return;
+        };
+        let period = self.s.reg().period;
+        let recent = |hand: &Hand| hand.holding_sent.is_some_and(|t| t.elapsed() < period);
+        if !checkout_failed && recent(&*self.s.hand.lock().await) {
+            return;
+        }
+        if c2.as_ref().is_none_or(Client::is_closed) {
+            match self.s.connect("-report").await {
+                Ok(c) => *c2 = Some(c),
+                Err(e) => {
+                    self.s.emit(WorkerEvent::HeartbeatFailed {
+                        error: e.to_string(),
+                    });
+                    return;
+                }
             }
         }
+        let Some(c) = c2.as_ref() else { return };
+        // Kept for the call, as the heartbeat task does, so that the list stays true.
+        let mut hand = self.s.hand.lock().await;
+        debug_assert_eq!(hand.checkouts, 0, "no checkout in flight");
+        let holding: Vec<i64> = hand.jobs.keys().copied().collect();
+        let sent = Instant::now();
+        let beat =
+            tokio::time::timeout(period * 2, calls::heartbeat(c, worker, Some(&holding))).await;
+        let failure = match beat {
+            Ok(Ok(ids)) => {
+                hand.holding_sent = Some(sent);
+                let requested = hand.cancel_requested(ids);
+                drop(hand);
+                if !requested.is_empty() {
+                    self.s
+                        .emit(WorkerEvent::CancelRequested { jobs: requested });
+                }
+                return;
+            }
+            Ok(Err(Error::WorkerLost(_))) => {
+                drop(hand);
+                self.mark_reaped(worker);
+                return;
+            }
+            Ok(Err(e)) => {
+                if e.is_connection_error() {
+                    *c2 = None;
+                }
+                e.to_string()
+            }
+            Err(_) => {
+                *c2 = None;
+                format!("no answer within {:?}", period * 2)
+            }
+        };
+        drop(hand);
+        self.s.emit(WorkerEvent::HeartbeatFailed { error: failure });
     }
 
     async fn register(&mut self, c1: &Client) -> Result<(), Error> {
@@ -655,6 +752,8 @@ impl Dispatcher {
             reg.reaped = None;
             reg.period = (timeout / 3).max(Duration::from_millis(10));
         }
+        // The new registration's first checkout is followed by its first `holding`.
+        self.s.hand.lock().await.holding_sent = None;
         self.idle = false;
         self.s.emit(WorkerEvent::Registered { worker: id });
         Ok(())
@@ -1026,7 +1125,8 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Heartbeats on a connection of its own, every third of `jobq.heartbeat_timeout`, with the
-/// jobs in hand as `holding`; fires the tokens of jobs whose cancellation was requested, and
+/// jobs in hand as `holding` (none while a checkout is in flight: then the job loop sends the
+/// list when the checkout returns, [`Dispatcher::send_holding`]); fires the tokens of jobs whose cancellation was requested, and
 /// tells the job loop about `JQ001`.
 async fn heartbeat_loop(s: Arc<Shared>, stop: CancellationToken) {
     let mut db: Option<Client> = None;
@@ -1051,24 +1151,20 @@ async fn heartbeat_loop(s: Arc<Shared>, stop: CancellationToken) {
             }
         }
         let Some(c) = db.as_ref() else { continue };
-        let hand = s.hand.lock().await;
+        let mut hand = s.hand.lock().await;
         let holding: Option<Vec<i64>> =
             (hand.checkouts == 0).then(|| hand.jobs.keys().copied().collect());
+        let sent = Instant::now();
         // A heartbeat keeps the hand locked: one that hangs (a dead link) must not stall the
         // job loop, so it is given up after two periods and its connection dropped.
         let beat =
             tokio::time::timeout(period * 2, calls::heartbeat(c, worker, holding.as_deref())).await;
         let failure = match beat {
             Ok(Ok(ids)) => {
-                let mut requested = Vec::new();
-                for id in ids {
-                    if let Some(held) = hand.jobs.get(&id) {
-                        if !held.token.is_cancelled() {
-                            held.token.cancel();
-                            requested.push(id);
-                        }
-                    }
+                if holding.is_some() {
+                    hand.holding_sent = Some(sent);
                 }
+                let requested = hand.cancel_requested(ids);
                 drop(hand);
                 if !requested.is_empty() {
                     s.emit(WorkerEvent::CancelRequested { jobs: requested });

@@ -665,6 +665,79 @@ async fn pooled_mode_runs_jobs_through_pgbouncer() {
 }
 
 #[tokio::test]
+async fn a_claim_the_worker_never_received_goes_back_while_it_idles() {
+    let (app, admin) = (app().await, admin().await);
+    let (queue, other) = (unique("holding"), unique("holding-elsewhere"));
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .queues([&queue])
+            .concurrency(4)
+            .wait(Duration::from_secs(1))
+            .handler(&queue, |job: Job| async move {
+                Ok(json!({"n": job.payload["n"]}))
+            })
+            .build()
+            .unwrap(),
+    );
+    wait_for("the registration", Duration::from_secs(10), || async {
+        handle.worker_id().is_some()
+    })
+    .await;
+    let worker = handle.worker_id().unwrap();
+
+    // A checkout committed for the worker whose reply it never got: the superuser claims, for
+    // it, a job of a queue it does not take, while it idles in waiting checkouts.
+    let stray = enqueue(&admin, &other, &json!({}), EnqueueOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    let claimed: Vec<i64> = admin
+        .query(
+            "SELECT id FROM jobq_checkout($1::uuid, ARRAY[$2])",
+            &[&worker, &other],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(claimed, vec![stray]);
+    assert_eq!(state(&admin, stray).await, "executing");
+
+    // Its heartbeats' `holding` (without the stray job) puts it back.
+    wait_for(
+        "the stray claim back in ready, interrupted",
+        Duration::from_secs(10),
+        || async {
+            admin
+                .query_one(
+                    "SELECT state = 'ready' AND interrupted_at IS NOT NULL FROM jobq.jobs
+                      WHERE id = $1",
+                    &[&stray],
+                )
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        },
+    )
+    .await;
+
+    // The worker went on as before.
+    let id = enqueue(&app, &queue, &json!({"n": 1}), EnqueueOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    wait_for("the job to complete", Duration::from_secs(10), || async {
+        state(&admin, id).await == "completed"
+    })
+    .await;
+    assert_eq!(result(&admin, id).await, Some(json!({"n": 1})));
+    assert_eq!(handle.worker_id(), Some(worker), "the same registration");
+    cancel(&admin, stray).await.unwrap();
+    stop(handle, run, &admin).await;
+}
+
+#[tokio::test]
 async fn builder_refuses_bad_settings() {
     let ok = || Worker::builder(dsn()).handler("q", |_job: Job| async move { Ok(json!(null)) });
     for (builder, what) in [
