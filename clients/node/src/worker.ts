@@ -147,9 +147,13 @@ function describe(e: unknown): { type: string; message: string } {
  *   finished elsewhere) the others are completed with `jobq_complete_many`. While a
  *   checkout waits, results go out at once on the heartbeat connection.
  * - Heartbeats run on their own connection every `jobq.heartbeat_timeout / 3`, with
- *   `holding` = the jobs really in hand; their cancellation requests abort the job's
- *   `signal`. A handler that then throws has its job failed, so it becomes `cancelled`; one
- *   that returns a result anyway has its job completed.
+ *   `holding` = the jobs really in hand (NULL while a checkout is in flight, whose claims
+ *   are not in hand yet); between two checkouts, once a heartbeat period has passed without
+ *   a `holding` sent, or after a failed checkout, the checkout loop sends one itself, so a
+ *   claim whose reply was lost goes back to the queue within max(heartbeat period, `waitMs`)
+ *   even while the worker idles in waiting checkouts. Their cancellation requests abort the
+ *   job's `signal`. A handler that then throws has its job failed, so it becomes
+ *   `cancelled`; one that returns a result anyway has its job completed.
  * - A job whose kind (or queue) has no handler is failed with error type `"NoHandler"` and
  *   `discard`: it becomes `dead` at once, never retried (register the handler, then
  *   `retry()` it).
@@ -195,6 +199,10 @@ export class Worker {
   private checkouts = 0;
   /** The main connection is in a waiting checkout. */
   private waiting = false;
+  /** When (performance.now()) the last heartbeat with a non-NULL `holding` was sent. */
+  private holdingSentAt = 0;
+  /** A checkout failed since the last `holding` sent: its claims may be lost. */
+  private checkoutFailed = false;
   private flushing = false;
   /** Reports and flushes running on the side connection. */
   private readonly sideWork = new Set<Promise<void>>();
@@ -459,6 +467,7 @@ export class Worker {
     this.inHand.clear();
     this.pending = [];
     this.workerId = row.id;
+    this.holdingSentAt = performance.now(); // a new registration holds nothing
     this.log(event);
     if (this.heartbeatTimer === null) this.heartbeatTimer = setTimeout(() => void this.beat(), this.heartbeatMs);
   }
@@ -511,11 +520,29 @@ export class Worker {
         await this.nextWake();
         continue;
       }
+      if (this.checkoutFailed || performance.now() - this.holdingSentAt >= this.heartbeatMs) {
+        await this.reconcile();
+        if (this.stopping || this.reapedId === this.workerId) continue;
+      }
       const jobs = this.pending.length > 0 ? await this.fusedCheckout(main, free) : await this.waitingCheckout(main, free);
       // Stopping: the jobs just claimed stay in hand, unstarted; unregistering returns them.
       if (this.stopping || this.reapedId === this.workerId) continue;
       for (const job of jobs) this.start(job);
     }
+  }
+
+  /**
+   * A heartbeat with `holding` = the jobs in hand, sent by the checkout loop between two
+   * checkouts: the periodic heartbeat sends NULL while a checkout is in flight, and with
+   * free slots one nearly always is (a waiting one), so without this a claim whose reply
+   * never reached the worker (pooled, a lost connection does not end the server session)
+   * could stay `executing` under a live worker. Only this loop issues checkouts
+   * (`beginCheckout`), so none is in flight now and `inHand` is complete.
+   */
+  private async reconcile(): Promise<void> {
+    const wid = this.workerId;
+    if (wid === null || this.checkouts > 0) return;
+    if (await this.sendHeartbeat(wid, [...this.inHand])) this.checkoutFailed = false;
   }
 
   /** Waits for the heartbeat in flight, so that none reads `inHand` while a checkout runs. */
@@ -546,6 +573,7 @@ export class Worker {
         this.log('completed', { id });
       }
     } catch (e) {
+      this.checkoutFailed = true; // its reply may be lost: the loop sends `holding` before the next one
       if (e instanceof WorkerLost) this.reapedId = wid;
       else if (sqlstate(e) === 'JQ002') await this.completeBatch(main, wid, done); // some were finished elsewhere
       else {
@@ -570,6 +598,7 @@ export class Worker {
         jobs = await checkout(main, wid, { queues: this.queues, maxJobs: free, wait: this.waitMs });
       }
     } catch (e) {
+      this.checkoutFailed = true; // its reply may be lost: the loop sends `holding` before the next one
       if (e instanceof WorkerLost) this.reapedId = wid;
       else if (sqlstate(e) === '57014') this.cancelIssued = false; // cancelled (stop, JQ001) or statement_timeout: nothing claimed
       else throw e;
@@ -701,32 +730,46 @@ export class Worker {
       let release!: () => void;
       this.heartbeatBusy = new Promise((resolve) => { release = resolve; });
       try {
-        const holding = this.checkouts > 0 ? null : [...this.inHand];
-        const ids = await this.withSide((db) => heartbeat(db, wid, holding));
-        for (const id of ids) {
-          const r = this.inFlight.get(id);
-          if (r && r.workerId === wid && !r.cancelRequested) {
-            r.cancelRequested = true;
-            this.log('cancel_requested', { id });
-            r.controller.abort(new Cancelled(id));
-          }
-        }
-      } catch (e) {
-        if (e instanceof WorkerLost) {
-          if (this.workerId === wid) {
-            this.reapedId = wid;
-            this.log('reaped');
-            this.cancelWait();
-            this.wake();
-          }
-        } else {
-          this.log('heartbeat_error', { error: String(e) });
-        }
+        await this.sendHeartbeat(wid, this.checkouts > 0 ? null : [...this.inHand]);
       } finally {
         this.heartbeatBusy = null;
         release();
       }
     }
     if (this.running) this.heartbeatTimer = setTimeout(() => void this.beat(), this.heartbeatMs);
+  }
+
+  /**
+   * jobq_heartbeat on the side connection; delivers the cancellation requests it returns.
+   * JQ001 starts the re-registration, other errors are logged (a broken side connection is
+   * opened again by the next call). Returns whether the server took it.
+   */
+  private async sendHeartbeat(wid: string, holding: string[] | null): Promise<boolean> {
+    const sentAt = performance.now();
+    try {
+      const ids = await this.withSide((db) => heartbeat(db, wid, holding));
+      if (holding !== null && this.workerId === wid) this.holdingSentAt = Math.max(this.holdingSentAt, sentAt);
+      for (const id of ids) {
+        const r = this.inFlight.get(id);
+        if (r && r.workerId === wid && !r.cancelRequested) {
+          r.cancelRequested = true;
+          this.log('cancel_requested', { id });
+          r.controller.abort(new Cancelled(id));
+        }
+      }
+      return true;
+    } catch (e) {
+      if (e instanceof WorkerLost) {
+        if (this.workerId === wid) {
+          this.reapedId = wid;
+          this.log('reaped');
+          this.cancelWait();
+          this.wake();
+        }
+      } else {
+        this.log('heartbeat_error', { error: String(e) });
+      }
+      return false;
+    }
   }
 }

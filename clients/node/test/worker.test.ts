@@ -292,3 +292,30 @@ test('pooled mode runs jobs through PgBouncer in transaction mode', async () => 
   });
   assert.equal(worker.id, null, 'unregistered after stop');
 });
+
+test('a claim whose reply never reached the idle worker goes back to ready while the worker lives on', async () => {
+  const q = queueName('holding');
+  const other = queueName('holding-other');
+  const worker = new jobq.Worker(DSN, { queues: [q], concurrency: 4, waitMs: 1000, handleSignals: false, log: () => {} });
+  worker.handle(q, () => 'after the stray claim');
+  await withWorker(worker, async () => {
+    const wid = await waitFor('the worker to register', async () => worker.id ?? undefined);
+    // A job of a queue the worker does not take, claimed for it by the superuser: a checkout
+    // whose reply the worker never received.
+    const stray = await jobq.enqueue(admin, other);
+    const { rows: claimed } = await admin.query('SELECT id FROM jobq_checkout($1::uuid, ARRAY[$2::text])', [wid, other]);
+    assert.deepEqual(claimed.map((r) => String(r.id)), [String(stray)]);
+    assert.equal(await one(admin, 'SELECT worker_id FROM jobq.jobs WHERE id = $1', [stray]), wid);
+    // The worker idles in waiting checkouts meanwhile; its `holding` must still reach the server.
+    const row = await waitFor('the stray claim to go back to ready', async () => {
+      const { rows } = await admin.query('SELECT state, interrupted_at FROM jobq.jobs WHERE id = $1', [stray]);
+      return rows[0].state === 'ready' ? rows[0] as Record<string, unknown> : undefined;
+    }, 10_000);
+    assert.ok(row['interrupted_at'] instanceof Date, 'interrupted_at is set');
+    assert.equal(worker.id, wid, 'the same registration lives on');
+    const id = await jobq.enqueue(app, q);
+    await waitFor('a job of its own queue to complete afterwards',
+      async () => (await one<string>(admin, 'SELECT state FROM jobq.jobs WHERE id = $1', [id])) === 'completed');
+    assert.equal(await one(admin, 'SELECT result FROM jobq.jobs WHERE id = $1', [id]), 'after the stray claim');
+  });
+});
