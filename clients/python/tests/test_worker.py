@@ -319,3 +319,32 @@ def test_a_lost_connection_reconnects_and_registers_again(start_worker: Start, c
     after = jobq.enqueue(conn, queue, "after")
     row = wait_state(admin, [after], "completed")[0]  # type: ignore[list-item]
     assert row["result"] == "after" and row["worker_id"] == worker.worker_id
+
+
+def test_holding_reaches_the_server_while_the_worker_idles_in_waiting_checkouts(
+    start_worker: Start, conn: Any, admin: Any, queue: str
+) -> None:
+    # Free slots: the worker is nearly always inside a waiting checkout, when its periodic
+    # heartbeat carries no list. A claim made for it whose reply it never got must still go
+    # back to the queue, through the list it sends between two checkouts.
+    worker = jobq.Worker(DSN, [queue], concurrency=4, wait=1)
+    worker.add_handler(queue, lambda job: "ran")
+    start_worker(worker)
+    wid = worker.worker_id
+    other = f"{queue}-other"  # a queue this worker does not take
+    stray = jobq.enqueue(conn, other)
+    claimed = admin.execute(
+        "SELECT id FROM jobq_checkout(%s::uuid, ARRAY[%s])", (worker.worker_id, other)
+    ).fetchall()
+    assert [r["id"] for r in claimed] == [stray]
+    assert job_row(admin, stray)["state"] == "executing"  # type: ignore[arg-type]
+    row = wait_until(
+        lambda: (r := job_row(admin, stray))["state"] == "ready" and r,  # type: ignore[arg-type]
+        timeout=10,
+        what="the claim the worker never received to go back to ready",
+    )
+    assert row["interrupted_at"] is not None and row["attempt"] == 1
+    # The worker goes on as it was: the same registration runs the next job of its queue.
+    after = jobq.enqueue(conn, queue)
+    done = wait_state(admin, [after], "completed")[0]  # type: ignore[list-item]
+    assert done["result"] == "ran" and done["worker_id"] == wid == worker.worker_id

@@ -27,9 +27,13 @@ What it does, all of it through the SQL functions (no guarantee is kept client-s
   never polling; jobs that finish meanwhile are reported by a second connection
   (``jobq_complete_many``), and failures at once (``jobq_fail``).
 - Heartbeats on a third connection every ``heartbeat_timeout / 3`` with ``holding`` = the ids
-  really in flight (none while a checkout is on its way), and delivers cancellation requests
-  to their handlers: :attr:`jobq.Job.cancelled` turns True, and an ``async def`` handler's task
-  is cancelled. A cancelled handler that raises fails its job, which becomes ``cancelled``.
+  really in flight (none while a checkout is on its way). Since an idle worker is nearly
+  always inside a waiting checkout, the checkout loop itself sends the list between two
+  checkouts when none has been sent for a heartbeat interval, and after a failed checkout:
+  a claim whose reply never reached the worker goes back to the queue within
+  ``max(heartbeat interval, wait)``. It delivers cancellation requests to their handlers:
+  :attr:`jobq.Job.cancelled` turns True, and an ``async def`` handler's task is cancelled.
+  A cancelled handler that raises fails its job, which becomes ``cancelled``.
 - On ``JQ001`` (this worker was reaped or unregistered) it drops the jobs in hand without
   reporting them (their handlers see :attr:`~jobq.Job.cancelled`; what they return is
   ignored: the jobs run again), registers again, and goes on.
@@ -239,6 +243,10 @@ class Worker:
         self._wake_heartbeat = asyncio.Event()
         self._heartbeat_exit = False
         self._hand_lock = asyncio.Lock()
+        self._heartbeat_lock = asyncio.Lock()  # one call at a time on the heartbeat connection
+        self._heartbeat_conn: psycopg.AsyncConnection[Any] | None = None
+        self._holding_at = 0.0  # loop time of the last list sent (or tried by the checkout loop)
+        self._holding_due = False  # a checkout failed: its claims may be lost on the way
         self._checkouts = 0
         self._in_hand: dict[int, _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -293,6 +301,8 @@ class Worker:
         timeout = await aio.heartbeat_timeout(conn)
         self._heartbeat_s = self.heartbeat_interval or max(timeout.total_seconds() / 3, 0.05)
         self._wid = wid
+        self._holding_at = asyncio.get_running_loop().time()  # a new registration holds nothing
+        self._holding_due = False
         self._wake_heartbeat.set()  # the next heartbeat is one interval from now
         log.info("jobq worker %s: %s as %s", self.name, "registered again" if again else "registered", wid)
 
@@ -496,11 +506,24 @@ class Worker:
                 self._wake_dispatcher.clear()
                 await self._wake_dispatcher.wait()
                 continue
+            if self._holding_due or asyncio.get_running_loop().time() - self._holding_at >= self._heartbeat_s:
+                # The periodic heartbeat sends no list while a checkout is on its way, and an
+                # idle worker is nearly always inside one: send it here, where this loop (the
+                # only one that checks out) has none on its way, so that a claim whose reply
+                # never reached this worker goes back to the queue.
+                self._holding_due = False
+                self._holding_at = asyncio.get_running_loop().time()  # tried: next try one interval on
+                await self._heartbeat(wid)
+                continue  # reaped, stopping or a slot taken meanwhile: look again
             done, self._done = [(s, r) for s, r in self._done if s.wid == wid], []
-            if done:
-                slots = await self._complete_and_checkout(conn, wid, done, free)
-            else:
-                slots = await self._checkout_waiting(conn, wid, free)
+            try:
+                if done:
+                    slots = await self._complete_and_checkout(conn, wid, done, free)
+                else:
+                    slots = await self._checkout_waiting(conn, wid, free)
+            except BaseException:
+                self._holding_due = True  # it may have claimed jobs whose reply was lost
+                raise
             self._start(slots)
 
     async def _complete_and_checkout(
@@ -674,7 +697,6 @@ class Worker:
     # -- the heartbeat connection ----------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        conn: psycopg.AsyncConnection[Any] | None = None
         try:
             while not self._heartbeat_exit:
                 self._wake_heartbeat.clear()
@@ -686,34 +708,46 @@ class Worker:
                 wid = self._wid
                 if wid is None or wid == self._reaped:
                     continue
-                try:
-                    if conn is None:
-                        conn = await self._connect("heartbeat")
-                    async with self._hand_lock:
-                        # No list while a checkout is on its way: its jobs are claimed but not
-                        # in hand yet, and the list would give them back.
-                        holding = None if self._checkouts else sorted(i for i, s in self._in_hand.items() if s.wid == wid)
-                        cancel = await aio.heartbeat(conn, wid, holding)
-                    for job_id in cancel:
-                        slot = self._in_hand.get(job_id)
-                        if slot is not None and not slot.cancel_requested:
-                            log.info("jobq worker %s: job %d: cancellation requested", self.name, job_id)
-                            slot.cancel_requested = True
-                            slot.job._cancel.set()
-                            if isinstance(slot.inner, asyncio.Task):
-                                slot.inner.cancel()
-                except WorkerLost:
-                    if self._wid == wid:
-                        log.warning("jobq worker %s: %s was reaped (JQ001)", self.name, wid)
-                        self._reaped = wid
-                        self._drop_all("this worker was reaped")
-                        self._wake_dispatcher.set()
-                except Exception as e:
-                    log.warning("jobq worker %s: heartbeat failed: %s", self.name, str(e).strip())
-                    if conn is not None and _lost(e, conn):
-                        await conn.close()
-                        conn = None
+                await self._heartbeat(wid)
         finally:
-            if conn is not None:
-                await conn.close()
+            async with self._heartbeat_lock:
+                if self._heartbeat_conn is not None:
+                    await self._heartbeat_conn.close()
+                    self._heartbeat_conn = None
 
+    async def _heartbeat(self, wid: uuid.UUID) -> None:
+        """One ``jobq_heartbeat`` for ``wid`` on the heartbeat connection, with ``holding`` = the
+        jobs in hand unless a checkout is on its way; delivers the cancellation requests it
+        returns. JQ001 drops the jobs in hand (the job connection's loop registers again); a
+        lost connection is opened again by the next heartbeat."""
+        async with self._heartbeat_lock:
+            try:
+                if self._heartbeat_conn is None:
+                    self._heartbeat_conn = await self._connect("heartbeat")
+                async with self._hand_lock:
+                    # No list while a checkout is on its way: its jobs are claimed but not
+                    # in hand yet, and the list would give them back.
+                    holding = None if self._checkouts else sorted(i for i, s in self._in_hand.items() if s.wid == wid)
+                    cancel = await aio.heartbeat(self._heartbeat_conn, wid, holding)
+                    if holding is not None:
+                        self._holding_at = asyncio.get_running_loop().time()
+                for job_id in cancel:
+                    slot = self._in_hand.get(job_id)
+                    if slot is not None and not slot.cancel_requested:
+                        log.info("jobq worker %s: job %d: cancellation requested", self.name, job_id)
+                        slot.cancel_requested = True
+                        slot.job._cancel.set()
+                        if isinstance(slot.inner, asyncio.Task):
+                            slot.inner.cancel()
+            except WorkerLost:
+                if self._wid == wid:
+                    log.warning("jobq worker %s: %s was reaped (JQ001)", self.name, wid)
+                    self._reaped = wid
+                    self._drop_all("this worker was reaped")
+                    self._wake_dispatcher.set()
+            except Exception as e:
+                log.warning("jobq worker %s: heartbeat failed: %s", self.name, str(e).strip())
+                conn = self._heartbeat_conn
+                if conn is not None and _lost(e, conn):
+                    await conn.close()
+                    self._heartbeat_conn = None
