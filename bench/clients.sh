@@ -23,7 +23,8 @@
 # library; each figure is the median of 3 runs.
 #
 # Its own throwaway PostgreSQL 15 on a free loopback port (jobq preloaded, synchronous_commit =
-# on, fsync = on), stopped and removed at exit. Output: bench/results/clients.md.
+# on, fsync = on), stopped and removed at exit. Output: bench/results/clients.md (the figures;
+# a reading of them is added by hand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -51,6 +52,9 @@ bindir=/usr/lib/postgresql/15/bin
 if [ ! -f /usr/lib/postgresql/15/lib/jobq.so ]; then
   flock /tmp/jobq-cargo.lock cargo pgrx install --release --pg-config "$bindir/pg_config" >/dev/null
 fi
+# What is measured: the commit, and whether the libraries or programs differ from it.
+commit=$(git rev-parse --short HEAD)
+if [ -n "$(git status --porcelain -- clients bench/clients bench/clients.sh)" ]; then commit="$commit + uncommitted changes in clients/ or bench/clients*"; fi
 # A debug build of jobq would be measured as well: say which one ran.
 if readelf -S /usr/lib/postgresql/15/lib/jobq.so | grep -q '\.debug_info'; then JOBQ_BUILD=debug; else JOBQ_BUILD=release; fi
 [ $JOBQ_BUILD = release ] || echo "clients: warning: the installed jobq.so is a debug build" >&2
@@ -184,7 +188,7 @@ versions() {
 {
   echo "# Client libraries: the library's worker against a hand-written loop"
   echo
-  echo "\`bench/clients.sh$([ $QUICK = 1 ] && echo ' --quick')\`, commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo), PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') (synchronous_commit = on, fsync = on), jobq $JOBQ_BUILD build, ${elapsed} s of runs."
+  echo "\`bench/clients.sh$([ $QUICK = 1 ] && echo ' --quick')\`, commit $commit, $(date -u +%Y-%m-%d), $(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo), PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') (synchronous_commit = on, fsync = on), jobq $JOBQ_BUILD build, ${elapsed} s of runs."
   echo
   echo "One worker process, a no-op handler, C jobs in flight. **raw**: a hand-written loop on the"
   echo "same driver, \`jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C)\` (one round"
