@@ -26,10 +26,20 @@ enum Expect {
     NotRun,
 }
 
+/// A fence being read: its marker, its indentation, what its block expects (None: not sql),
+/// its lines so far and the line it opened on.
+struct Open<'a> {
+    fence: String,
+    indent: usize,
+    expect: Option<Expect>,
+    lines: Vec<&'a str>,
+    line: usize,
+}
+
 /// The ```sql blocks of a Markdown page (fences of ``` or ~~~, indented or not).
 fn sql_blocks(text: &str) -> Vec<Block> {
     let mut blocks = Vec::new();
-    let mut open: Option<(String, usize, Option<Expect>, Vec<&str>, usize)> = None; // fence, indent, expect, lines, line
+    let mut open: Option<Open> = None;
     for (n, raw) in text.lines().enumerate() {
         let trimmed = raw.trim_start();
         let indent = raw.len() - trimmed.len();
@@ -47,18 +57,19 @@ fn sql_blocks(text: &str) -> Vec<Block> {
                         }),
                         _ => None,
                     };
-                    open = Some((fence, indent, expect, Vec::new(), n + 1));
+                    open = Some(Open { fence, indent, expect, lines: Vec::new(), line: n + 1 });
                 }
             }
-            Some((fence, fence_indent, expect, lines, line)) => {
-                if trimmed.starts_with(fence.as_str()) && trimmed.trim_end().chars().all(|c| c == fence.chars().next().unwrap()) {
-                    if let Some(expect) = expect.take() {
-                        blocks.push(Block { line: *line, expect, sql: lines.join("\n") });
+            Some(o) => {
+                let mark = o.fence.chars().next().unwrap();
+                if trimmed.starts_with(o.fence.as_str()) && trimmed.trim_end().chars().all(|c| c == mark) {
+                    if let Some(expect) = o.expect.take() {
+                        blocks.push(Block { line: o.line, expect, sql: o.lines.join("\n") });
                     }
                     open = None;
                 } else {
-                    let cut = raw.len().min(*fence_indent).min(indent);
-                    lines.push(&raw[cut..]);
+                    let cut = raw.len().min(o.indent).min(indent);
+                    o.lines.push(&raw[cut..]);
                 }
             }
         }
