@@ -314,8 +314,9 @@ fn a_job_of_a_killed_worker_is_completed_by_another() {
             ("completed".to_string(), 2, true, Some(r.name.clone()), Some(rescuer.name().to_string())),
             "{victim:?} killed, {rescuer:?} completed the second attempt"
         );
+        // Stopped first: the rescuer's last lines may still be in the pipe until then.
+        let r = r.stop();
         assert!(r.saw("finished", job_id) && !v.saw("finished", job_id));
-        r.stop();
     }
 }
 
@@ -394,8 +395,9 @@ fn every_example_worker_completes_through_the_fused_call() {
         let w = Worker::start_env(lang, queue, url, cluster().url(db), &[("JOBQ_CONCURRENCY", "1")]);
         wait_until("the worker to complete the jobs", PATIENCE, || ids.iter().all(|id| completed(&mut c, *id)));
         let name = w.name.clone();
+        // Stopped first: its last lines may still be in the pipe until then.
+        let w = w.stop();
         each_once(w.ids("finished"), &ids).unwrap_or_else(|e| panic!("{lang:?}: {e}"));
-        w.stop();
         // Its sessions ended: their function counts are flushed.
         wait_until("the worker's sessions to end", PATIENCE, || {
             c.query_one("SELECT count(*) = 0 FROM pg_stat_activity WHERE (application_name = $1 OR application_name LIKE $1 || '-%')", &[&name]).unwrap().get::<_, bool>(0)
