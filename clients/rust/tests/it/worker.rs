@@ -548,7 +548,7 @@ async fn a_cancel_landing_after_the_stops_own_is_sent_again() {
         async move {
             admin
                 .query_opt(
-                    "SELECT pid, query_start, wait_event_type = 'Lock' FROM pg_stat_activity
+                    "SELECT pid, query_start, coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity
                       WHERE application_name = $1 AND state = 'active' AND query LIKE '%' || $2 || '%'",
                     &[&name, &call],
                 )
