@@ -3,6 +3,7 @@
 # loop on the same driver, one worker process, a no-op handler, 1, 4 and 16 jobs in flight.
 #
 #   bench/clients.sh [--quick]        (--quick: fewer jobs, one run per cell)
+#   JOBQ_BENCH_LANGS=rust JOBQ_BENCH_INFLIGHT="4 16" bench/clients.sh --quick   (a subset)
 #
 # The programs are in bench/clients/: python/worker.py (psycopg 3, clients/python), node/worker.js
 # (pg, clients/node, built here with `npm run build`), rust/ (tokio-postgres, clients/rust; its
@@ -34,8 +35,8 @@ case "${1:-}" in
   --quick) QUICK=1 ;;
   *) echo "usage: bench/clients.sh [--quick]" >&2; exit 2 ;;
 esac
-LANGS="python node rust"
-INFLIGHT="1 4 16"
+LANGS=${JOBQ_BENCH_LANGS:-python node rust}
+INFLIGHT=${JOBQ_BENCH_INFLIGHT:-1 4 16}
 if [ $QUICK = 1 ]; then RUNS=1; else RUNS=3; fi
 # Jobs per run, by jobs in flight: a few seconds of work each.
 jobs_for() {
