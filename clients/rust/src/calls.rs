@@ -6,14 +6,18 @@
 //! Optional arguments are given by name and only when set (`jobq_enqueue($1, $2, priority =>
 //! $3)`), so the server's defaults stay the server's. Every statement is sent with
 //! `query_typed`, as one unnamed statement: no server-side prepared statement is left behind,
-//! which is what a transaction-mode pooler (PgBouncer) needs.
+//! which is what a transaction-mode pooler (PgBouncer) needs. (The [`Worker`](crate::Worker)
+//! alone, on its own job connection and not behind a pooler, prepares its two checkout
+//! statements once.)
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde_json::Value;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::{GenericClient, Row, Statement};
 use uuid::Uuid;
 
 use crate::job::JOB_COLUMNS;
@@ -84,6 +88,37 @@ async fn query<C: GenericClient>(
     args: &Args<'_>,
 ) -> Result<Vec<Row>, Error> {
     Ok(client.query_typed(sql, &args.params).await?)
+}
+
+/// Statements prepared on one connection, by SQL text: a worker's job connection, when it is
+/// not behind a pooler, parses and plans its checkout statements once instead of at every
+/// call. Belongs to one connection: a new connection starts a new one.
+#[derive(Default)]
+pub(crate) struct Prepared(Mutex<HashMap<String, Statement>>);
+
+/// As [`query`], with the statement prepared once on `client` when `prepared` is given.
+async fn query_with<C: GenericClient>(
+    client: &C,
+    prepared: Option<&Prepared>,
+    sql: &str,
+    args: &Args<'_>,
+) -> Result<Vec<Row>, Error> {
+    let Some(prepared) = prepared else {
+        return query(client, sql, args).await;
+    };
+    let cached = prepared.0.lock().expect("statements").get(sql).cloned();
+    let statement = match cached {
+        Some(statement) => statement,
+        None => {
+            let types: Vec<Type> = args.params.iter().map(|(_, t)| t.clone()).collect();
+            let statement = client.prepare_typed(sql, &types).await?;
+            let mut map = prepared.0.lock().expect("statements");
+            map.insert(sql.to_string(), statement.clone());
+            statement
+        }
+    };
+    let params: Vec<&(dyn ToSql + Sync)> = args.params.iter().map(|(v, _)| *v).collect();
+    Ok(client.query(&statement, &params).await?)
 }
 
 async fn one<C: GenericClient>(client: &C, sql: &str, args: &Args<'_>) -> Result<Row, Error> {
@@ -708,6 +743,16 @@ pub async fn checkout<C: GenericClient>(
     worker: Uuid,
     options: CheckoutOptions,
 ) -> Result<Vec<Job>, Error> {
+    checkout_with(client, None, worker, options).await
+}
+
+/// [`checkout`], with its statement prepared once when `prepared` is given.
+pub(crate) async fn checkout_with<C: GenericClient>(
+    client: &C,
+    prepared: Option<&Prepared>,
+    worker: Uuid,
+    options: CheckoutOptions,
+) -> Result<Vec<Job>, Error> {
     let o = &options;
     let wait = secs(o.wait);
     let args = Args::new()
@@ -716,7 +761,7 @@ pub async fn checkout<C: GenericClient>(
         .named("max_jobs", &o.max_jobs, Type::INT4)
         .named_expr("wait", INTERVAL, &wait, Type::FLOAT8);
     let sql = format!("SELECT {JOB_COLUMNS} FROM {}", args.call("jobq_checkout"));
-    jobs(query(client, &sql, &args).await?, worker)
+    jobs(query_with(client, prepared, &sql, &args).await?, worker)
 }
 
 /// Marks a job `completed` with `result` (`jobq_complete`); false, changing nothing, when the
@@ -847,6 +892,7 @@ pub async fn fail_many<C: GenericClient>(
 
 async fn fused<C: GenericClient>(
     client: &C,
+    prepared: Option<&Prepared>,
     function: &str,
     worker: Uuid,
     job_ids: &[i64],
@@ -867,7 +913,7 @@ async fn fused<C: GenericClient>(
         .named("max_jobs", &options.max_jobs, Type::INT4)
         .named_expr("wait", INTERVAL, &wait, Type::FLOAT8);
     let sql = format!("SELECT {JOB_COLUMNS} FROM {}", args.call(function));
-    jobs(query(client, &sql, &args).await?, worker)
+    jobs(query_with(client, prepared, &sql, &args).await?, worker)
 }
 
 /// The one-commit worker protocol (`jobq_complete_and_checkout`): completes the jobs in hand
@@ -884,8 +930,21 @@ pub async fn complete_and_checkout<C: GenericClient>(
     results: Option<&[Value]>,
     options: CheckoutOptions,
 ) -> Result<Vec<Job>, Error> {
+    complete_and_checkout_with(client, None, worker, job_ids, results, options).await
+}
+
+/// [`complete_and_checkout`], with its statement prepared once when `prepared` is given.
+pub(crate) async fn complete_and_checkout_with<C: GenericClient>(
+    client: &C,
+    prepared: Option<&Prepared>,
+    worker: Uuid,
+    job_ids: &[i64],
+    results: Option<&[Value]>,
+    options: CheckoutOptions,
+) -> Result<Vec<Job>, Error> {
     fused(
         client,
+        prepared,
         "jobq_complete_and_checkout",
         worker,
         job_ids,
@@ -908,6 +967,7 @@ pub async fn fail_and_checkout<C: GenericClient>(
 ) -> Result<Vec<Job>, Error> {
     fused(
         client,
+        None,
         "jobq_fail_and_checkout",
         worker,
         job_ids,

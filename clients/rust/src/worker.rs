@@ -3,8 +3,10 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -23,6 +25,9 @@ type EventFn = Arc<dyn Fn(&WorkerEvent) + Send + Sync>;
 
 const MIN_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long the job loop lets finishing handlers finish before a call that reports jobs
+/// ([`Dispatcher::gather`]): about a tenth of a round trip to a local server.
+const GATHER_FOR: Duration = Duration::from_micros(50);
 
 /// Something a [`Worker`] did or met, for logs and metrics ([`WorkerBuilder::on_event`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -399,6 +404,7 @@ impl Worker {
             failed: Vec::new(),
             stopping: false,
             idle: false,
+            prepared: None,
             cancel_sent: false,
         };
         let mut backoff = MIN_BACKOFF;
@@ -600,6 +606,8 @@ struct Dispatcher {
     stopping: bool,
     /// The last checkout found fewer jobs than it asked for: the next one waits.
     idle: bool,
+    /// The checkout statements prepared on `c1` (None behind a pooler).
+    prepared: Option<Arc<calls::Prepared>>,
     /// A stop cancelled `c1`'s waiting checkout. PostgreSQL delivers a cancel request as two
     /// signals (to the backend and to its process group): when they arrive apart, the second
     /// cancels the statement after the wait, or one that follows a wait that had just
@@ -625,6 +633,7 @@ impl Dispatcher {
             return Ok(());
         }
         let c1 = self.s.connect("").await?;
+        self.prepared = (!self.s.pooled).then(Arc::default);
         let mut c2: Option<Client> = None;
         if self.s.reg().worker.is_none() {
             self.register(&c1).await?;
@@ -655,6 +664,12 @@ impl Dispatcher {
                 self.next_event().await;
                 continue;
             }
+            let capacity = if self.done.is_empty() {
+                capacity
+            } else {
+                self.gather().await;
+                self.s.concurrency.saturating_sub(self.running)
+            };
             // The only place that checks out: no other checkout is in flight from here until
             // the next one starts.
             let checkout = if !self.idle || !self.done.is_empty() {
@@ -807,6 +822,19 @@ impl Dispatcher {
         }
     }
 
+    /// Before a call that reports finished jobs: lets the handlers that are finishing at this
+    /// moment (queued on this thread, or on another runtime thread that is just waking up)
+    /// finish first, so that one call and one commit carry them all instead of one call each.
+    /// It yields to the scheduler for at most [`GATHER_FOR`]: a handler that is really working
+    /// is not waited for.
+    async fn gather(&mut self) {
+        let start = Instant::now();
+        while self.running > 0 && start.elapsed() < GATHER_FOR {
+            tokio::task::yield_now().await;
+            self.collect().await;
+        }
+    }
+
     /// Takes the outcomes that are there, without waiting.
     async fn collect(&mut self) {
         while let Ok(outcome) = self.rx.try_recv() {
@@ -954,9 +982,20 @@ impl Dispatcher {
             return Ok(());
         };
         let (ids, results): (Vec<i64>, Vec<Value>) = self.done.iter().cloned().unzip();
+        // Every result null: no array to send.
+        let results = results.iter().any(|r| !r.is_null()).then_some(&results[..]);
         let options = self.checkout_options(capacity, None);
         self.s.hand.lock().await.checkouts += 1;
-        let result = calls::complete_and_checkout(c1, worker, &ids, Some(&results), options).await;
+        let prepared = self.prepared.clone();
+        let result = calls::complete_and_checkout_with(
+            c1,
+            prepared.as_deref(),
+            worker,
+            &ids,
+            results,
+            options,
+        )
+        .await;
         let s = self.s.clone();
         let mut hand = s.hand.lock().await;
         hand.checkouts -= 1;
@@ -1001,7 +1040,8 @@ impl Dispatcher {
         };
         let options = self.checkout_options(capacity, Some(self.s.wait));
         self.s.hand.lock().await.checkouts += 1;
-        let call = calls::checkout(c1, worker, options);
+        let prepared = self.prepared.clone();
+        let call = calls::checkout_with(c1, prepared.as_deref(), worker, options);
         tokio::pin!(call);
         let result = loop {
             tokio::select! {
@@ -1100,16 +1140,30 @@ impl Dispatcher {
             let tx = self.tx.clone();
             let job = job.with_token(token);
             tokio::spawn(async move {
-                // The handler runs in a task of its own, so that a panic is its job's failure.
-                let result = match tokio::spawn(async move { handler(job).await }).await {
+                // A panic in the handler is its job's failure.
+                let result = match (CatchUnwind(handler(job))).await {
                     Ok(result) => result,
-                    Err(e) if e.is_panic() => {
-                        Err(JobError::new("Panic", panic_message(e.into_panic())))
-                    }
-                    Err(_) => Err(JobError::new("Aborted", "the handler's task was aborted")),
+                    Err(panic) => Err(JobError::new("Panic", panic_message(panic))),
                 };
                 let _ = tx.send(Outcome { id, seq, result });
             });
+        }
+    }
+}
+
+/// A handler's future, with a panic while it is polled caught as an `Err` (one task per job,
+/// where a task of its own for the handler would cost a second task and wake-up).
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(panic) => Poll::Ready(Err(panic)),
         }
     }
 }
