@@ -92,10 +92,29 @@ export type ConnectionConfig = string | { [option: string]: unknown };
 
 interface Running {
   job: Job;
-  controller: AbortController;
+  /** Made when the handler first reads `signal` (most never do: one object fewer per job). */
+  controller: AbortController | null;
+  /** Set by abort(): the reason the signal carries, now or when it is made. */
+  aborted: { reason: unknown } | null;
   workerId: string;
   dropped: boolean;
   cancelRequested: boolean;
+}
+
+/** Aborts the run's signal (made already or not). */
+function abort(r: Running, reason: unknown): void {
+  if (r.aborted) return;
+  r.aborted = { reason };
+  r.controller?.abort(reason);
+}
+
+/** The run's signal, made on first use (already aborted if the run was). */
+function signalOf(r: Running): AbortSignal {
+  if (r.controller === null) {
+    r.controller = new AbortController();
+    if (r.aborted) r.controller.abort(r.aborted.reason);
+  }
+  return r.controller.signal;
 }
 
 const WARNINGS = new Set(['disconnected', 'heartbeat_error', 'report_error']);
@@ -104,6 +123,26 @@ function defaultLog(e: WorkerEvent): void {
   if (!WARNINGS.has(e.event)) return;
   const { event, ...fields } = e;
   process.stderr.write(`jobq worker: ${event} ${JSON.stringify(fields)}\n`);
+}
+
+/**
+ * `client` as a {@link Queryable} whose statements are named: `pg` prepares a named statement
+ * on its first use, so the server parses and plans each statement once per connection instead
+ * of at every call. For the worker's own job connection, and not behind a pooler (where a
+ * statement prepared in one server session could be run in another).
+ */
+function preparing(client: Client): Queryable {
+  const names = new Map<string, string>();
+  return {
+    query(text: string, values?: unknown[]) {
+      let name = names.get(text);
+      if (name === undefined) {
+        name = `jobq_${names.size + 1}`;
+        names.set(text, name);
+      }
+      return client.query({ name, text, values });
+    },
+  };
 }
 
 /** The server said the connection is gone, or the socket did. */
@@ -308,6 +347,7 @@ export class Worker {
   // Connections
 
   private log(event: string, fields: Record<string, unknown> = {}): void {
+    if (this.emit === defaultLog && !WARNINGS.has(event)) return; // nothing to build
     try {
       this.emit({ event, workerId: this.workerId, ...fields });
     } catch {
@@ -489,7 +529,7 @@ export class Worker {
     for (const r of this.inFlight.values()) {
       r.dropped = true;
       this.log('dropped', { id: r.job.id });
-      r.controller.abort(reason);
+      abort(r, reason);
     }
     this.inFlight.clear();
     this.inHand.clear();
@@ -497,6 +537,7 @@ export class Worker {
   }
 
   private async loop(main: Client): Promise<void> {
+    const checkouts = this.pooled ? main : preparing(main); // the two checkout statements
     for (;;) {
       if (this.workerId !== null && this.reapedId === this.workerId) {
         this.dropAll(new WorkerLost('jobq: this worker was reaped or unregistered'));
@@ -524,7 +565,7 @@ export class Worker {
         await this.reconcile();
         if (this.stopping || this.reapedId === this.workerId) continue;
       }
-      const jobs = this.pending.length > 0 ? await this.fusedCheckout(main, free) : await this.waitingCheckout(main, free);
+      const jobs = this.pending.length > 0 ? await this.fusedCheckout(main, checkouts, free) : await this.waitingCheckout(checkouts, free);
       // Stopping: the jobs just claimed stay in hand, unstarted; unregistering returns them.
       if (this.stopping || this.reapedId === this.workerId) continue;
       for (const job of jobs) this.start(job);
@@ -557,14 +598,15 @@ export class Worker {
   }
 
   /** Reports the finished jobs and takes the next ones in one call. */
-  private async fusedCheckout(main: Client, free: number): Promise<Job[]> {
+  private async fusedCheckout(main: Client, db: Queryable, free: number): Promise<Job[]> {
     const wid = this.workerId!;
     const done = this.pending.splice(0);
     let jobs: Job[] = [];
     await this.beginCheckout();
     try {
-      jobs = await completeAndCheckout(main, wid, done.map(([id]) => id), {
-        results: done.map(([, r]) => (r === null ? null : JSON.parse(r))),
+      jobs = await completeAndCheckout(db, wid, done.map(([id]) => id), {
+        // Every result null: no array to send.
+        results: done.some(([, r]) => r !== null) ? done.map(([, r]) => (r === null ? null : JSON.parse(r))) : undefined,
         queues: this.queues,
         maxJobs: free,
       });
@@ -587,7 +629,7 @@ export class Worker {
   }
 
   /** A checkout that waits inside the server, up to `waitMs`, for a job. */
-  private async waitingCheckout(main: Client, free: number): Promise<Job[]> {
+  private async waitingCheckout(db: Queryable, free: number): Promise<Job[]> {
     const wid = this.workerId!;
     let jobs: Job[] = [];
     await this.beginCheckout();
@@ -595,7 +637,7 @@ export class Worker {
     try {
       // A handler that finished meanwhile is reported by the next (fused) call instead.
       if (!this.stopping && this.reapedId !== wid && this.pending.length === 0) {
-        jobs = await checkout(main, wid, { queues: this.queues, maxJobs: free, wait: this.waitMs });
+        jobs = await checkout(db, wid, { queues: this.queues, maxJobs: free, wait: this.waitMs });
       }
     } catch (e) {
       this.checkoutFailed = true; // its reply may be lost: the loop sends `holding` before the next one
@@ -652,7 +694,7 @@ export class Worker {
   // Running jobs
 
   private start(job: Job): void {
-    const r: Running = { job, controller: new AbortController(), workerId: this.workerId!, dropped: false, cancelRequested: false };
+    const r: Running = { job, controller: null, aborted: null, workerId: this.workerId!, dropped: false, cancelRequested: false };
     this.inFlight.set(job.id, r);
     void this.execute(r);
   }
@@ -667,7 +709,7 @@ export class Worker {
       error = undefined;
     } else {
       try {
-        value = await handler({ ...job, signal: r.controller.signal, workerId: r.workerId });
+        value = await handler({ ...job, workerId: r.workerId, get signal() { return signalOf(r); } });
         ok = !(value instanceof RetryIn);
         if (!ok) error = value;
       } catch (e) {
@@ -690,7 +732,7 @@ export class Worker {
       this.flushSide();
     } else if (!handler) {
       this.report(r, { type: 'NoHandler', message: `jobq: no handler for ${job.kind === null ? `queue "${job.queue}"` : `kind "${job.kind}"`}` }, null, true);
-    } else if (r.cancelRequested && r.controller.signal.aborted) {
+    } else if (r.cancelRequested && r.aborted) {
       this.report(r, { type: 'Cancelled', message: describe(error).message }, null, false);
     } else if (error instanceof RetryIn) {
       this.report(r, describe(error), error.delayMs, false);
@@ -754,7 +796,7 @@ export class Worker {
         if (r && r.workerId === wid && !r.cancelRequested) {
           r.cancelRequested = true;
           this.log('cancel_requested', { id });
-          r.controller.abort(new Cancelled(id));
+          abort(r, new Cancelled(id));
         }
       }
       return true;
