@@ -55,6 +55,7 @@ retried).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -89,14 +90,15 @@ _MAX_BACKOFF = 30.0
 class _Slot:
     """A job in hand: checked out under registration ``wid`` and not yet reported."""
 
-    __slots__ = ("job", "wid", "inner", "cancel_requested", "dropped")
+    __slots__ = ("job", "wid", "inner", "cancel_requested", "dropped", "ended")
 
     def __init__(self, job: Job, wid: uuid.UUID) -> None:
         self.job = job
         self.wid = wid
-        self.inner: asyncio.Future[Any] | None = None  # the handler's task or thread future
+        self.inner: asyncio.Future[Any] | None = None  # the job's task (async) or thread future
         self.cancel_requested = False
         self.dropped = False
+        self.ended = False  # its handler has returned or raised: its slot is free
 
 
 class _Failure:
@@ -250,6 +252,7 @@ class Worker:
         self._checkouts = 0
         self._in_hand: dict[int, _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running = 0  # jobs whose handlers have not ended: the slots taken
         self._done: list[tuple[_Slot, Any]] = []
         self._failed: list[_Failure] = []
         self._reaped: uuid.UUID | None = None
@@ -358,13 +361,21 @@ class Worker:
         for slot in slots:
             task = asyncio.create_task(self._run_job(slot), name=f"jobq-job-{slot.job.id}")
             self._tasks.add(task)
-            task.add_done_callback(self._task_done)
+            self._running += 1
+            task.add_done_callback(lambda t, s=slot: self._task_done(t, s))  # type: ignore[misc]
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
+    def _ended(self, slot: _Slot) -> None:
+        """The job's handler has ended: its slot is free (once per job)."""
+        if not slot.ended:
+            slot.ended = True
+            self._running -= 1
+            self._wake_dispatcher.set()
+
+    def _task_done(self, task: asyncio.Task[None], slot: _Slot) -> None:
         self._tasks.discard(task)
+        self._ended(slot)  # a task cancelled before it ran never reached its own _ended
         if not task.cancelled() and task.exception() is not None:
             log.error("jobq worker %s: %s failed", self.name, task.get_name(), exc_info=task.exception())
-        self._wake_dispatcher.set()
 
     def _drop_all(self, why: str) -> None:
         """Drops every job in hand without reporting it: the server has returned them, or
@@ -390,6 +401,12 @@ class Worker:
     # -- running one job -----------------------------------------------------------------
 
     async def _run_job(self, slot: _Slot) -> None:
+        try:
+            await self._run_handler(slot)
+        finally:
+            self._ended(slot)
+
+    async def _run_handler(self, slot: _Slot) -> None:
         job = slot.job
         key = job.kind if job.kind is not None else job.queue
         fn = self._handlers.get(key)
@@ -397,29 +414,39 @@ class Worker:
             what = f"kind {job.kind!r}" if job.kind is not None else f"queue {job.queue!r} (the job has no kind)"
             self._failure(slot, {"type": "NoHandler", "message": f"no handler for {what}"}, None, discard=True)
             return
-        loop = asyncio.get_running_loop()
-        inner: asyncio.Future[Any]
-        if inspect.iscoroutinefunction(fn):
-            inner = asyncio.ensure_future(fn(job))
+        result: Any = None
+        error: BaseException | None = None
+        if self._is_async(fn):
+            # Awaited in this job's own task (no task of its own: one fewer per job); a
+            # cancellation request cancels this task.
+            slot.inner = asyncio.current_task()
+            try:
+                result = await fn(job)
+            except asyncio.CancelledError as e:
+                if not (slot.cancel_requested or slot.dropped):
+                    raise  # the worker itself is ending
+                error = e
+            except Exception as e:
+                error = e
         else:
-            inner = loop.run_in_executor(self._executor, fn, job)
-        slot.inner = inner
-        try:
-            await asyncio.wait([inner])
-        except asyncio.CancelledError:
-            inner.cancel()
-            raise
-        if inner.cancelled():
-            self._failure(slot, {"type": "Cancelled", "message": f"job {job.id} was cancelled"}, None)
-            return
-        error = inner.exception()
-        if error is None:
-            result = inner.result()
-            if inspect.isawaitable(result):  # a plain function that returned a coroutine
-                try:
-                    result = await result
-                except Exception as e:
-                    error = e
+            inner = asyncio.get_running_loop().run_in_executor(self._executor, fn, job)
+            slot.inner = inner
+            try:
+                await asyncio.wait([inner])
+            except asyncio.CancelledError:
+                inner.cancel()
+                raise
+            if inner.cancelled():
+                self._failure(slot, {"type": "Cancelled", "message": f"job {job.id} was cancelled"}, None)
+                return
+            error = inner.exception()
+            if error is None:
+                result = inner.result()
+                if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                    try:
+                        result = await result
+                    except Exception as e:
+                        error = e
         if error is None:
             self._success(slot, result)
         elif isinstance(error, RetryIn):
@@ -435,18 +462,26 @@ class Worker:
         else:
             self._failure(slot, {"type": type(error).__name__, "message": str(error)}, None)
 
+    @staticmethod
+    @functools.lru_cache(maxsize=256)
+    def _is_async(fn: Handler) -> bool:
+        """Whether ``fn`` is a coroutine function (asked once per handler, not per job)."""
+        return inspect.iscoroutinefunction(fn)
+
     def _success(self, slot: _Slot, result: Any) -> None:
         if slot.dropped:
             return
-        try:
-            json.dumps(result)
-        except (TypeError, ValueError) as e:
-            self._failure(slot, {"type": type(e).__name__, "message": f"the handler's result is not JSON: {e}"}, None)
-            return
+        if result is not None:
+            try:
+                json.dumps(result)
+            except (TypeError, ValueError) as e:
+                self._failure(slot, {"type": type(e).__name__, "message": f"the handler's result is not JSON: {e}"}, None)
+                return
         log.debug("jobq worker %s: job %d succeeded", self.name, slot.job.id)
         self._done.append((slot, result))
         self._wake_dispatcher.set()
-        self._wake_reporter.set()
+        if self._dispatcher_waiting or self._stopping.is_set():
+            self._wake_reporter.set()  # otherwise the job loop reports it with its next call
 
     def _failure(self, slot: _Slot, error: dict[str, str], retry_in: timedelta | None, discard: bool = False) -> None:
         if slot.dropped:
@@ -501,7 +536,7 @@ class Worker:
                 await self._register(conn)
                 continue
             wid = self._wid
-            free = self.concurrency - len(self._tasks)
+            free = self.concurrency - self._running
             if free <= 0:
                 self._wake_dispatcher.clear()
                 await self._wake_dispatcher.wait()
@@ -530,7 +565,9 @@ class Worker:
         self, conn: psycopg.AsyncConnection[Any], wid: uuid.UUID, done: list[tuple[_Slot, Any]], free: int
     ) -> list[_Slot]:
         ids = [s.job.id for s, _ in done]
-        results = [r for _, r in done]
+        results: list[Any] | None = [r for _, r in done]
+        if all(r is None for r in results):  # type: ignore[union-attr]
+            results = None  # every result NULL: send no array
         jobs: list[Job] = []
         async with self._hand_lock:
             self._checkouts += 1
