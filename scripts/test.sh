@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: set-up, the upgrade script's check and clippy,
+# The whole test suite, from a fresh machine: set-up and clippy,
 # then for each PostgreSQL version `cargo pgrx test pgNN`, which runs the #[pg_test] unit
 # tests in src/ and every integration test in tests/ (those start their own clusters, of the
 # version under test). Everything runs as root except PostgreSQL itself, which runs as
@@ -18,8 +18,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export JOBQ_PG_VERSIONS=${JOBQ_PG_VERSIONS:-15 17 18}
 ./scripts/setup.sh
-# The upgrade script from 0.1.0 must be what src/ generates (scripts/upgrade-script.sh).
-./scripts/upgrade-script.sh --check
 # No clippy warning anywhere in the workspace (PostgreSQL 15's build of each member).
 cargo clippy --workspace --all-targets -- -D warnings
 # Every relative link and anchor of README.md, CHANGELOG.md and docs/ resolves (the docs' SQL

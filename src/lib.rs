@@ -36,6 +36,7 @@ mod checkout;
 mod compact;
 mod complete;
 mod counters;
+mod enqueue;
 mod floors;
 mod gucs;
 mod health;

@@ -94,6 +94,68 @@ impl IndexEntries {
         }
     }
 
+    /// For `rel`'s inserts that must not conflict with a row of its unique indexes, as `INSERT
+    /// ... ON CONFLICT DO NOTHING` inserts ([`IndexEntries::insert_unless_conflict`]).
+    pub unsafe fn open_speculative(rel: pg_sys::Relation) -> IndexEntries {
+        let estate = pg_sys::CreateExecutorState();
+        let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
+        (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
+        pg_sys::InitResultRelInfo(rri, rel, 0, std::ptr::null_mut(), 0);
+        pg_sys::ExecOpenIndices(rri, true);
+        let slot = pg_sys::MakeSingleTupleTableSlot((*rel).rd_att, &pg_sys::TTSOpsHeapTuple);
+        IndexEntries { estate, rri, slot, update: false }
+    }
+
+    /// Inserts `t` into `rel` (opened with [`IndexEntries::open_speculative`]) with its index
+    /// entries, as `INSERT ... ON CONFLICT DO NOTHING` does (ExecInsert's speculative
+    /// insertion): false, having inserted nothing, when a unique index holds a row with the
+    /// same key, committed or inserted by a transaction still running (this one waits for its
+    /// outcome first, as any unique index does).
+    pub unsafe fn insert_unless_conflict(&self, rel: pg_sys::Relation, t: pg_sys::HeapTuple, cid: pg_sys::CommandId) -> bool {
+        loop {
+            pg_sys::ExecStoreHeapTuple(t, self.slot, false);
+            let mut conflict: pg_sys::ItemPointerData = std::mem::zeroed();
+            #[cfg(not(feature = "pg18"))]
+            let free = pg_sys::ExecCheckIndexConstraints(self.rri, self.slot, self.estate, &mut conflict, std::ptr::null_mut());
+            #[cfg(feature = "pg18")]
+            let free = pg_sys::ExecCheckIndexConstraints(self.rri, self.slot, self.estate, &mut conflict, std::ptr::null_mut(), std::ptr::null_mut());
+            pg_sys::ExecClearTuple(self.slot);
+            if !free {
+                return false;
+            }
+            // The row goes in marked speculative, under a lock that a transaction meeting its
+            // index entry waits on; it is made final once no index entry conflicted, and
+            // taken back otherwise (a taker of the same key got in between: look again).
+            let xid = pg_sys::GetCurrentTransactionId();
+            let token = pg_sys::SpeculativeInsertionLockAcquire(xid);
+            let ctid = &mut (*(*t).t_data).t_ctid;
+            ctid.ip_blkid.bi_hi = (token >> 16) as u16;
+            ctid.ip_blkid.bi_lo = (token & 0xffff) as u16;
+            ctid.ip_posid = pg_sys::SpecTokenOffsetNumber as u16;
+            pg_sys::heap_insert(rel, t, cid, pg_sys::HEAP_INSERT_SPECULATIVE as i32, std::ptr::null_mut());
+            pg_sys::ExecStoreHeapTuple(t, self.slot, false);
+            let mut conflicted = false;
+            #[cfg(feature = "pg15")]
+            pg_sys::ExecInsertIndexTuples(self.rri, self.slot, self.estate, false, true, &mut conflicted, std::ptr::null_mut());
+            #[cfg(not(feature = "pg15"))]
+            pg_sys::ExecInsertIndexTuples(self.rri, self.slot, self.estate, false, true, &mut conflicted, std::ptr::null_mut(), false);
+            pg_sys::ExecClearTuple(self.slot);
+            if conflicted {
+                pg_sys::heap_abort_speculative(rel, &mut (*t).t_self);
+            } else {
+                pg_sys::heap_finish_speculative(rel, &mut (*t).t_self);
+            }
+            pg_sys::SpeculativeInsertionLockRelease(xid);
+            let econtext = (*self.estate).es_per_tuple_exprcontext;
+            if !econtext.is_null() {
+                pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
+            }
+            if !conflicted {
+                return true;
+            }
+        }
+    }
+
     pub unsafe fn close(self) {
         pg_sys::ExecDropSingleTupleTableSlot(self.slot);
         pg_sys::ExecCloseIndices(self.rri);
@@ -132,6 +194,7 @@ pub mod sql_fn {
         pub fn hashtext(fcinfo: FunctionCallInfo) -> Datum;
         pub fn pg_try_advisory_xact_lock_int4(fcinfo: FunctionCallInfo) -> Datum;
         pub fn regprocedurein(fcinfo: FunctionCallInfo) -> Datum;
+        pub fn nextval_oid(fcinfo: FunctionCallInfo) -> Datum;
     }
 }
 

@@ -799,9 +799,12 @@ fn listen_gets_the_queue_name_once_per_transaction() {
     let mut listener = cluster.connect(&name);
     listener.batch_execute("LISTEN jobq").unwrap();
     // One transaction that enqueues three due jobs in 'mail', one in 'sms' and one future job
-    // in 'later': one notification per queue with a due job.
+    // in 'later': one notification per queue with a due job. Sent by the transaction itself
+    // (jobq.notify = immediate), so that they come before the marker; the default's, from the
+    // background worker after the commit, are tests/wakes.rs's.
     c.batch_execute(
-        "BEGIN;
+        "SET jobq.notify = immediate;
+         BEGIN;
          SELECT jobq_enqueue('mail'); SELECT jobq_enqueue('mail'); SELECT jobq_enqueue('mail');
          SELECT jobq_enqueue_batch('sms', ARRAY['{}'::jsonb, '{}'::jsonb]);
          SELECT jobq_enqueue('later', run_at => now() + interval '1 hour');
@@ -856,4 +859,73 @@ fn set_node_makes_ids_name_their_node_and_only_before_the_first() {
     let (_, _, mut fresh) = db();
     fresh.batch_execute("BEGIN; SELECT jobq_enqueue('x'); ROLLBACK;").unwrap();
     assert_eq!(sqlstate(&fresh.execute("SELECT jobq_set_node(1)", &[]).unwrap_err()), "55000");
+}
+
+/// jobq_enqueue in one transaction of `isolation`: the new id, and whether the SQL path
+/// (jobq._enqueue) served it.
+fn enqueue_in(c: &mut Client, isolation: &str, args: &str) -> (Option<i64>, bool) {
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
+    let before = pending_calls(&mut t, "_enqueue");
+    let id: Option<i64> = t.query_one(&format!("SELECT jobq_enqueue({args})"), &[]).unwrap().get(0);
+    let calls = pending_calls(&mut t, "_enqueue") - before;
+    t.commit().unwrap();
+    (id, calls > 0)
+}
+
+/// What enqueue wrote for job `id` (its row, its ready row, its key), as JSON, without what
+/// differs between two jobs and two moments.
+fn written(c: &mut Client, id: i64) -> Value {
+    c.query_one(
+        "SELECT jsonb_build_object(
+            'job', (SELECT to_jsonb(j) - 'id' - 'enqueued_at' - 'run_at' FROM jobq.live_jobs j WHERE j.id = $1),
+            'ready', (SELECT to_jsonb(r) - 'id' - 'run_at' FROM jobq.ready r WHERE r.id = $1),
+            'due', (SELECT j.run_at <= j.enqueued_at FROM jobq.live_jobs j WHERE j.id = $1),
+            'lock', (SELECT to_jsonb(l) - 'job_id' - 'acquired_at' FROM jobq.locks l WHERE l.job_id = $1))",
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
+#[test]
+fn both_enqueue_paths_write_the_same_rows() {
+    let (_, _, mut c) = db();
+    // The fast path serves READ COMMITTED; REPEATABLE READ goes to jobq._enqueue. Each kind of
+    // job once on each path, '@' standing for the path in keys.
+    let kinds = [
+        "'q', '{\"n\": 1}'",
+        "'q', '{\"n\": 2}', kind => 'K', priority => -3, max_attempts => 2",
+        "'q', run_at => now() + interval '1 hour'",
+        "'q', jsonb_build_object('big', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 3000) g))",
+        "'q', concurrency_key => 'c@', concurrency_limit => 4",
+        "'q', rate_key => 'r@'",
+        "'q', unique_key => 'u@'",
+        "'q', unique_key => 'e@', unique_strategy => 'until_executing'",
+        "'q', unique_key => 'w@', unique_strategy => 'while_executing', concurrency_key => 'c2@'",
+        "'other queue', kind => 'k2', rate_key => 'r2@', unique_key => 'x@', on_conflict => 'discard'",
+    ];
+    for k in kinds {
+        let (fast, fast_sql) = enqueue_in(&mut c, "READ COMMITTED", &k.replace('@', "fast"));
+        let (slow, slow_sql) = enqueue_in(&mut c, "REPEATABLE READ", &k.replace('@', "slow"));
+        assert!(!fast_sql && slow_sql, "{k}: one job on each path");
+        let (fast, slow) = (fast.unwrap(), slow.unwrap());
+        let (a, b) = (written(&mut c, fast), written(&mut c, slow).to_string().replace("slow", "fast").parse::<Value>().unwrap());
+        assert!(a == b, "{k}: jobs {fast} and {slow} were written differently: {a} against {b}");
+        assert!(a["job"].is_object() && a["ready"].is_object(), "{k}: {a}");
+    }
+    // A key already held goes to the SQL, which resolves the conflict as on_conflict says.
+    let (held, sql) = enqueue_in(&mut c, "READ COMMITTED", "'q', unique_key => 'ufast', on_conflict => 'discard'");
+    assert_eq!((held, sql), (None, true));
+    let e = c.query_one("SELECT jobq_enqueue('q', unique_key => 'ufast')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    // Arguments the SQL refuses are refused with its errors, and change nothing.
+    let jobs: i64 = c.query_one("SELECT count(*) FROM jobq.jobs", &[]).unwrap().get(0);
+    for (args, code) in [("''", "22023"), ("'q', NULL", "22004"), ("'q', max_attempts => 0", "22023"), ("'q', run_at => 'infinity'", "22023")] {
+        let e = c.query_one(&format!("SELECT jobq_enqueue({args})"), &[]).unwrap_err();
+        assert_eq!(sqlstate(&e), code, "{args}");
+    }
+    let after: i64 = c.query_one("SELECT count(*) FROM jobq.jobs", &[]).unwrap().get(0);
+    assert_eq!(after, jobs);
+    assert_job_tables_consistent(&mut c);
 }

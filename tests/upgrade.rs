@@ -1,9 +1,10 @@
-//! Upgrades (SPEC, Versions and upgrades): a database created at jobq 0.1.0 (the install
-//! script kept in sql/jobq--0.1.0.sql), filled with jobs in every state, keys, slots, a
-//! lock, a pause and live workers, then `ALTER EXTENSION jobq UPDATE` under the new library:
-//! nothing lost, the catalog exactly that of a fresh `CREATE EXTENSION`, and 0.2.0's behaviour
-//! on the upgraded rows, jobs in flight included. The background worker leaves the database
-//! alone while it is at 0.1.0.
+//! Upgrades (SPEC, Versions and upgrades): a database created at jobq 0.1.0 or 0.2.0 (the
+//! install scripts kept in sql/jobq--0.1.0.sql and sql/jobq--0.2.0.sql), filled with jobs in
+//! every state, keys, slots, a lock, a pause and live workers, then `ALTER EXTENSION jobq
+//! UPDATE` under the new library (0.1.0 goes through 0.2.0): nothing lost, the catalog exactly
+//! that of a fresh `CREATE EXTENSION`, and the new version's behaviour on the upgraded rows,
+//! jobs in flight included. The background worker leaves the database alone while it is at an
+//! older version.
 mod common;
 
 use common::*;
@@ -13,13 +14,16 @@ use uuid::Uuid;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Puts the kept 0.1.0 install script where `CREATE EXTENSION jobq VERSION '0.1.0'` finds it
-/// (`cargo pgrx install` copies only the upgrade scripts).
-fn install_0_1_0_script() {
+/// The library's version: what `ALTER EXTENSION jobq UPDATE` reaches.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Puts the kept install script of `version` where `CREATE EXTENSION jobq VERSION '<version>'`
+/// finds it (`cargo pgrx install` copies only the upgrade scripts).
+fn install_script(version: &str) {
     let out = std::process::Command::new(format!("{PG_BIN}/pg_config")).arg("--sharedir").output().unwrap();
     let share = String::from_utf8(out.stdout).unwrap();
-    let target = std::path::Path::new(share.trim()).join("extension/jobq--0.1.0.sql");
-    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/jobq--0.1.0.sql"), target).unwrap();
+    let target = std::path::Path::new(share.trim()).join(format!("extension/jobq--{version}.sql"));
+    std::fs::copy(format!("{}/sql/jobq--{version}.sql", env!("CARGO_MANIFEST_DIR")), target).unwrap();
 }
 
 /// Every object of the extension as text: relations with their columns, options and
@@ -91,8 +95,9 @@ fn checkout(c: &mut Client, w: Uuid, queue: &str) -> Option<i64> {
 }
 
 #[test]
-fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_0_2_0() {
-    install_0_1_0_script();
+fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_the_new_version() {
+    install_script("0.1.0");
+    install_script("0.2.0");
     let cluster = Cluster::start("upgrade", &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1h'"]);
     let mut admin = cluster.connect("postgres");
     admin.batch_execute("CREATE DATABASE up").unwrap();
@@ -100,14 +105,14 @@ fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_0_2_0() {
     cluster.connect("fresh").batch_execute("CREATE EXTENSION jobq").unwrap();
     cluster.connect("up").batch_execute("CREATE EXTENSION jobq VERSION '0.1.0'").unwrap();
     // As in a real upgrade: the new library is installed, the server restarted. Its
-    // background worker finds 0.1.0 under the 0.2.0 library and leaves it alone.
+    // background worker finds 0.1.0 under the new library and leaves it alone.
     drop(admin);
     cluster.pg_ctl_stop("fast");
     cluster.pg_ctl_start();
     let mut admin = cluster.connect("postgres");
     let mut c = cluster.connect("up");
     wait_until("the reaper to see the old version", PATIENCE, || {
-        cluster.log().contains("database \"up\" has jobq 0.1.0, this library is 0.2.0; leaving it alone until ALTER EXTENSION jobq UPDATE")
+        cluster.log().contains(&format!("database \"up\" has jobq 0.1.0, this library is {VERSION}; leaving it alone until ALTER EXTENSION jobq UPDATE"))
     });
 
     // 0.1.0 granted everything to PUBLIC: the application's role had no grant to need.
@@ -149,9 +154,9 @@ fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_0_2_0() {
     admin.batch_execute("GRANT jobq_worker TO upgrade_app").unwrap();
     c.batch_execute("ALTER EXTENSION jobq UPDATE").unwrap();
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'jobq'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.2.0");
+    assert_eq!(version, VERSION);
 
-    // Nothing lost; the catalog is a fresh 0.2.0's.
+    // Nothing lost; the catalog is a fresh one's.
     assert_eq!(contents(&mut c), before);
     assert_job_tables_consistent(&mut c);
     let fresh = catalog(&mut cluster.connect("fresh"));
@@ -194,5 +199,71 @@ fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_0_2_0() {
     // No id is reused.
     let next = q(&mut app, "SELECT jobq_enqueue('after')");
     assert!(next > last_id, "{next} > {last_id}");
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn an_upgrade_from_0_2_0_keeps_everything_and_behaves_as_the_new_version() {
+    install_script("0.2.0");
+    let cluster = Cluster::start("upgrade2", &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1h'"]);
+    let mut admin = cluster.connect("postgres");
+    admin.batch_execute("CREATE DATABASE up").unwrap();
+    admin.batch_execute("CREATE DATABASE fresh").unwrap();
+    cluster.connect("fresh").batch_execute("CREATE EXTENSION jobq").unwrap();
+    cluster.connect("up").batch_execute("CREATE EXTENSION jobq VERSION '0.2.0'").unwrap();
+    drop(admin);
+    cluster.pg_ctl_stop("fast");
+    cluster.pg_ctl_start();
+    let mut admin = cluster.connect("postgres");
+    let mut c = cluster.connect("up");
+    wait_until("the reaper to see the old version", PATIENCE, || {
+        cluster.log().contains(&format!("database \"up\" has jobq 0.2.0, this library is {VERSION}; leaving it alone until ALTER EXTENSION jobq UPDATE"))
+    });
+
+    admin.batch_execute("CREATE ROLE upgrade2_app LOGIN; GRANT jobq_worker TO upgrade2_app").unwrap();
+    let mut app = cluster.connect_as("up", "upgrade2_app");
+    let w = register(&mut app);
+    let q = |c: &mut Client, sql: &str| -> i64 { c.query_one(sql, &[]).unwrap().get(0) };
+    // Executing with a unique key and a concurrency key; waiting behind its slot; waiting and
+    // scheduled; finished.
+    let keyed = q(&mut app, "SELECT jobq_enqueue('work', '{\"n\": 1}', concurrency_key => 'ck', unique_key => 'u1')");
+    assert_eq!(checkout(&mut app, w, "work"), Some(keyed));
+    let behind = q(&mut app, "SELECT jobq_enqueue('work', '{\"n\": 2}', concurrency_key => 'ck')");
+    let due = q(&mut app, "SELECT jobq_enqueue('due', priority => 3)");
+    let later = q(&mut app, "SELECT jobq_enqueue('due', run_at => now() + interval '1 hour')");
+    let done = q(&mut app, "SELECT jobq_enqueue('done')");
+    assert_eq!(checkout(&mut app, w, "done"), Some(done));
+    assert!(app.query_one("SELECT jobq_complete($1, $2)", &[&done, &w]).unwrap().get::<_, bool>(0));
+    let before = contents(&mut c);
+    let last_id = q(&mut c, "SELECT last_value FROM jobq.jobs_id_seq");
+
+    c.batch_execute("ALTER EXTENSION jobq UPDATE").unwrap();
+    let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'jobq'", &[]).unwrap().get(0);
+    assert_eq!(version, VERSION);
+    assert_eq!(contents(&mut c), before);
+    assert_job_tables_consistent(&mut c);
+    let fresh = catalog(&mut cluster.connect("fresh"));
+    assert!(fresh.iter().any(|x| x.starts_with("fn jobq._enqueue(")) && fresh.len() > 150, "{fresh:#?}");
+    assert_eq!(catalog(&mut c), fresh);
+    wait_until("the reaper to serve the updated database", PATIENCE, || cluster.log().contains("jobq reaper: serving database \"up\""));
+
+    // The new enqueue on the upgraded rows: the key still held, the slot still taken, ids go on.
+    let mut app = cluster.connect_as("up", "upgrade2_app");
+    let e = app.query_one("SELECT jobq_enqueue('work', unique_key => 'u1')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    assert!(e.as_db_error().unwrap().detail().unwrap().contains(&format!("existing job id: {keyed}")), "{e:?}");
+    let next = q(&mut app, "SELECT jobq_enqueue('after')");
+    assert!(next > last_id, "{next} > {last_id}");
+    assert_eq!(checkout(&mut app, w, "work"), None, "the concurrency slot is still held");
+    assert!(app.query_one("SELECT jobq_complete($1, $2)", &[&keyed, &w]).unwrap().get::<_, bool>(0));
+    assert_eq!(checkout(&mut app, w, "work"), Some(behind));
+    assert_eq!(checkout(&mut app, w, "due"), Some(due));
+    assert_eq!(checkout(&mut app, w, "due"), None, "the scheduled one is not due");
+    assert_eq!(checkout(&mut app, w, "after"), Some(next));
+    let state: String = c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&later]).unwrap().get(0);
+    assert_eq!(state, "ready");
+    // u1 is free again: enqueued through the new path.
+    let again = q(&mut app, "SELECT jobq_enqueue('work', unique_key => 'u1')");
+    assert!(again > next);
     assert_job_tables_consistent(&mut c);
 }

@@ -1,4 +1,5 @@
--- Enqueue: jobq_enqueue, jobq_enqueue_batch, and the unique-key helpers they use.
+-- Enqueue: jobq_enqueue (its common case in src/enqueue.rs, every case in jobq._enqueue),
+-- jobq_enqueue_batch, and the unique-key helpers they use.
 
 -- Takes `key` in jobq.locks for job `job`. A named lock whose ttl has passed or whose worker
 -- is dead is removed first. False when a live holder (a job or a worker) has it. Like any
@@ -51,7 +52,26 @@ CREATE FUNCTION jobq_enqueue(
     concurrency_limit integer     DEFAULT 1,
     rate_key          text        DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS 'MODULE_PATHNAME', 'jobq_enqueue';
+
+-- jobq_enqueue, every case: the checks and their errors, a unique key's conflicts, then
+-- jobq._insert_job. src/enqueue.rs does the common case itself and sends the rest here.
+CREATE FUNCTION jobq._enqueue(
+    queue             text,
+    payload           jsonb,
+    kind              text,
+    priority          integer,
+    run_at            timestamptz,
+    max_attempts      integer,
+    unique_key        text,
+    unique_strategy   text,
+    on_conflict       text,
+    concurrency_key   text,
+    concurrency_limit integer,
+    rate_key          text
+) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_now     timestamptz := clock_timestamp();
     v_run_at  timestamptz := coalesce(run_at, v_now);
@@ -106,13 +126,13 @@ BEGIN
                 PERFORM jobq._hold_hot_tables();
                 v_ready := jobq._lock_ready(v_holder.job_id);
                 IF v_ready IS NOT NULL THEN
-                    UPDATE jobq.ready r SET priority = jobq_enqueue.priority, run_at = v_run_at
+                    UPDATE jobq.ready r SET priority = _enqueue.priority, run_at = v_run_at
                      WHERE r.ctid = v_ready
                     RETURNING r.queue INTO v_ready_queue;  -- the holder's queue, maybe not this one
-                    PERFORM jobq._lower_floor('jobq.ready'::regclass, v_ready_queue, jobq_enqueue.priority,
+                    PERFORM jobq._lower_floor('jobq.ready'::regclass, v_ready_queue, _enqueue.priority,
                                               v_run_at, v_holder.job_id);
                     UPDATE jobq.live_jobs j
-                       SET payload = jobq_enqueue.payload, priority = jobq_enqueue.priority, run_at = v_run_at
+                       SET payload = _enqueue.payload, priority = _enqueue.priority, run_at = v_run_at
                      WHERE j.id = v_holder.job_id;
                     PERFORM jobq._wake(v_ready_queue, v_run_at, 1);
                     IF v_run_at <= v_now THEN
@@ -140,6 +160,31 @@ BEGIN
         END LOOP;
     END IF;
 
+    RETURN jobq._insert_job(v_id, queue, payload, kind, priority, v_run_at, max_attempts,
+                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key);
+END $$;
+
+-- Writes job `id` (its unique key, if any, already taken): the job row, its ready row, the
+-- counter, the wake-ups. What src/enqueue.rs does without a plan, and its fallback for tables
+-- that are not the ones it knows.
+CREATE FUNCTION jobq._insert_job(
+    id                bigint,
+    queue             text,
+    payload           jsonb,
+    kind              text,
+    priority          integer,
+    run_at            timestamptz,
+    max_attempts      integer,
+    unique_key        text,
+    unique_strategy   text,
+    concurrency_key   text,
+    concurrency_limit integer,
+    rate_key          text
+) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+BEGIN
     -- The hot tables in their one lock order: jobq.ready before jobq.live_jobs, as checkout and
     -- the compaction (src/sql/compact.sql) take them. Inserting the job row first would hold
     -- live_jobs while waiting for ready: a compaction holding ready and waiting for live_jobs
@@ -147,18 +192,18 @@ BEGIN
     LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key)
-    VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts,
+    VALUES (id, queue, kind, payload, priority, run_at, v_now, 'ready', max_attempts,
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
             concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key);
-    PERFORM jobq._enter_ready(ARRAY[v_id]);
+    PERFORM jobq._enter_ready(ARRAY[id]);
     PERFORM jobq._tally(queue, 'enqueued', NULL, v_now);  -- the dashboard's counters (src/counters.rs)
 
     -- One notification per queue per transaction: PostgreSQL folds identical ones, and
     -- jobq._notify (deferred) notes a queue once.
-    IF v_run_at <= v_now THEN
+    IF run_at <= v_now THEN
         PERFORM jobq._notify(queue);
     END IF;
-    RETURN v_id;
+    RETURN id;
 END $$;
 
 CREATE FUNCTION jobq_enqueue_batch(

@@ -1,0 +1,182 @@
+-- jobq 0.2.0 -> 0.3.0 (ALTER EXTENSION jobq UPDATE). Hand-written: a database updated with it has
+-- exactly the objects of a fresh CREATE EXTENSION of 0.3.0 (tests/upgrade.rs checks it).
+\echo Use "ALTER EXTENSION jobq UPDATE" to load this file. \quit
+
+-- jobq_enqueue: its common case without a plan (src/enqueue.rs), every other case in
+-- jobq._enqueue, which was jobq_enqueue's PL/pgSQL; the rows it writes, in jobq._insert_job.
+-- The new functions come first: the C function sends to them.
+
+-- Writes job `id` (its unique key, if any, already taken): the job row, its ready row, the
+-- counter, the wake-ups. What src/enqueue.rs does without a plan, and its fallback for tables
+-- that are not the ones it knows.
+CREATE FUNCTION jobq._insert_job(
+    id                bigint,
+    queue             text,
+    payload           jsonb,
+    kind              text,
+    priority          integer,
+    run_at            timestamptz,
+    max_attempts      integer,
+    unique_key        text,
+    unique_strategy   text,
+    concurrency_key   text,
+    concurrency_limit integer,
+    rate_key          text
+) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+BEGIN
+    -- The hot tables in their one lock order: jobq.ready before jobq.live_jobs, as checkout and
+    -- the compaction (src/sql/compact.sql) take them. Inserting the job row first would hold
+    -- live_jobs while waiting for ready: a compaction holding ready and waiting for live_jobs
+    -- then never gets it (measured: keyed enqueues kept every compaction off after the first).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
+    INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
+                           unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key)
+    VALUES (id, queue, kind, payload, priority, run_at, v_now, 'ready', max_attempts,
+            unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
+            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key);
+    PERFORM jobq._enter_ready(ARRAY[id]);
+    PERFORM jobq._tally(queue, 'enqueued', NULL, v_now);  -- the dashboard's counters (src/counters.rs)
+
+    -- One notification per queue per transaction: PostgreSQL folds identical ones, and
+    -- jobq._notify (deferred) notes a queue once.
+    IF run_at <= v_now THEN
+        PERFORM jobq._notify(queue);
+    END IF;
+    RETURN id;
+END $$;
+
+-- jobq_enqueue, every case: the checks and their errors, a unique key's conflicts, then
+-- jobq._insert_job. src/enqueue.rs does the common case itself and sends the rest here.
+CREATE FUNCTION jobq._enqueue(
+    queue             text,
+    payload           jsonb,
+    kind              text,
+    priority          integer,
+    run_at            timestamptz,
+    max_attempts      integer,
+    unique_key        text,
+    unique_strategy   text,
+    on_conflict       text,
+    concurrency_key   text,
+    concurrency_limit integer,
+    rate_key          text
+) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+    v_run_at  timestamptz := coalesce(run_at, v_now);
+    v_id      bigint;
+    v_holder  record;
+    v_ready   tid;
+    v_ready_queue text;
+BEGIN
+    IF queue IS NULL OR payload IS NULL OR priority IS NULL OR max_attempts IS NULL
+       OR unique_strategy IS NULL OR on_conflict IS NULL OR concurrency_limit IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue, payload, priority, max_attempts, unique_strategy, on_conflict and concurrency_limit must not be NULL'
+            USING ERRCODE = '22004';
+    ELSIF queue = '' THEN
+        RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
+    ELSIF octet_length(queue) > 1000 OR octet_length(kind) > 1000 OR octet_length(unique_key) > 1000
+          OR octet_length(concurrency_key) > 1000 OR octet_length(rate_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue, kind, unique_key, concurrency_key and rate_key must be at most 1000 bytes'
+            USING ERRCODE = '22023';
+    ELSIF NOT isfinite(v_run_at) THEN
+        RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
+    ELSIF max_attempts < 1 THEN
+        RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    ELSIF unique_strategy NOT IN ('until_executed', 'until_executing', 'while_executing') THEN
+        RAISE EXCEPTION 'jobq: unknown unique_strategy "%"', unique_strategy
+            USING ERRCODE = '22023', HINT = 'Use until_executed, until_executing or while_executing.';
+    ELSIF on_conflict NOT IN ('reject', 'discard', 'log', 'replace') THEN
+        RAISE EXCEPTION 'jobq: unknown on_conflict "%"', on_conflict
+            USING ERRCODE = '22023', HINT = 'Use reject, discard, log or replace.';
+    ELSIF concurrency_limit < 1 OR concurrency_limit > 10000 THEN
+        -- The bound: checkout looks for a free slot number among 1..limit.
+        RAISE EXCEPTION 'jobq: concurrency_limit must be between 1 and 10000, got %', concurrency_limit
+            USING ERRCODE = '22023';
+    ELSIF unique_key = '' THEN
+        RAISE EXCEPTION 'jobq: unique_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF concurrency_key = '' THEN
+        RAISE EXCEPTION 'jobq: concurrency_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF rate_key = '' THEN
+        RAISE EXCEPTION 'jobq: rate_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    END IF;
+
+    v_id := nextval('jobq.jobs_id_seq');
+
+    IF unique_key IS NOT NULL AND unique_strategy <> 'while_executing' THEN
+        LOOP
+            EXIT WHEN jobq._take_key(unique_key, v_id);
+            SELECT l.job_id, l.worker_id INTO v_holder FROM jobq.locks l WHERE l.key = unique_key;
+            CONTINUE WHEN NOT FOUND;  -- the holder let go in between: try again
+            IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL THEN
+                -- Debounce: the waiting job takes the new payload, priority and run_at
+                -- (its ready row first: jobq._lock_ready), after any compaction of the hot
+                -- tables in progress (src/compact.rs).
+                PERFORM jobq._hold_hot_tables();
+                v_ready := jobq._lock_ready(v_holder.job_id);
+                IF v_ready IS NOT NULL THEN
+                    UPDATE jobq.ready r SET priority = _enqueue.priority, run_at = v_run_at
+                     WHERE r.ctid = v_ready
+                    RETURNING r.queue INTO v_ready_queue;  -- the holder's queue, maybe not this one
+                    PERFORM jobq._lower_floor('jobq.ready'::regclass, v_ready_queue, _enqueue.priority,
+                                              v_run_at, v_holder.job_id);
+                    UPDATE jobq.live_jobs j
+                       SET payload = _enqueue.payload, priority = _enqueue.priority, run_at = v_run_at
+                     WHERE j.id = v_holder.job_id;
+                    PERFORM jobq._wake(v_ready_queue, v_run_at, 1);
+                    IF v_run_at <= v_now THEN
+                        PERFORM jobq._notify(v_ready_queue);  -- where the job waits
+                    END IF;
+                    RETURN v_holder.job_id;
+                END IF;
+                -- The holder is no longer waiting: it started (or finished) between the
+                -- conflict and the update. If it let go of the key (an until_executing key
+                -- is released when its job starts), take the key again; if it still holds
+                -- it, this is a conflict with an executing job, which rejects.
+                CONTINUE WHEN NOT EXISTS (SELECT 1 FROM jobq.locks l
+                                           WHERE l.key = unique_key AND l.job_id = v_holder.job_id);
+            ELSIF on_conflict = 'discard' THEN
+                RETURN NULL;
+            ELSIF on_conflict = 'log' THEN
+                RAISE NOTICE 'jobq: unique key "%" is held by %; job not enqueued', unique_key,
+                    coalesce('job ' || v_holder.job_id, 'the lock of worker ' || v_holder.worker_id);
+                RETURN NULL;
+            END IF;
+            RAISE EXCEPTION 'jobq: unique key "%" is already taken', unique_key
+                USING ERRCODE = '23505',
+                      DETAIL = coalesce('existing job id: ' || v_holder.job_id,
+                                        'held by the lock of worker ' || v_holder.worker_id);
+        END LOOP;
+    END IF;
+
+    RETURN jobq._insert_job(v_id, queue, payload, kind, priority, v_run_at, max_attempts,
+                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key);
+END $$;
+
+-- Replaced in place: same signature, defaults and grants; now the C function.
+CREATE OR REPLACE FUNCTION jobq_enqueue(
+    queue             text,
+    payload           jsonb       DEFAULT '{}',
+    kind              text        DEFAULT NULL,
+    priority          integer     DEFAULT 0,
+    run_at            timestamptz DEFAULT NULL,
+    max_attempts      integer     DEFAULT 25,
+    unique_key        text        DEFAULT NULL,
+    unique_strategy   text        DEFAULT 'until_executed',
+    on_conflict       text        DEFAULT 'reject',
+    concurrency_key   text        DEFAULT NULL,
+    concurrency_limit integer     DEFAULT 1,
+    rate_key          text        DEFAULT NULL
+) RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS 'MODULE_PATHNAME', 'jobq_enqueue';
+
+-- Nothing for PUBLIC (src/sql/privileges.sql).
+REVOKE ALL ON FUNCTION
+    jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text),
+    jobq._insert_job(bigint, text, jsonb, text, integer, timestamptz, integer, text, text, text, integer, text)
+FROM PUBLIC;

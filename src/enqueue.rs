@@ -1,0 +1,447 @@
+//! `jobq_enqueue`, the start of every job, without a plan.
+//!
+//! Measured with perf at one client, the PL/pgSQL enqueue (`jobq._enqueue`, src/sql/enqueue.sql)
+//! spent most of its time starting and ending the plans of its statements (the job row's
+//! INSERT, `jobq._enter_ready` and its statement, the counters, the NOTIFY) and crossing the
+//! function layer, not on the two rows it writes (docs/performance.md, "Enqueue"). So the common
+//! enqueue is done here against the table and index access methods, as src/complete.rs does
+//! for completion: the arguments checked; the id drawn from `jobq.jobs_id_seq`; a free unique
+//! key (not `while_executing`) taken in `jobq.locks` as `jobq._take_key`'s `INSERT ... ON
+//! CONFLICT DO NOTHING` takes it (a speculative insertion, src/rows.rs); `jobq.ready` locked
+//! first (the hot tables' one lock order); the job row inserted into `jobq.live_jobs` and its
+//! ready row into `jobq.ready`, each with its index entries; the claim floors lowered, the
+//! waiting checkouts noted for the commit, the counter noted and the queue's listeners woken,
+//! exactly as `jobq._insert_job` does them. The same rows, the same WAL, the same locks as the
+//! SQL.
+//!
+//! Everything else goes to `jobq._enqueue`, the SQL that serves every case, before anything
+//! was changed here: an argument the SQL refuses (it raises the documented error) or one out of
+//! the common case (a NULL where the SQL has a default, a unique key whose taking failed: a
+//! conflict, which the SQL resolves as `on_conflict` says), a REPEATABLE READ or SERIALIZABLE
+//! transaction, a read-only transaction (refused there), and tables that carry triggers or
+//! whose columns are not the ones named here. A key taken here for tables that turn out not to
+//! be the expected ones is followed by `jobq._insert_job`, the SQL's own insert. The fast path
+//! and the SQL are two copies of one operation; tests/lifecycle.rs and tests/keys.rs check the
+//! rows each writes, and the saving is measured (docs/performance.md).
+use crate::counters::jobq::tally;
+use crate::kept::kept;
+use crate::rows::{column, hashtext, sql_fn, text, tupdesc_attr, IndexEntries};
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::Cell;
+use std::ffi::CStr;
+
+/// The arguments of `jobq_enqueue`, by position.
+const QUEUE: usize = 0;
+const PAYLOAD: usize = 1;
+const KIND: usize = 2;
+const PRIORITY: usize = 3;
+const RUN_AT: usize = 4;
+const MAX_ATTEMPTS: usize = 5;
+const UNIQUE_KEY: usize = 6;
+const UNIQUE_STRATEGY: usize = 7;
+const ON_CONFLICT: usize = 8;
+const CONCURRENCY_KEY: usize = 9;
+const CONCURRENCY_LIMIT: usize = 10;
+const RATE_KEY: usize = 11;
+const ARGS: usize = 12;
+const TYPES: [pg_sys::Oid; ARGS] = [
+    pg_sys::TEXTOID,
+    pg_sys::JSONBOID,
+    pg_sys::TEXTOID,
+    pg_sys::INT4OID,
+    pg_sys::TIMESTAMPTZOID,
+    pg_sys::INT4OID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::INT4OID,
+    pg_sys::TEXTOID,
+];
+
+/// Where the columns are, 0-based, in `jobq.live_jobs` (`rel`) and `jobq.ready` (`ready`);
+/// found once per backend and pair of tables.
+#[derive(Copy, Clone)]
+struct Columns {
+    rel: pg_sys::Oid,
+    ready: pg_sys::Oid,
+    // jobq.live_jobs
+    id: usize,
+    queue: usize,
+    kind: usize,
+    payload: usize,
+    priority: usize,
+    run_at: usize,
+    enqueued_at: usize,
+    state: usize,
+    attempt: usize,
+    max_attempts: usize,
+    unique_key: usize,
+    unique_strategy: usize,
+    concurrency_key: usize,
+    concurrency_limit: usize,
+    rate_key: usize,
+    // jobq.ready
+    r_queue: usize,
+    r_priority: usize,
+    r_run_at: usize,
+    r_id: usize,
+    r_kind: usize,
+    r_keyed: usize,
+    r_ckey: usize,
+    r_climit: usize,
+    r_while: usize,
+    r_rate: usize,
+    r_queue_hash: usize,
+}
+
+thread_local! {
+    static COLUMNS: Cell<Option<Columns>> = const { Cell::new(None) };
+}
+
+/// One enqueue's arguments, checked: what the fast path writes.
+struct Job {
+    args: [Option<pg_sys::Datum>; ARGS],
+    queue: String,
+    priority: i32,
+    run_at: i64,
+    now: i64,
+    /// The unique key is taken before the rows are written (not for `while_executing`).
+    takes_key: bool,
+    /// Needs a slot, a rate start or a key handed over to start (jobq.ready's `keyed`).
+    keyed: bool,
+    /// The unique key, when its strategy is `while_executing`.
+    while_key: Option<pg_sys::Datum>,
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_jobq_enqueue() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// `jobq_enqueue(queue, payload, kind, priority, run_at, max_attempts, unique_key,
+/// unique_strategy, on_conflict, concurrency_key, concurrency_limit, rate_key)` (declared in
+/// src/sql/enqueue.sql: `SECURITY DEFINER`, its search_path pinned, like every jobq_* function).
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn jobq_enqueue(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let args: [Option<pg_sys::Datum>; ARGS] = std::array::from_fn(|n| {
+        (!pgrx::fcinfo::pg_arg_is_null(fcinfo, n)).then(|| pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n))
+    });
+    let id = match common(&args) {
+        Some(job) => fast(&job),
+        None => sql("SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", &args, None),
+    };
+    match id {
+        Some(id) => pg_sys::Datum::from(id),
+        None => pgrx::fcinfo::pg_return_null(fcinfo),
+    }
+}
+
+/// `query` through a kept plan with the twelve arguments (and `id` as `$13`, when given).
+unsafe fn sql(query: &'static str, args: &[Option<pg_sys::Datum>; ARGS], id: Option<i64>) -> Option<i64> {
+    let mut types = TYPES.to_vec();
+    let mut values: Vec<DatumWithOid> = args
+        .iter()
+        .zip(TYPES)
+        .map(|(a, oid)| match a {
+            Some(d) => DatumWithOid::new(*d, oid),
+            None => DatumWithOid::null_oid(oid),
+        })
+        .collect();
+    if let Some(id) = id {
+        types.push(pg_sys::INT8OID);
+        values.push(DatumWithOid::new(pg_sys::Datum::from(id), pg_sys::INT8OID));
+    }
+    kept::<i64>(query, &types, &values)
+}
+
+/// The arguments, when they make a common enqueue (module comment); None sends the call to the
+/// SQL, which raises what it must.
+unsafe fn common(args: &[Option<pg_sys::Datum>; ARGS]) -> Option<Job> {
+    if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || pg_sys::XactReadOnly {
+        return None;
+    }
+    let name = |n: usize| args[n].map(|d| text(d));
+    let fits = |s: Option<&[u8]>| s.is_none_or(|s| !s.is_empty() && s.len() <= 1000);
+    // NULLs where the SQL's defaults are, or refused.
+    let queue = name(QUEUE)?;
+    let (priority, max_attempts, climit) = (args[PRIORITY]?, args[MAX_ATTEMPTS]?, args[CONCURRENCY_LIMIT]?);
+    args[PAYLOAD]?;
+    let (strategy, on_conflict) = (name(UNIQUE_STRATEGY)?, name(ON_CONFLICT)?);
+    let (unique_key, ckey, rate_key) = (name(UNIQUE_KEY), name(CONCURRENCY_KEY), name(RATE_KEY));
+    if !fits(Some(queue)) || !fits(unique_key) || !fits(ckey) || !fits(rate_key) || name(KIND).is_some_and(|k| k.len() > 1000) {
+        return None;
+    }
+    let (priority, max_attempts, climit) = (priority.value() as i32, max_attempts.value() as i32, climit.value() as i32);
+    if max_attempts < 1 || !(1..=10000).contains(&climit) {
+        return None;
+    }
+    if !matches!(strategy, b"until_executed" | b"until_executing" | b"while_executing")
+        || !matches!(on_conflict, b"reject" | b"discard" | b"log" | b"replace")
+    {
+        return None;
+    }
+    let now = pg_sys::GetCurrentTimestamp();
+    let run_at = args[RUN_AT].map_or(now, |d| d.value() as i64);
+    if run_at == i64::MIN || run_at == i64::MAX {
+        return None; // -infinity, infinity
+    }
+    let queue = String::from_utf8(queue.to_vec()).ok()?;
+    let while_executing = strategy == b"while_executing";
+    Some(Job {
+        args: *args,
+        queue,
+        priority,
+        run_at,
+        now,
+        takes_key: unique_key.is_some() && !while_executing,
+        keyed: ckey.is_some() || rate_key.is_some() || (unique_key.is_some() && strategy != b"until_executed"),
+        while_key: if while_executing { args[UNIQUE_KEY] } else { None },
+    })
+}
+
+/// The common enqueue: the job's id, or what the SQL returns when a unique key could not be
+/// taken here (module comment).
+unsafe fn fast(job: &Job) -> Option<i64> {
+    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
+    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let (ready_id, live_id, seq_id) = (relid(c"ready"), relid(c"live_jobs"), relid(c"jobs_id_seq"));
+    if [ready_id, live_id, seq_id].contains(&pg_sys::InvalidOid) {
+        return sql("SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", &job.args, None);
+    }
+    // nextval(regclass) itself (its permission check passes: this runs as the tables' owner).
+    let id = pg_sys::DirectFunctionCall1Coll(Some(sql_fn::nextval_oid), pg_sys::InvalidOid, pg_sys::Datum::from(seq_id)).value() as i64;
+    if job.takes_key {
+        // Before any table of the job is locked, as the SQL takes it: a taker of the same key
+        // waits here for the first one's outcome holding nothing a compaction needs. A key
+        // held (by a job, a live worker, or a stale lock jobq._take_key would remove first) is
+        // the SQL's, which resolves the conflict as on_conflict says (with an id of its own).
+        let taken = match relid(c"locks") {
+            oid if oid == pg_sys::InvalidOid => None,
+            oid => take_key(oid, job.args[UNIQUE_KEY].unwrap(), id, job.now),
+        };
+        match taken {
+            Some(true) => {}
+            Some(false) => return sql("SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", &job.args, None),
+            // jobq.locks not as expected: jobq._take_key's INSERT, the statement itself.
+            None => {
+                let key = DatumWithOid::new(job.args[UNIQUE_KEY].unwrap(), pg_sys::TEXTOID);
+                let id_arg = DatumWithOid::new(pg_sys::Datum::from(id), pg_sys::INT8OID);
+                let taken = kept::<bool>(
+                    "WITH taken AS (INSERT INTO jobq.locks (key, job_id, acquired_at) VALUES ($1, $2, clock_timestamp()) \
+                     ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) = 1 FROM taken",
+                    &[pg_sys::TEXTOID, pg_sys::INT8OID],
+                    &[key, id_arg],
+                );
+                if taken != Some(true) {
+                    return sql("SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", &job.args, None);
+                }
+            }
+        }
+    }
+    // The hot tables in their one lock order, jobq.ready first (as checkout and the compaction
+    // take them).
+    pg_sys::LockRelationOid(ready_id, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+    let ready = pg_sys::table_open(ready_id, pg_sys::RowExclusiveLock as i32);
+    let live = pg_sys::table_open(live_id, pg_sys::RowExclusiveLock as i32);
+    let cols = if (*live).trigdesc.is_null() && (*ready).trigdesc.is_null() { columns(live, ready) } else { None };
+    if let Some(cols) = cols {
+        // As a statement of a volatile function would: see what this transaction did so far.
+        pg_sys::CommandCounterIncrement();
+        write(live, ready, &cols, job, id);
+        pg_sys::CommandCounterIncrement();
+    }
+    // The locks stay until the end of the transaction, as the executor's do.
+    pg_sys::table_close(live, pg_sys::NoLock as i32);
+    pg_sys::table_close(ready, pg_sys::NoLock as i32);
+    if cols.is_none() {
+        // Tables that are not the expected ones: the SQL's own insert, with this id.
+        return sql(
+            "SELECT jobq._insert_job($13, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12)",
+            &job.args,
+            Some(id),
+        );
+    }
+    // What jobq._insert_job does after its rows: the claim floors and the waiting checkouts,
+    // at commit (src/floors.rs, src/waits.rs); the dashboard's counter; the listeners.
+    crate::floors::lower(ready_id, &job.queue, (job.priority, job.run_at, id));
+    crate::waits::wake_at_commit(Some(job.queue.as_bytes()), job.run_at, 1);
+    if let Ok(at) = TimestampWithTimeZone::try_from(job.now) {
+        tally(&job.queue, "enqueued", None, at);
+    }
+    if job.run_at <= job.now {
+        crate::wakes::notify(&job.queue);
+    }
+    Some(id)
+}
+
+/// Takes unique key `key` for job `id` in `jobq.locks` (`locks`), as jobq._take_key's `INSERT ...
+/// ON CONFLICT DO NOTHING` does: Some(false) when a row holds it; None, having done nothing, when
+/// the table is not the expected one (triggers, other columns).
+unsafe fn take_key(locks: pg_sys::Oid, key: pg_sys::Datum, id: i64, now: i64) -> Option<bool> {
+    use pg_sys::{INT8OID, TEXTOID, TIMESTAMPTZOID, UUIDOID};
+    let rel = pg_sys::table_open(locks, pg_sys::RowExclusiveLock as i32);
+    let desc = (*rel).rd_att;
+    let cols: [(&str, pg_sys::Oid); 5] =
+        [("key", TEXTOID), ("worker_id", UUIDOID), ("job_id", INT8OID), ("acquired_at", TIMESTAMPTZOID), ("expires_at", TIMESTAMPTZOID)];
+    let expected = (*rel).trigdesc.is_null()
+        && (0..(*desc).natts as usize).all(|i| {
+            let att = tupdesc_attr(desc, i);
+            let name = CStr::from_ptr((*att).attname.data.as_ptr()).to_str().unwrap_or("");
+            (*att).attisdropped || cols.iter().any(|&(n, t)| n == name && t == (*att).atttypid)
+        });
+    let at = |name: &str| column(desc, name);
+    let taken = match (expected, at("key"), at("job_id"), at("acquired_at")) {
+        (true, Some(k), Some(j), Some(a)) => {
+            let natts = (*desc).natts as usize;
+            let mut values = vec![pg_sys::Datum::from(0usize); natts];
+            let mut nulls = vec![true; natts];
+            for (i, d) in [(k, key), (j, pg_sys::Datum::from(id)), (a, pg_sys::Datum::from(now))] {
+                values[i] = d;
+                nulls[i] = false;
+            }
+            pg_sys::CommandCounterIncrement();
+            let tuple = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+            let entries = IndexEntries::open_speculative(rel);
+            let taken = entries.insert_unless_conflict(rel, tuple, pg_sys::GetCurrentCommandId(true));
+            entries.close();
+            Some(taken)
+        }
+        _ => None,
+    };
+    pg_sys::table_close(rel, pg_sys::NoLock as i32);
+    taken
+}
+
+/// The job row and its ready row, as jobq._insert_job writes them.
+unsafe fn write(live: pg_sys::Relation, ready: pg_sys::Relation, c: &Columns, job: &Job, id: i64) {
+    let cid = pg_sys::GetCurrentCommandId(true);
+    let a = &job.args;
+    let natts = (*(*live).rd_att).natts as usize;
+    let mut values = vec![pg_sys::Datum::from(0usize); natts];
+    let mut nulls = vec![true; natts];
+    let mut set = |i: usize, d: Option<pg_sys::Datum>| {
+        if let Some(d) = d {
+            values[i] = d;
+            nulls[i] = false;
+        }
+    };
+    let state = pg_sys::Datum::from(pg_sys::cstring_to_text(c"ready".as_ptr()));
+    set(c.id, Some(pg_sys::Datum::from(id)));
+    set(c.queue, a[QUEUE]);
+    set(c.kind, a[KIND]);
+    set(c.payload, a[PAYLOAD]);
+    set(c.priority, a[PRIORITY]);
+    set(c.run_at, Some(pg_sys::Datum::from(job.run_at)));
+    set(c.enqueued_at, Some(pg_sys::Datum::from(job.now)));
+    set(c.state, Some(state));
+    set(c.attempt, Some(pg_sys::Datum::from(0i32)));
+    set(c.max_attempts, a[MAX_ATTEMPTS]);
+    set(c.unique_key, a[UNIQUE_KEY]);
+    set(c.unique_strategy, a[UNIQUE_KEY].and(a[UNIQUE_STRATEGY]));
+    set(c.concurrency_key, a[CONCURRENCY_KEY]);
+    set(c.concurrency_limit, a[CONCURRENCY_KEY].and(a[CONCURRENCY_LIMIT]));
+    set(c.rate_key, a[RATE_KEY]);
+    insert(live, &mut values, &mut nulls, cid);
+
+    let natts = (*(*ready).rd_att).natts as usize;
+    let mut values = vec![pg_sys::Datum::from(0usize); natts];
+    let mut nulls = vec![true; natts];
+    let mut set = |i: usize, d: Option<pg_sys::Datum>| {
+        if let Some(d) = d {
+            values[i] = d;
+            nulls[i] = false;
+        }
+    };
+    set(c.r_queue, a[QUEUE]);
+    set(c.r_priority, a[PRIORITY]);
+    set(c.r_run_at, Some(pg_sys::Datum::from(job.run_at)));
+    set(c.r_id, Some(pg_sys::Datum::from(id)));
+    set(c.r_kind, a[KIND]);
+    set(c.r_keyed, Some(pg_sys::Datum::from(job.keyed)));
+    set(c.r_ckey, a[CONCURRENCY_KEY]);
+    set(c.r_climit, a[CONCURRENCY_KEY].and(a[CONCURRENCY_LIMIT]));
+    set(c.r_while, job.while_key);
+    set(c.r_rate, a[RATE_KEY]);
+    set(c.r_queue_hash, Some(hashtext(a[QUEUE].unwrap()))); // the generated column
+    insert(ready, &mut values, &mut nulls, cid);
+}
+
+/// Inserts the row into `rel` with its index entries (unique checks and partial indexes as
+/// the executor does them).
+unsafe fn insert(rel: pg_sys::Relation, values: &mut [pg_sys::Datum], nulls: &mut [bool], cid: pg_sys::CommandId) {
+    let tuple = pg_sys::heap_form_tuple((*rel).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
+    pg_sys::heap_insert(rel, tuple, cid, 0, std::ptr::null_mut());
+    let entries = IndexEntries::open(rel, None);
+    entries.add(tuple, false);
+    entries.close();
+}
+
+/// The columns, once per backend and pair of tables; None when the tables have columns not
+/// named here, or lack one (then the SQL, which names them, serves).
+unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Columns> {
+    if let Some(c) = COLUMNS.get().filter(|c| c.rel == (*live).rd_id && c.ready == (*ready).rd_id) {
+        return Some(c);
+    }
+    use pg_sys::{BOOLOID as B, INT4OID as I, INT8OID as L, JSONBOID as J, TEXTOID as T, TIMESTAMPTZOID as TS, UUIDOID as U};
+    const LIVE: [(&str, pg_sys::Oid); 24] = [
+        ("id", L), ("queue", T), ("kind", T), ("payload", J), ("priority", I), ("run_at", TS), ("enqueued_at", TS),
+        ("state", T), ("attempt", I), ("max_attempts", I), ("unique_key", T), ("unique_strategy", T),
+        ("concurrency_key", T), ("concurrency_limit", I), ("worker_id", U), ("started_at", TS), ("finished_at", TS),
+        ("interrupted_at", TS), ("cancel_requested_at", TS), ("concurrency_slot", I), ("last_error", J), ("result", J),
+        ("rate_key", T), ("errors", J),
+    ];
+    const READY: [(&str, pg_sys::Oid); 11] = [
+        ("queue", T), ("priority", I), ("run_at", TS), ("id", L), ("kind", T), ("keyed", B), ("concurrency_key", T),
+        ("concurrency_limit", I), ("while_key", T), ("rate_key", T), ("queue_hash", I),
+    ];
+    // Every column is one of these, of its type (a dropped one is left NULL, as the executor
+    // leaves it), so that no column has a default or a type the fast path would not write.
+    let only = |desc: pg_sys::TupleDesc, cols: &[(&str, pg_sys::Oid)]| {
+        (0..(*desc).natts as usize).all(|i| {
+            let att = tupdesc_attr(desc, i);
+            let name = CStr::from_ptr((*att).attname.data.as_ptr()).to_str().unwrap_or("");
+            (*att).attisdropped || cols.iter().any(|&(n, t)| n == name && t == (*att).atttypid)
+        })
+    };
+    let (l, r) = ((*live).rd_att, (*ready).rd_att);
+    if !only(l, &LIVE) || !only(r, &READY) {
+        return None;
+    }
+    let c = Columns {
+        rel: (*live).rd_id,
+        ready: (*ready).rd_id,
+        id: column(l, "id")?,
+        queue: column(l, "queue")?,
+        kind: column(l, "kind")?,
+        payload: column(l, "payload")?,
+        priority: column(l, "priority")?,
+        run_at: column(l, "run_at")?,
+        enqueued_at: column(l, "enqueued_at")?,
+        state: column(l, "state")?,
+        attempt: column(l, "attempt")?,
+        max_attempts: column(l, "max_attempts")?,
+        unique_key: column(l, "unique_key")?,
+        unique_strategy: column(l, "unique_strategy")?,
+        concurrency_key: column(l, "concurrency_key")?,
+        concurrency_limit: column(l, "concurrency_limit")?,
+        rate_key: column(l, "rate_key")?,
+        r_queue: column(r, "queue")?,
+        r_priority: column(r, "priority")?,
+        r_run_at: column(r, "run_at")?,
+        r_id: column(r, "id")?,
+        r_kind: column(r, "kind")?,
+        r_keyed: column(r, "keyed")?,
+        r_ckey: column(r, "concurrency_key")?,
+        r_climit: column(r, "concurrency_limit")?,
+        r_while: column(r, "while_key")?,
+        r_rate: column(r, "rate_key")?,
+        r_queue_hash: column(r, "queue_hash")?,
+    };
+    COLUMNS.set(Some(c));
+    Some(c)
+}
