@@ -16,14 +16,15 @@ pub static COMPACT_AFTER: GucSetting<i32> = GucSetting::<i32>::new(100_000);
 /// Who sends the NOTIFY of an enqueue (src/wakes.rs).
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Debug)]
 pub enum Notify {
-    /// The enqueuing transaction, as SPEC words it.
+    /// The enqueuing transaction, in its commit.
     #[name = c"immediate"]
     Immediate,
-    /// The background worker, right after the enqueue commits.
+    /// The background worker, right after the enqueue commits (the default: notifying
+    /// transactions commit one at a time, src/wakes.rs).
     #[name = c"deferred"]
     Deferred,
 }
-pub static NOTIFY: GucSetting<Notify> = GucSetting::<Notify>::new(Notify::Immediate);
+pub static NOTIFY: GucSetting<Notify> = GucSetting::<Notify>::new(Notify::Deferred);
 
 /// Defines the settings. `jobq.database` only exists with `shared_preload_libraries = 'jobq'`:
 /// it is read once at server start, and PostgreSQL refuses to define such a setting in a

@@ -1,14 +1,13 @@
 //! Wake-ups: the `NOTIFY jobq, '<queue>'` that tells listening workers a queue has a due job.
 //!
 //! Every function that makes a job due now calls `jobq._notify(queue)`. With
-//! `jobq.notify = immediate` (the default) that is `pg_notify('jobq', queue)` in the caller's
-//! transaction, as SPEC words it. The price: PostgreSQL serialises the commits of notifying
-//! transactions on one cluster-wide lock held across their commit record's flush, so
-//! notifying enqueues commit one at a time (measured in bench/compare.sh, workload b: the
-//! baseline's single-job enqueue at 16 clients does 10,297/s, 2,732/s with a NOTIFY).
+//! `jobq.notify = immediate` that is `pg_notify('jobq', queue)` in the caller's transaction.
+//! The price: PostgreSQL serialises the commits of notifying transactions on one cluster-wide
+//! lock held across their commit record's flush, so notifying enqueues commit one at a time
+//! (measured in bench/compare.sh, workload b: the baseline's single-job enqueue at 16 clients
+//! does 22,368/s, 4,048/s with a NOTIFY).
 //!
-//! With `jobq.notify = deferred` (a session, role or database setting) the enqueuer only notes
-//! the queue; at COMMIT, once its jobs are visible, the note goes into shared memory and the
+//! So with `jobq.notify = deferred` (the default) the enqueuer only notes the queue; at COMMIT, once its jobs are visible, the note goes into shared memory and the
 //! background worker serving the database is woken through its latch; it sends one NOTIFY per
 //! queue noted since its last look, in one short transaction of its own. Listeners get the
 //! same channel and payload, after the jobs are visible, a few milliseconds later (measured:

@@ -1,6 +1,6 @@
-//! Who sends the NOTIFY of an enqueue (src/wakes.rs): the enqueuing transaction by default,
-//! the background worker right after the commit with `jobq.notify = deferred`, and the
-//! enqueuing transaction again wherever no background worker serves the database.
+//! Who sends the NOTIFY of an enqueue (src/wakes.rs): the background worker right after the
+//! commit by default (`jobq.notify = deferred`), the enqueuing transaction with `immediate`, and
+//! the enqueuing transaction again wherever no background worker serves the database.
 mod common;
 
 use common::*;
@@ -71,8 +71,15 @@ fn deferred_wake_ups_come_from_the_background_worker_after_the_commit() {
     let note = listener.notifications().timeout_iter(PATIENCE).next().unwrap().expect("the wake-up of 'open'");
     assert_eq!((note.payload(), note.process_id()), ("open", reaper));
 
-    // The default: the enqueuing transaction notifies.
+    // The default is deferred: the background worker notifies.
     p.batch_execute("RESET jobq.notify").unwrap();
+    p.batch_execute("SELECT jobq_enqueue('default')").unwrap();
+    let note = listener.notifications().timeout_iter(PATIENCE).next().unwrap().expect("the wake-up of 'default'");
+    assert_eq!((note.payload(), note.process_id()), ("default", reaper));
+    assert_eq!(notes_until(&mut listener, &mut marker, "end-2"), []);
+
+    // immediate: the enqueuing transaction notifies, in its commit.
+    p.batch_execute("SET jobq.notify = immediate").unwrap();
     let me = pid(&mut p);
     p.batch_execute("SELECT jobq_enqueue('now')").unwrap();
     assert_eq!(notes_until(&mut listener, &mut marker, "end-3"), [("now".to_string(), me)]);
