@@ -4,14 +4,14 @@
 # scripts (bench/scripts/<system>_*.sql), so the client cost is identical; the peers are installed
 # from PyPI / npm into target/bench-peers (bench/systems/*.sh), never vendored.
 #
-#   bench/compare.sh [--workloads a,b,c,d,e,f] [--systems "jobq jobq_r0 jobq_dn baseline procrastinate graphile"]
+#   bench/compare.sh [--workloads a,b,c,d,e,f] [--systems "jobq jobq_r0 jobq_im baseline pgboss procrastinate graphile"]
 #                    [--runs N] [--seconds N] [--steady-seconds N] [--big-backlog N] [--async]
 #   STEADY_SYSTEMS="jobq baseline" bench/compare.sh ...   workload c for these systems only
 #   bench/compare.sh --quick      CI: jobq vs baseline only, a regression check (below)
 #
 # Workloads (jobs/s are medians over --runs runs of --seconds each, each run on a fresh backlog):
 #   a  checkout+complete (two transactions per job) with a pre-filled backlog, 1/4/16/64 clients
-#   b  enqueue: one job per transaction (1 and 16 clients), 100 per transaction (4 clients)
+#   b  enqueue: one job per transaction (1, 4, 16 and 64 clients), 100 per transaction (4 clients)
 #   c  steady state: enqueue+checkout+complete (three transactions), 16 clients, --steady-seconds
 #      (default 600); throughput of the first and the last minute, dead tuples, autovacuum runs
 #   d  backlog: the same mixed workload (so the backlog stays put) at 16 clients over 10k, 1M and
@@ -29,7 +29,7 @@
 # hot-path regression of more than 2x. Writes only target/bench-quick.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WORKLOADS=a,b,c,d,e,f; SYSTEMS="jobq jobq_r0 jobq_dn baseline procrastinate graphile"; RUNS=3; SECS=10
+WORKLOADS=a,b,c,d,e,f; SYSTEMS="jobq jobq_r0 jobq_im baseline pgboss procrastinate graphile"; RUNS=3; SECS=10
 STEADY=600; BIG=10000000; SYNC=on; QUICK=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -108,23 +108,26 @@ fi
 # --- b: enqueue -----------------------------------------------------------------------------
 if has b; then
   { echo "## b. enqueue"; echo; header
-    echo "| system | single, 1 client | single, 16 clients | batch of 100, 4 clients | single 16 / baseline | batch / baseline |"
-    echo "| --- | ---: | ---: | ---: | ---: | ---: |"; } > "$PARTS/b.md"
-  declare -A b1=() b16=() bb=()
+    echo "| system | single, 1 client | single, 4 clients | single, 16 clients | single, 64 clients | batch of 100, 4 clients | single 16 / baseline | batch / baseline |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"; } > "$PARTS/b.md"
+  declare -A b1=() b4=() b16=() b64=() bb=()
   for _ in $(seq "$RUNS"); do
     for s in $SYSTEMS; do
       "${s}_reset" 0; b1[$s]="${b1[$s]:-} $(run $s ${s}_enqueue.sql 1 "$SECS")"
+      "${s}_reset" 0; b4[$s]="${b4[$s]:-} $(run $s ${s}_enqueue.sql 4 "$SECS")"
       "${s}_reset" 0; b16[$s]="${b16[$s]:-} $(run $s ${s}_enqueue.sql 16 "$SECS")"
+      "${s}_reset" 0; b64[$s]="${b64[$s]:-} $(run $s ${s}_enqueue.sql 64 "$SECS")"
       "${s}_reset" 0; bb[$s]="${bb[$s]:-} $(( $(run $s ${s}_enqueue_batch.sql 4 "$SECS") * 100 ))"
     done
   done
-  declare -A m1=() m16=() mb=()
+  declare -A m1=() m4=() m16=() m64=() mb=()
   for s in $SYSTEMS; do
-    m1[$s]=$(echo "${b1[$s]}" | median); m16[$s]=$(echo "${b16[$s]}" | median); mb[$s]=$(echo "${bb[$s]}" | median)
-    log "b $s single1:${b1[$s]} single16:${b16[$s]} batch:${bb[$s]}"
+    m1[$s]=$(echo "${b1[$s]}" | median); m4[$s]=$(echo "${b4[$s]}" | median); m16[$s]=$(echo "${b16[$s]}" | median)
+    m64[$s]=$(echo "${b64[$s]}" | median); mb[$s]=$(echo "${bb[$s]}" | median)
+    log "b $s single1:${b1[$s]} single4:${b4[$s]} single16:${b16[$s]} single64:${b64[$s]} batch:${bb[$s]}"
   done
   for s in $SYSTEMS; do
-    echo "| $s | ${m1[$s]} | ${m16[$s]} | ${mb[$s]} | $(ratio "${m16[$s]}" "${m16[baseline]:-0}") | $(ratio "${mb[$s]}" "${mb[baseline]:-0}") |" >> "$PARTS/b.md"
+    echo "| $s | ${m1[$s]} | ${m4[$s]} | ${m16[$s]} | ${m64[$s]} | ${mb[$s]} | $(ratio "${m16[$s]}" "${m16[baseline]:-0}") | $(ratio "${mb[$s]}" "${mb[baseline]:-0}") |" >> "$PARTS/b.md"
   done
   if [[ " $SYSTEMS " == *" baseline "* ]]; then
     # The baseline's enqueue plus the NOTIFY a LISTENing worker needs, as jobq and both peers send
@@ -136,13 +139,13 @@ if has b; then
       baseline_reset 0; n16="$n16 $(run baseline baseline_enqueue_notify.sql 16 "$SECS")"
     done
     n1=$(echo "$n1" | median); n16=$(echo "$n16" | median); log "b baseline+NOTIFY single1=$n1 single16=$n16"
-    echo "| baseline + NOTIFY | $n1 | $n16 | - | $(ratio "$n16" "${m16[baseline]}") | - |" >> "$PARTS/b.md"
+    echo "| baseline + NOTIFY | $n1 | - | $n16 | - | - | $(ratio "$n16" "${m16[baseline]}") | - |" >> "$PARTS/b.md"
   fi
 fi
 
 # --- c: steady state --------------------------------------------------------------------------
 # main table of each system, for dead tuples and autovacuum runs
-table_of() { case $1 in jobq|jobq_r0|jobq_dn) echo jobq.live_jobs ;; baseline) echo public.baseline_jobs ;; procrastinate) echo public.procrastinate_jobs ;; graphile) echo graphile_worker._private_jobs ;; esac; }
+table_of() { case $1 in jobq|jobq_r0|jobq_im) echo jobq.live_jobs ;; pgboss) echo pgboss.job_common ;; baseline) echo public.baseline_jobs ;; procrastinate) echo public.procrastinate_jobs ;; graphile) echo graphile_worker._private_jobs ;; esac; }
 if has c; then
   { echo "## c. steady state: enqueue+checkout+complete, 16 clients, ${STEADY}s"; echo; header
     echo "Backlog of 10,000 ready jobs at the start; each iteration enqueues one job and works one, so it stays put. Jobs/s per minute from \`pgbench -P 60\`."
@@ -190,6 +193,8 @@ if has e; then
     echo "| system | p50 ms | p99 ms | max ms | fallback polls |"
     echo "| --- | ---: | ---: | ---: | ---: |"; } > "$PARTS/e.md"
   for s in $SYSTEMS; do
+    # pg-boss sends no NOTIFY with its default queue options (its workers poll).
+    [ "$s" = pgboss ] && { echo "| $s | - | - | - | (no NOTIFY: its workers poll) |" >> "$PARTS/e.md"; continue; }
     "${s}_reset" 0
     opts="${s}_PGOPTIONS"
     read -r p50 p99 mx polls < <(PGOPTIONS="${!opts:-}" PYTHONPATH=target/bench-py python3 bench/latency.py "$s" "$PORT" 300)

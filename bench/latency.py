@@ -22,7 +22,7 @@ import psycopg
 CHANNELS = {
     "jobq": "jobq",                              # jobq_enqueue: NOTIFY jobq, '<queue>'
     "jobq_r0": "jobq",
-    "jobq_dn": "jobq",
+    "jobq_im": "jobq",
     "baseline": "baseline",                      # NOTIFY added after its INSERT, below
     "procrastinate": "procrastinate_any_queue_v1",  # its insert trigger
     "graphile": "jobs:insert",                   # add_job's pg_notify

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # What one job costs in WAL, per system: checkout+complete (each system's own pgbench script) over
-# a backlog, with pg_waldump's per-record breakdown. With synchronous_commit = on every commit
+# a backlog, or with --workload mixed its whole life, enqueue+checkout+complete (each system's
+# `_mixed` script, over the same backlog so that it stays put), with pg_waldump's per-record
+# breakdown. With synchronous_commit = on every commit
 # waits for its WAL to be flushed, so at 16 clients on 2 cores WAL per job is what bounds jobs/s
 # (wait events there are mostly LWLock:WALWrite).
-#   bench/walcost.sh [--jobs N] [--systems "jobq jobq_r0 baseline procrastinate graphile"]
-# Writes bench/results/walcost.md: a row per system, then per system what each kind of record
+#   bench/walcost.sh [--jobs N] [--systems "jobq jobq_r0 baseline procrastinate graphile"] [--workload mixed]
+# Writes bench/results/walcost.md (walcost-mixed.md with --workload mixed): a row per system, then per system what each kind of record
 # costs per job (pg_waldump --stats=record), so that each byte can be traced to the write that
 # made it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-JOBS=20000; SYSTEMS="jobq jobq_r0 baseline procrastinate graphile"
+JOBS=20000; SYSTEMS="jobq jobq_r0 baseline procrastinate graphile"; WORKLOAD=checkout_complete
 while [ $# -gt 0 ]; do
   case "$1" in
+    --workload) WORKLOAD=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
     --systems) SYSTEMS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -20,11 +23,16 @@ done
 . bench/lib.sh
 for s in $SYSTEMS; do . "bench/systems/$s.sh"; "${s}_install"; done
 start_cluster on
-OUT=bench/results/walcost.md
+case $WORKLOAD in
+  checkout_complete) OUT=bench/results/walcost.md; WHAT="checkout+complete"; ARGS="--jobs $JOBS" ;;
+  mixed) OUT=bench/results/walcost-mixed.md; WHAT="enqueue+checkout+complete"; ARGS="--jobs $JOBS --workload mixed" ;;
+  *) echo "unknown workload $WORKLOAD" >&2; exit 2 ;;
+esac
+COMMIT=$(git rev-parse --short HEAD)
 {
-  echo "# WAL per job, checkout+complete"
+  echo "# WAL per job, $WHAT"
   echo
-  echo "\`bench/walcost.sh --jobs $JOBS\`, $(date -u +%Y-%m-%d), $(machine). $JOBS jobs worked by 4 pgbench clients over a backlog of 100,000 after a warm-up of 2,000; WAL between the two LSNs, full-page images included (a backlog is worked page by page, and each page's first change after a checkpoint writes it whole)."
+  echo "\`bench/walcost.sh $ARGS\`, commit $COMMIT, $(date -u +%Y-%m-%d), $(machine). $JOBS jobs ($WHAT) by 4 pgbench clients over a backlog of 100,000 after a warm-up of 2,000; WAL between the two LSNs, full-page images included (a backlog is worked page by page, and each page's first change after a checkpoint writes it whole)."
   echo
   echo "| system | WAL bytes / job | records / job | full-page image bytes / job | heap records / job | btree records / job | transaction (commit) records / job |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -34,9 +42,9 @@ lsn() { "${PSQL[@]}" -d bench -c "SELECT pg_current_wal_lsn()"; }
 for s in $SYSTEMS; do
   "${s}_reset" 100000
   opts="${s}_PGOPTIONS"
-  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t 500 -f "bench/scripts/${s}_checkout_complete.sql" bench >/dev/null
+  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t 500 -f "bench/scripts/${s}_${WORKLOAD}.sql" bench >/dev/null
   a=$(lsn)
-  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t $((JOBS / 4)) -f "bench/scripts/${s}_checkout_complete.sql" bench >/dev/null
+  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t $((JOBS / 4)) -f "bench/scripts/${s}_${WORKLOAD}.sql" bench >/dev/null
   b=$(lsn)
   "${PSQL[@]}" -d bench -c "SELECT pg_switch_wal()" >/dev/null
   # pg_waldump --stats: per resource manager "Type N (%) record-size (%) FPI-size (%) combined (%)";

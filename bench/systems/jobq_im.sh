@@ -1,9 +1,9 @@
-# jobq with jobq.notify = deferred, set for the benchmark's connections through PGOPTIONS: the
-# background worker sends the NOTIFY of an enqueue right after its commit, instead of the
-# enqueuing transaction (src/wakes.rs). Same extension, same scripts (bench/scripts/jobq_dn_*
+# jobq with jobq.notify = immediate, set for the benchmark's connections through PGOPTIONS: the
+# enqueuing transaction sends its NOTIFY in its own commit, instead of the background worker
+# right after it (the default, src/wakes.rs). Same extension, same scripts (bench/scripts/jobq_im_*
 # are links to jobq_*).
 . bench/systems/jobq.sh
-jobq_dn_install() { :; }
-jobq_dn_version() { echo "jobq_dn: jobq with jobq.notify = deferred"; }
-jobq_dn_reset() { jobq_reset "$@"; }
-jobq_dn_PGOPTIONS="-c jobq.notify=deferred"
+jobq_im_install() { :; }
+jobq_im_version() { echo "jobq_im: jobq with jobq.notify = immediate"; }
+jobq_im_reset() { jobq_reset "$@"; }
+jobq_im_PGOPTIONS="-c jobq.notify=immediate"

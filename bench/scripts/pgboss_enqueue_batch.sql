@@ -1,0 +1,92 @@
+-- pg-boss 12.38.0, 100 jobs per transaction: what boss.insert('bench', jobs) runs for 100 jobs of
+-- data {"n": 1}, the insertJobs statement of dist/plans.js without RETURNING (insert() asks for no
+-- ids by default); checked against the statement a real insert() logged. Its $1, the JSON array of
+-- 100 {"data": {"n": 1}, "__traceContext": null}, is built server-side from that text instead of
+-- sent as a 100-element literal; it is parsed as text::json as pg-boss's parameter is.
+INSERT INTO pgboss.job_common (
+  id,
+  name,
+  data,
+  priority,
+  start_after,
+  created_on,
+  singleton_key,
+  singleton_on,
+  group_id,
+  group_tier,
+  expire_seconds,
+  deletion_seconds,
+  keep_until,
+  retry_limit,
+  retry_delay,
+  retry_backoff,
+  retry_delay_max,
+  policy,
+  dead_letter,
+  heartbeat_seconds,
+  blocked,
+  blocking,
+  pending_dependencies,
+  trace_context
+)
+SELECT
+  COALESCE(id, gen_random_uuid()) as id,
+  'bench' as name,
+  data,
+  COALESCE(priority, 0) as priority,
+  j.start_after,
+  pgboss.job_now() as created_on,
+  "singletonKey",
+  CASE
+    WHEN "singletonSeconds" IS NOT NULL THEN 'epoch'::timestamp + '1s'::interval * ("singletonSeconds"::float8 * floor(( date_part('epoch', pgboss.job_now()) + COALESCE("singletonOffset",0)::float8) / "singletonSeconds"::float8 ))
+    ELSE NULL
+    END as singleton_on,
+  "groupId" as group_id,
+  "groupTier" as group_tier,
+  COALESCE("expireInSeconds", q.expire_seconds, 900) as expire_seconds,
+  COALESCE("deleteAfterSeconds", q.deletion_seconds, 604800) as deletion_seconds,
+  j.start_after + (COALESCE("retentionSeconds", q.retention_seconds, 1209600) * interval '1s') as keep_until,
+  COALESCE("retryLimit", q.retry_limit, 2) as retry_limit,
+  COALESCE("retryDelay", q.retry_delay, 0) as retry_delay,
+  COALESCE("retryBackoff", q.retry_backoff, false) as retry_backoff,
+  COALESCE("retryDelayMax", q.retry_delay_max) as retry_delay_max,
+  q.policy,
+  COALESCE("deadLetter", q.dead_letter) as dead_letter,
+  COALESCE("heartbeatSeconds", q.heartbeat_seconds) as heartbeat_seconds,
+  COALESCE(blocked, false) as blocked,
+  COALESCE(blocking, false) as blocking,
+  COALESCE("pendingDependencies", 0) as pending_dependencies,
+  "__traceContext" as trace_context
+FROM (
+  SELECT *,
+    CASE
+      WHEN (right("startAfter", 1) = 'Z' OR "startAfter" ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}') THEN CAST("startAfter" as timestamp with time zone)
+      ELSE pgboss.job_now() + CAST(COALESCE("startAfter",'0') as interval)
+      END as start_after
+  FROM json_to_recordset(('[' || rtrim(repeat('{"data": {"n": 1}, "__traceContext": null}, ', 100), ', ') || ']')::text::json) as x (
+    id uuid,
+    priority integer,
+    data jsonb,
+    "startAfter" text,
+    "retryLimit" integer,
+    "retryDelay" integer,
+    "retryDelayMax" integer,
+    "retryBackoff" boolean,
+    "singletonKey" text,
+    "singletonSeconds" integer,
+    "singletonOffset" integer,
+    "groupId" text,
+    "groupTier" text,
+    "expireInSeconds" integer,
+    "deleteAfterSeconds" integer,
+    "retentionSeconds" integer,
+    "deadLetter" text,
+    "heartbeatSeconds" integer,
+    blocked boolean,
+    blocking boolean,
+    "pendingDependencies" integer,
+    "__traceContext" jsonb
+  )
+) j
+LEFT JOIN pgboss.queue q ON q.name = 'bench'
+ON CONFLICT DO NOTHING;
