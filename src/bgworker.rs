@@ -51,6 +51,10 @@ const STABLE: Duration = Duration::from_secs(60);
 /// How often the reaper raises the claim floors (src/floors.rs): a checkout walks the dead
 /// entries of at most this long's claims.
 const FLOOR_TICK: Duration = Duration::from_millis(200);
+/// The least time between two sends of deferred wake-ups (src/wakes.rs): at most this much is
+/// added to a wake-up's delay, and only when one was sent just before; a stream of enqueues
+/// then costs at most one NOTIFY transaction (and its commit's flush) per gap, not one each.
+const SEND_GAP: Duration = Duration::from_millis(2);
 /// The version of the SQL this library serves; a database at another one waits for
 /// `ALTER EXTENSION jobq UPDATE`.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -454,6 +458,7 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
     let mut current = interval();
     let mut last_pass: Option<Instant> = None;
     let mut sweep = true;
+    let mut last_send = Instant::now().checked_sub(SEND_GAP).unwrap_or_else(Instant::now);
     let mut compact_backoff = Backoff::default();
     let tick = || interval().min(FLOOR_TICK);
     let mut last_tick = Instant::now().checked_sub(FLOOR_TICK).unwrap_or_else(Instant::now);
@@ -470,7 +475,14 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
             continue;
         }
         if serving == Some(true) {
+            // Each send is a transaction with its own commit to flush: under a stream of
+            // enqueues (each commit sets the latch) sends are at least SEND_GAP apart, the
+            // wake-ups noted meanwhile going out together.
+            if let Some(wait) = SEND_GAP.checked_sub(last_send.elapsed()) {
+                unsafe { pg_sys::pg_usleep(wait.as_micros() as std::ffi::c_long) };
+            }
             wakes::send(std::mem::take(&mut sweep));
+            last_send = Instant::now();
         }
         // Wake-ups set the latch often; the rest runs on its ticks.
         if last_tick.elapsed() < tick() {
