@@ -37,8 +37,12 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status} ${Version}\n' "$p" | grep -q "install ok installed $VERSION" || fail "$p is not installed"
 done
-[ -f "$libdir/jobq.so" ] && [ -f "$ext/jobq--$VERSION.sql" ] && [ -f "$ext/jobq--0.1.0--$VERSION.sql" ] \
-  || fail "postgresql-$v-jobq lacks the library, the install script or the upgrade script"
+[ -f "$libdir/jobq.so" ] && [ -f "$ext/jobq--$VERSION.sql" ] \
+  || fail "postgresql-$v-jobq lacks the library or the install script"
+# Every upgrade script of sql/ (ALTER EXTENSION jobq UPDATE chains them).
+for u in sql/jobq--*--*.sql; do
+  [ -f "$ext/$(basename "$u")" ] || fail "postgresql-$v-jobq lacks the upgrade script $(basename "$u")"
+done
 ok "installed ${PKGS[*]} $VERSION"
 
 # 2. A fresh cluster, run from a directory outside the build tree.
