@@ -20,7 +20,7 @@
 //! operation; the copy is the price of speed and its saving is measured (docs/internals.md).
 use crate::counters::jobq::tally;
 use crate::liveness::usable;
-use crate::rows::{fetch, text, tupdesc_attr, IndexEntries};
+use crate::rows::{fetch, insert, text, tupdesc_attr};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -190,7 +190,7 @@ unsafe fn claim_end(
         nulls[cols.finished_at] = false;
         values[cols.result] = result.unwrap_or(pg_sys::Datum::from(0usize));
         nulls[cols.result] = result.is_none();
-        insert(finished, values.as_mut_ptr(), nulls.as_mut_ptr(), cid);
+        insert(finished, pg_sys::heap_form_tuple((*finished).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr()), cid);
     }
     let ts = |t: i64| TimestampWithTimeZone::try_from(t).ok();
     if let (Ok(queue), Some(at)) = (std::str::from_utf8(&queue), ts(finished_at)) {
@@ -241,16 +241,6 @@ unsafe fn claim_end(
         );
     }
     Some(())
-}
-
-/// Inserts the row into `rel` with its index entries (unique checks and partial indexes
-/// as the executor does them).
-unsafe fn insert(rel: pg_sys::Relation, values: *mut pg_sys::Datum, nulls: *mut bool, cid: pg_sys::CommandId) {
-    let tuple = pg_sys::heap_form_tuple((*rel).rd_att, values, nulls);
-    pg_sys::heap_insert(rel, tuple, cid, 0, std::ptr::null_mut());
-    let entries = IndexEntries::open(rel, None);
-    entries.add(tuple, false);
-    entries.close();
 }
 
 /// The columns, once per backend and table; None when the two job tables' columns differ

@@ -25,7 +25,7 @@
 //! rows each writes, and the saving is measured (docs/performance.md).
 use crate::counters::jobq::tally;
 use crate::kept::kept;
-use crate::rows::{column, hashtext, sql_fn, text, tupdesc_attr, IndexEntries};
+use crate::rows::{column, hashtext, insert, only_columns, sql_fn, text, IndexEntries, NewRow};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -46,6 +46,8 @@ const CONCURRENCY_KEY: usize = 9;
 const CONCURRENCY_LIMIT: usize = 10;
 const RATE_KEY: usize = 11;
 const ARGS: usize = 12;
+/// The SQL that serves every case, with the twelve arguments.
+const EVERY_CASE: &str = "SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 const TYPES: [pg_sys::Oid; ARGS] = [
     pg_sys::TEXTOID,
     pg_sys::JSONBOID,
@@ -133,7 +135,7 @@ pub unsafe extern "C-unwind" fn jobq_enqueue(fcinfo: pg_sys::FunctionCallInfo) -
     });
     let id = match common(&args) {
         Some(job) => fast(&job),
-        None => sql("SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", &args, None),
+        None => sql(EVERY_CASE, &args, None),
     };
     match id {
         Some(id) => pg_sys::Datum::from(id),
@@ -211,36 +213,19 @@ unsafe fn fast(job: &Job) -> Option<i64> {
     let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
     let (ready_id, live_id, seq_id) = (relid(c"ready"), relid(c"live_jobs"), relid(c"jobs_id_seq"));
     if [ready_id, live_id, seq_id].contains(&pg_sys::InvalidOid) {
-        return sql("SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", &job.args, None);
+        return sql(EVERY_CASE, &job.args, None);
     }
     // nextval(regclass) itself (its permission check passes: this runs as the tables' owner).
     let id = pg_sys::DirectFunctionCall1Coll(Some(sql_fn::nextval_oid), pg_sys::InvalidOid, pg_sys::Datum::from(seq_id)).value() as i64;
     if job.takes_key {
         // Before any table of the job is locked, as the SQL takes it: a taker of the same key
         // waits here for the first one's outcome holding nothing a compaction needs. A key
-        // held (by a job, a live worker, or a stale lock jobq._take_key would remove first) is
-        // the SQL's, which resolves the conflict as on_conflict says (with an id of its own).
-        let taken = match relid(c"locks") {
-            oid if oid == pg_sys::InvalidOid => None,
-            oid => take_key(oid, job.args[UNIQUE_KEY].unwrap(), id, job.now),
-        };
-        match taken {
-            Some(true) => {}
-            Some(false) => return sql("SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", &job.args, None),
-            // jobq.locks not as expected: jobq._take_key's INSERT, the statement itself.
-            None => {
-                let key = DatumWithOid::new(job.args[UNIQUE_KEY].unwrap(), pg_sys::TEXTOID);
-                let id_arg = DatumWithOid::new(pg_sys::Datum::from(id), pg_sys::INT8OID);
-                let taken = kept::<bool>(
-                    "WITH taken AS (INSERT INTO jobq.locks (key, job_id, acquired_at) VALUES ($1, $2, clock_timestamp()) \
-                     ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) = 1 FROM taken",
-                    &[pg_sys::TEXTOID, pg_sys::INT8OID],
-                    &[key, id_arg],
-                );
-                if taken != Some(true) {
-                    return sql("SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)", &job.args, None);
-                }
-            }
+        // held (by a job, a live worker, or a stale lock jobq._take_key would remove first),
+        // or a jobq.locks not as expected, is the SQL's, which resolves a conflict as
+        // on_conflict says (with an id of its own).
+        let locks = relid(c"locks");
+        if locks == pg_sys::InvalidOid || take_key(locks, job.args[UNIQUE_KEY].unwrap(), id, job.now) != Some(true) {
+            return sql(EVERY_CASE, &job.args, None);
         }
     }
     // The hot tables in their one lock order, jobq.ready first (as checkout and the compaction
@@ -286,26 +271,17 @@ unsafe fn take_key(locks: pg_sys::Oid, key: pg_sys::Datum, id: i64, now: i64) ->
     use pg_sys::{INT8OID, TEXTOID, TIMESTAMPTZOID, UUIDOID};
     let rel = pg_sys::table_open(locks, pg_sys::RowExclusiveLock as i32);
     let desc = (*rel).rd_att;
-    let cols: [(&str, pg_sys::Oid); 5] =
-        [("key", TEXTOID), ("worker_id", UUIDOID), ("job_id", INT8OID), ("acquired_at", TIMESTAMPTZOID), ("expires_at", TIMESTAMPTZOID)];
-    let expected = (*rel).trigdesc.is_null()
-        && (0..(*desc).natts as usize).all(|i| {
-            let att = tupdesc_attr(desc, i);
-            let name = CStr::from_ptr((*att).attname.data.as_ptr()).to_str().unwrap_or("");
-            (*att).attisdropped || cols.iter().any(|&(n, t)| n == name && t == (*att).atttypid)
-        });
+    let cols = [("key", TEXTOID), ("worker_id", UUIDOID), ("job_id", INT8OID), ("acquired_at", TIMESTAMPTZOID), ("expires_at", TIMESTAMPTZOID)];
+    let expected = (*rel).trigdesc.is_null() && only_columns(desc, &cols);
     let at = |name: &str| column(desc, name);
     let taken = match (expected, at("key"), at("job_id"), at("acquired_at")) {
         (true, Some(k), Some(j), Some(a)) => {
-            let natts = (*desc).natts as usize;
-            let mut values = vec![pg_sys::Datum::from(0usize); natts];
-            let mut nulls = vec![true; natts];
-            for (i, d) in [(k, key), (j, pg_sys::Datum::from(id)), (a, pg_sys::Datum::from(now))] {
-                values[i] = d;
-                nulls[i] = false;
-            }
+            let mut row = NewRow::of(rel);
+            row.set(k, Some(key));
+            row.set(j, Some(pg_sys::Datum::from(id)));
+            row.set(a, Some(pg_sys::Datum::from(now)));
             pg_sys::CommandCounterIncrement();
-            let tuple = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+            let tuple = row.form(rel);
             let entries = IndexEntries::open_speculative(rel);
             let taken = entries.insert_unless_conflict(rel, tuple, pg_sys::GetCurrentCommandId(true));
             entries.close();
@@ -321,64 +297,37 @@ unsafe fn take_key(locks: pg_sys::Oid, key: pg_sys::Datum, id: i64, now: i64) ->
 unsafe fn write(live: pg_sys::Relation, ready: pg_sys::Relation, c: &Columns, job: &Job, id: i64) {
     let cid = pg_sys::GetCurrentCommandId(true);
     let a = &job.args;
-    let natts = (*(*live).rd_att).natts as usize;
-    let mut values = vec![pg_sys::Datum::from(0usize); natts];
-    let mut nulls = vec![true; natts];
-    let mut set = |i: usize, d: Option<pg_sys::Datum>| {
-        if let Some(d) = d {
-            values[i] = d;
-            nulls[i] = false;
-        }
-    };
-    let state = pg_sys::Datum::from(pg_sys::cstring_to_text(c"ready".as_ptr()));
-    set(c.id, Some(pg_sys::Datum::from(id)));
-    set(c.queue, a[QUEUE]);
-    set(c.kind, a[KIND]);
-    set(c.payload, a[PAYLOAD]);
-    set(c.priority, a[PRIORITY]);
-    set(c.run_at, Some(pg_sys::Datum::from(job.run_at)));
-    set(c.enqueued_at, Some(pg_sys::Datum::from(job.now)));
-    set(c.state, Some(state));
-    set(c.attempt, Some(pg_sys::Datum::from(0i32)));
-    set(c.max_attempts, a[MAX_ATTEMPTS]);
-    set(c.unique_key, a[UNIQUE_KEY]);
-    set(c.unique_strategy, a[UNIQUE_KEY].and(a[UNIQUE_STRATEGY]));
-    set(c.concurrency_key, a[CONCURRENCY_KEY]);
-    set(c.concurrency_limit, a[CONCURRENCY_KEY].and(a[CONCURRENCY_LIMIT]));
-    set(c.rate_key, a[RATE_KEY]);
-    insert(live, &mut values, &mut nulls, cid);
+    let mut row = NewRow::of(live);
+    row.set(c.id, Some(pg_sys::Datum::from(id)));
+    row.set(c.queue, a[QUEUE]);
+    row.set(c.kind, a[KIND]);
+    row.set(c.payload, a[PAYLOAD]);
+    row.set(c.priority, a[PRIORITY]);
+    row.set(c.run_at, Some(pg_sys::Datum::from(job.run_at)));
+    row.set(c.enqueued_at, Some(pg_sys::Datum::from(job.now)));
+    row.set(c.state, Some(pg_sys::Datum::from(pg_sys::cstring_to_text(c"ready".as_ptr()))));
+    row.set(c.attempt, Some(pg_sys::Datum::from(0i32)));
+    row.set(c.max_attempts, a[MAX_ATTEMPTS]);
+    row.set(c.unique_key, a[UNIQUE_KEY]);
+    row.set(c.unique_strategy, a[UNIQUE_KEY].and(a[UNIQUE_STRATEGY]));
+    row.set(c.concurrency_key, a[CONCURRENCY_KEY]);
+    row.set(c.concurrency_limit, a[CONCURRENCY_KEY].and(a[CONCURRENCY_LIMIT]));
+    row.set(c.rate_key, a[RATE_KEY]);
+    insert(live, row.form(live), cid);
 
-    let natts = (*(*ready).rd_att).natts as usize;
-    let mut values = vec![pg_sys::Datum::from(0usize); natts];
-    let mut nulls = vec![true; natts];
-    let mut set = |i: usize, d: Option<pg_sys::Datum>| {
-        if let Some(d) = d {
-            values[i] = d;
-            nulls[i] = false;
-        }
-    };
-    set(c.r_queue, a[QUEUE]);
-    set(c.r_priority, a[PRIORITY]);
-    set(c.r_run_at, Some(pg_sys::Datum::from(job.run_at)));
-    set(c.r_id, Some(pg_sys::Datum::from(id)));
-    set(c.r_kind, a[KIND]);
-    set(c.r_keyed, Some(pg_sys::Datum::from(job.keyed)));
-    set(c.r_ckey, a[CONCURRENCY_KEY]);
-    set(c.r_climit, a[CONCURRENCY_KEY].and(a[CONCURRENCY_LIMIT]));
-    set(c.r_while, job.while_key);
-    set(c.r_rate, a[RATE_KEY]);
-    set(c.r_queue_hash, Some(hashtext(a[QUEUE].unwrap()))); // the generated column
-    insert(ready, &mut values, &mut nulls, cid);
-}
-
-/// Inserts the row into `rel` with its index entries (unique checks and partial indexes as
-/// the executor does them).
-unsafe fn insert(rel: pg_sys::Relation, values: &mut [pg_sys::Datum], nulls: &mut [bool], cid: pg_sys::CommandId) {
-    let tuple = pg_sys::heap_form_tuple((*rel).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr());
-    pg_sys::heap_insert(rel, tuple, cid, 0, std::ptr::null_mut());
-    let entries = IndexEntries::open(rel, None);
-    entries.add(tuple, false);
-    entries.close();
+    let mut row = NewRow::of(ready);
+    row.set(c.r_queue, a[QUEUE]);
+    row.set(c.r_priority, a[PRIORITY]);
+    row.set(c.r_run_at, Some(pg_sys::Datum::from(job.run_at)));
+    row.set(c.r_id, Some(pg_sys::Datum::from(id)));
+    row.set(c.r_kind, a[KIND]);
+    row.set(c.r_keyed, Some(pg_sys::Datum::from(job.keyed)));
+    row.set(c.r_ckey, a[CONCURRENCY_KEY]);
+    row.set(c.r_climit, a[CONCURRENCY_KEY].and(a[CONCURRENCY_LIMIT]));
+    row.set(c.r_while, job.while_key);
+    row.set(c.r_rate, a[RATE_KEY]);
+    row.set(c.r_queue_hash, Some(hashtext(a[QUEUE].unwrap()))); // the generated column
+    insert(ready, row.form(ready), cid);
 }
 
 /// The columns, once per backend and pair of tables; None when the tables have columns not
@@ -401,15 +350,8 @@ unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Col
     ];
     // Every column is one of these, of its type (a dropped one is left NULL, as the executor
     // leaves it), so that no column has a default or a type the fast path would not write.
-    let only = |desc: pg_sys::TupleDesc, cols: &[(&str, pg_sys::Oid)]| {
-        (0..(*desc).natts as usize).all(|i| {
-            let att = tupdesc_attr(desc, i);
-            let name = CStr::from_ptr((*att).attname.data.as_ptr()).to_str().unwrap_or("");
-            (*att).attisdropped || cols.iter().any(|&(n, t)| n == name && t == (*att).atttypid)
-        })
-    };
     let (l, r) = ((*live).rd_att, (*ready).rd_att);
-    if !only(l, &LIVE) || !only(r, &READY) {
+    if !only_columns(l, &LIVE) || !only_columns(r, &READY) {
         return None;
     }
     let c = Columns {

@@ -50,11 +50,8 @@ impl IndexEntries {
     /// which indexes an update leaves logically unchanged (a hint to B-tree's bottom-up
     /// deletion): it is said here, from `changed`.
     pub unsafe fn open(rel: pg_sys::Relation, changed: Option<&[i16]>) -> IndexEntries {
-        let estate = pg_sys::CreateExecutorState();
-        let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
-        (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
-        pg_sys::InitResultRelInfo(rri, rel, 0, std::ptr::null_mut(), 0);
-        pg_sys::ExecOpenIndices(rri, false);
+        let entries = IndexEntries::new(rel, false);
+        let rri = entries.rri;
         if let Some(changed) = changed {
             for i in 0..(*rri).ri_NumIndices as usize {
                 let info = *(*rri).ri_IndexRelationInfo.add(i);
@@ -63,8 +60,18 @@ impl IndexEntries {
                 (*info).ii_IndexUnchanged = cols.iter().all(|&a| a > 0 && !changed.contains(&a));
             }
         }
+        IndexEntries { update: changed.is_some(), ..entries }
+    }
+
+    /// `rel`'s indexes opened (`speculative`: with what a conflict check needs), for inserts.
+    unsafe fn new(rel: pg_sys::Relation, speculative: bool) -> IndexEntries {
+        let estate = pg_sys::CreateExecutorState();
+        let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
+        (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
+        pg_sys::InitResultRelInfo(rri, rel, 0, std::ptr::null_mut(), 0);
+        pg_sys::ExecOpenIndices(rri, speculative);
         let slot = pg_sys::MakeSingleTupleTableSlot((*rel).rd_att, &pg_sys::TTSOpsHeapTuple);
-        IndexEntries { estate, rri, slot, update: changed.is_some() }
+        IndexEntries { estate, rri, slot, update: false }
     }
 
     /// The entries of the new version `t` in every index, or in the summarizing ones only
@@ -88,6 +95,11 @@ impl IndexEntries {
             only_summarizing,
         );
         pg_sys::ExecClearTuple(self.slot);
+        self.reset_per_tuple();
+    }
+
+    /// Frees what the last row's index predicates and expressions allocated.
+    unsafe fn reset_per_tuple(&self) {
         let econtext = (*self.estate).es_per_tuple_exprcontext;
         if !econtext.is_null() {
             pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
@@ -97,13 +109,7 @@ impl IndexEntries {
     /// For `rel`'s inserts that must not conflict with a row of its unique indexes, as `INSERT
     /// ... ON CONFLICT DO NOTHING` inserts ([`IndexEntries::insert_unless_conflict`]).
     pub unsafe fn open_speculative(rel: pg_sys::Relation) -> IndexEntries {
-        let estate = pg_sys::CreateExecutorState();
-        let rri = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>()) as *mut pg_sys::ResultRelInfo;
-        (*rri).type_ = pg_sys::NodeTag::T_ResultRelInfo;
-        pg_sys::InitResultRelInfo(rri, rel, 0, std::ptr::null_mut(), 0);
-        pg_sys::ExecOpenIndices(rri, true);
-        let slot = pg_sys::MakeSingleTupleTableSlot((*rel).rd_att, &pg_sys::TTSOpsHeapTuple);
-        IndexEntries { estate, rri, slot, update: false }
+        IndexEntries::new(rel, true)
     }
 
     /// Inserts `t` into `rel` (opened with [`IndexEntries::open_speculative`]) with its index
@@ -146,10 +152,7 @@ impl IndexEntries {
                 pg_sys::heap_finish_speculative(rel, &mut (*t).t_self);
             }
             pg_sys::SpeculativeInsertionLockRelease(xid);
-            let econtext = (*self.estate).es_per_tuple_exprcontext;
-            if !econtext.is_null() {
-                pg_sys::MemoryContextReset((*econtext).ecxt_per_tuple_memory);
-            }
+            self.reset_per_tuple();
             if !conflicted {
                 return true;
             }
@@ -161,6 +164,51 @@ impl IndexEntries {
         pg_sys::ExecCloseIndices(self.rri);
         pg_sys::FreeExecutorState(self.estate);
     }
+}
+
+/// A new row of a table: every column NULL until set.
+pub struct NewRow {
+    values: Vec<pg_sys::Datum>,
+    nulls: Vec<bool>,
+}
+
+impl NewRow {
+    pub unsafe fn of(rel: pg_sys::Relation) -> NewRow {
+        let natts = (*(*rel).rd_att).natts as usize;
+        NewRow { values: vec![pg_sys::Datum::from(0usize); natts], nulls: vec![true; natts] }
+    }
+
+    /// Column `i` (0-based) set to `d`; None leaves it NULL.
+    pub fn set(&mut self, i: usize, d: Option<pg_sys::Datum>) {
+        if let Some(d) = d {
+            self.values[i] = d;
+            self.nulls[i] = false;
+        }
+    }
+
+    /// The row as a tuple of `rel`.
+    pub unsafe fn form(&mut self, rel: pg_sys::Relation) -> pg_sys::HeapTuple {
+        pg_sys::heap_form_tuple((*rel).rd_att, self.values.as_mut_ptr(), self.nulls.as_mut_ptr())
+    }
+}
+
+/// Inserts tuple `t` into `rel` with its index entries (unique checks and partial indexes as
+/// the executor does them).
+pub unsafe fn insert(rel: pg_sys::Relation, t: pg_sys::HeapTuple, cid: pg_sys::CommandId) {
+    pg_sys::heap_insert(rel, t, cid, 0, std::ptr::null_mut());
+    let entries = IndexEntries::open(rel, None);
+    entries.add(t, false);
+    entries.close();
+}
+
+/// Whether every column of `desc` is one of `cols` (name, type), a dropped one apart: a table
+/// whose columns a path without a plan writes, with no default or type it would not know.
+pub unsafe fn only_columns(desc: pg_sys::TupleDesc, cols: &[(&str, pg_sys::Oid)]) -> bool {
+    (0..(*desc).natts as usize).all(|i| {
+        let att = tupdesc_attr(desc, i);
+        let name = CStr::from_ptr((*att).attname.data.as_ptr()).to_str().unwrap_or("");
+        (*att).attisdropped || cols.iter().any(|&(n, t)| n == name && t == (*att).atttypid)
+    })
 }
 
 pub unsafe fn tupdesc_attr(desc: pg_sys::TupleDesc, i: usize) -> *mut pg_sys::FormData_pg_attribute {
