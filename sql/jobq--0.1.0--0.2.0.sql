@@ -1,5 +1,5 @@
 -- jobq 0.1.0 -> 0.2.0 (ALTER EXTENSION jobq UPDATE), as 0.2.0 shipped it: sql/upgrade/0.1.0--0.2.0-before.sql,
--- 0.2.0's install script (sql/jobq--0.2.0.sql) and sql/upgrade/0.1.0--0.2.0-after.sql. Never edit it.
+-- 0.2.0's install script (below its ==== line; tests/upgrade.rs takes it from here) and sql/upgrade/0.1.0--0.2.0-after.sql. Never edit it.
 \echo Use "ALTER EXTENSION jobq UPDATE" to load this file. \quit
 
 -- Before 0.2.0's install script: 0.1.0's objects step aside. Its functions outside schema

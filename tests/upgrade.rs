@@ -1,5 +1,5 @@
-//! Upgrades (SPEC, Versions and upgrades): a database created at jobq 0.1.0 or 0.2.0 (the
-//! install scripts kept in sql/jobq--0.1.0.sql and sql/jobq--0.2.0.sql), filled with jobs in
+//! Upgrades (SPEC, Versions and upgrades): a database created at jobq 0.1.0 or 0.2.0 (0.1.0's
+//! install script kept in sql/jobq--0.1.0.sql, 0.2.0's the one inside the upgrade to it), filled with jobs in
 //! every state, keys, slots, a lock, a pause and live workers, then `ALTER EXTENSION jobq
 //! UPDATE` under the new library (0.1.0 goes through 0.2.0): nothing lost, the catalog exactly
 //! that of a fresh `CREATE EXTENSION`, and the new version's behaviour on the upgraded rows,
@@ -17,13 +17,46 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// The library's version: what `ALTER EXTENSION jobq UPDATE` reaches.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Puts the kept install script of `version` where `CREATE EXTENSION jobq VERSION '<version>'`
-/// finds it (`cargo pgrx install` copies only the upgrade scripts).
+/// Puts the install script of `version` where `CREATE EXTENSION jobq VERSION '<version>'` finds
+/// it (`cargo pgrx install` copies only the upgrade scripts): 0.1.0's is kept in
+/// sql/jobq--0.1.0.sql; 0.2.0's is the middle part of the upgrade script to it, as shipped.
 fn install_script(version: &str) {
+    let sql = |f: &str| std::fs::read_to_string(format!("{}/sql/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let script = match version {
+        "0.1.0" => sql("jobq--0.1.0.sql"),
+        "0.2.0" => {
+            let upgrade = sql("jobq--0.1.0--0.2.0.sql");
+            let start = upgrade.find("-- ==== 0.2.0's install script ====").unwrap();
+            let end = upgrade.find("-- ==== 0.1.0's rows ====").unwrap();
+            upgrade[start..end].to_string()
+        }
+        _ => panic!("no install script kept for {version}"),
+    };
     let out = std::process::Command::new(format!("{PG_BIN}/pg_config")).arg("--sharedir").output().unwrap();
     let share = String::from_utf8(out.stdout).unwrap();
-    let target = std::path::Path::new(share.trim()).join(format!("extension/jobq--{version}.sql"));
-    std::fs::copy(format!("{}/sql/jobq--{version}.sql", env!("CARGO_MANIFEST_DIR")), target).unwrap();
+    std::fs::write(std::path::Path::new(share.trim()).join(format!("extension/jobq--{version}.sql")), script).unwrap();
+}
+
+/// A cluster with database `up` at jobq `version` and `fresh` at the library's own, restarted
+/// as in a real upgrade (the new library installed, the server restarted): its background
+/// worker has found `up` at the old version under the new library and leaves it alone.
+fn cluster_with_old_database(name: &str, version: &str) -> Cluster {
+    install_script(version);
+    let cluster = Cluster::start(name, &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1h'"]);
+    let mut admin = cluster.connect("postgres");
+    admin.batch_execute("CREATE DATABASE up").unwrap();
+    admin.batch_execute("CREATE DATABASE fresh").unwrap();
+    cluster.connect("fresh").batch_execute("CREATE EXTENSION jobq").unwrap();
+    cluster.connect("up").batch_execute(&format!("CREATE EXTENSION jobq VERSION '{version}'")).unwrap();
+    drop(admin);
+    cluster.pg_ctl_stop("fast");
+    cluster.pg_ctl_start();
+    wait_until("the reaper to see the old version", PATIENCE, || {
+        cluster.log().contains(&format!(
+            "database \"up\" has jobq {version}, this library is {VERSION}; leaving it alone until ALTER EXTENSION jobq UPDATE"
+        ))
+    });
+    cluster
 }
 
 /// Every object of the extension as text: relations with their columns, options and
@@ -96,24 +129,9 @@ fn checkout(c: &mut Client, w: Uuid, queue: &str) -> Option<i64> {
 
 #[test]
 fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_the_new_version() {
-    install_script("0.1.0");
-    install_script("0.2.0");
-    let cluster = Cluster::start("upgrade", &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1h'"]);
-    let mut admin = cluster.connect("postgres");
-    admin.batch_execute("CREATE DATABASE up").unwrap();
-    admin.batch_execute("CREATE DATABASE fresh").unwrap();
-    cluster.connect("fresh").batch_execute("CREATE EXTENSION jobq").unwrap();
-    cluster.connect("up").batch_execute("CREATE EXTENSION jobq VERSION '0.1.0'").unwrap();
-    // As in a real upgrade: the new library is installed, the server restarted. Its
-    // background worker finds 0.1.0 under the new library and leaves it alone.
-    drop(admin);
-    cluster.pg_ctl_stop("fast");
-    cluster.pg_ctl_start();
+    let cluster = cluster_with_old_database("upgrade", "0.1.0");
     let mut admin = cluster.connect("postgres");
     let mut c = cluster.connect("up");
-    wait_until("the reaper to see the old version", PATIENCE, || {
-        cluster.log().contains(&format!("database \"up\" has jobq 0.1.0, this library is {VERSION}; leaving it alone until ALTER EXTENSION jobq UPDATE"))
-    });
 
     // 0.1.0 granted everything to PUBLIC: the application's role had no grant to need.
     admin.batch_execute("CREATE ROLE upgrade_app LOGIN").unwrap();
@@ -204,21 +222,9 @@ fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_the_new_version() {
 
 #[test]
 fn an_upgrade_from_0_2_0_keeps_everything_and_behaves_as_the_new_version() {
-    install_script("0.2.0");
-    let cluster = Cluster::start("upgrade2", &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1h'"]);
-    let mut admin = cluster.connect("postgres");
-    admin.batch_execute("CREATE DATABASE up").unwrap();
-    admin.batch_execute("CREATE DATABASE fresh").unwrap();
-    cluster.connect("fresh").batch_execute("CREATE EXTENSION jobq").unwrap();
-    cluster.connect("up").batch_execute("CREATE EXTENSION jobq VERSION '0.2.0'").unwrap();
-    drop(admin);
-    cluster.pg_ctl_stop("fast");
-    cluster.pg_ctl_start();
+    let cluster = cluster_with_old_database("upgrade2", "0.2.0");
     let mut admin = cluster.connect("postgres");
     let mut c = cluster.connect("up");
-    wait_until("the reaper to see the old version", PATIENCE, || {
-        cluster.log().contains(&format!("database \"up\" has jobq 0.2.0, this library is {VERSION}; leaving it alone until ALTER EXTENSION jobq UPDATE"))
-    });
 
     admin.batch_execute("CREATE ROLE upgrade2_app LOGIN; GRANT jobq_worker TO upgrade2_app").unwrap();
     let mut app = cluster.connect_as("up", "upgrade2_app");
