@@ -110,24 +110,27 @@ if has b; then
   { echo "## b. enqueue"; echo; header
     echo "| system | single, 1 client | single, 4 clients | single, 16 clients | single, 64 clients | batch of 100, 4 clients | single 16 / baseline | batch / baseline |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"; } > "$PARTS/b.md"
-  declare -A b1=() b4=() b16=() b64=() bb=()
+  # Cells: one job per transaction at 1, 4, 16 and 64 clients; batch: 100 per call, 4 clients.
+  CELLS="1 4 16 64 batch"
+  declare -A B=() M=()
   for _ in $(seq "$RUNS"); do
     for s in $SYSTEMS; do
-      "${s}_reset" 0; b1[$s]="${b1[$s]:-} $(run $s ${s}_enqueue.sql 1 "$SECS")"
-      "${s}_reset" 0; b4[$s]="${b4[$s]:-} $(run $s ${s}_enqueue.sql 4 "$SECS")"
-      "${s}_reset" 0; b16[$s]="${b16[$s]:-} $(run $s ${s}_enqueue.sql 16 "$SECS")"
-      "${s}_reset" 0; b64[$s]="${b64[$s]:-} $(run $s ${s}_enqueue.sql 64 "$SECS")"
-      "${s}_reset" 0; bb[$s]="${bb[$s]:-} $(( $(run $s ${s}_enqueue_batch.sql 4 "$SECS") * 100 ))"
+      for c in $CELLS; do
+        "${s}_reset" 0
+        if [ "$c" = batch ]; then v=$(( $(run $s ${s}_enqueue_batch.sql 4 "$SECS") * 100 )); else v=$(run $s ${s}_enqueue.sql "$c" "$SECS"); fi
+        B[$s,$c]="${B[$s,$c]:-} $v"
+      done
     done
   done
-  declare -A m1=() m4=() m16=() m64=() mb=()
   for s in $SYSTEMS; do
-    m1[$s]=$(echo "${b1[$s]}" | median); m4[$s]=$(echo "${b4[$s]}" | median); m16[$s]=$(echo "${b16[$s]}" | median)
-    m64[$s]=$(echo "${b64[$s]}" | median); mb[$s]=$(echo "${bb[$s]}" | median)
-    log "b $s single1:${b1[$s]} single4:${b4[$s]} single16:${b16[$s]} single64:${b64[$s]} batch:${bb[$s]}"
+    said=""
+    for c in $CELLS; do M[$s,$c]=$(echo "${B[$s,$c]}" | median); said="$said $c:${B[$s,$c]}"; done
+    log "b $s$said"
   done
   for s in $SYSTEMS; do
-    echo "| $s | ${m1[$s]} | ${m4[$s]} | ${m16[$s]} | ${m64[$s]} | ${mb[$s]} | $(ratio "${m16[$s]}" "${m16[baseline]:-0}") | $(ratio "${mb[$s]}" "${mb[baseline]:-0}") |" >> "$PARTS/b.md"
+    row="| $s |"
+    for c in $CELLS; do row="$row ${M[$s,$c]} |"; done
+    echo "$row $(ratio "${M[$s,16]}" "${M[baseline,16]:-0}") | $(ratio "${M[$s,batch]}" "${M[baseline,batch]:-0}") |" >> "$PARTS/b.md"
   done
   if [[ " $SYSTEMS " == *" baseline "* ]]; then
     # The baseline's enqueue plus the NOTIFY a LISTENing worker needs, as jobq and both peers send
@@ -139,7 +142,7 @@ if has b; then
       baseline_reset 0; n16="$n16 $(run baseline baseline_enqueue_notify.sql 16 "$SECS")"
     done
     n1=$(echo "$n1" | median); n16=$(echo "$n16" | median); log "b baseline+NOTIFY single1=$n1 single16=$n16"
-    echo "| baseline + NOTIFY | $n1 | - | $n16 | - | - | $(ratio "$n16" "${m16[baseline]}") | - |" >> "$PARTS/b.md"
+    echo "| baseline + NOTIFY | $n1 | - | $n16 | - | - | $(ratio "$n16" "${M[baseline,16]}") | - |" >> "$PARTS/b.md"
   fi
 fi
 
