@@ -16,19 +16,9 @@ use uuid::Uuid;
 /// Checks out in its own transaction at `isolation` (`call` names the arguments after the
 /// worker, $1): the rows as JSON, in the order returned, and whether the SQL path ran.
 fn checkout_in(c: &mut Client, isolation: &str, w: Uuid, call: &str) -> (Vec<Value>, bool) {
-    let mut t = c.transaction().unwrap();
-    t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
-    // A difference: the counts of earlier transactions stay pending until they are flushed.
-    let before = pending_calls(&mut t, "_checkout");
-    let rows: Vec<Value> = t
-        .query(&format!("SELECT to_jsonb(j) FROM jobq_checkout($1, {call}) j"), &[&w])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let calls = pending_calls(&mut t, "_checkout") - before;
-    t.commit().unwrap();
-    (rows, calls > 0)
+    calls_sql(c, isolation, "_checkout", |t| {
+        t.query(&format!("SELECT to_jsonb(j) FROM jobq_checkout($1, {call}) j"), &[&w]).unwrap().iter().map(|r| r.get(0)).collect()
+    })
 }
 
 /// The same checkout through both paths: `fast_call` in READ COMMITTED, which the fast path must

@@ -12,14 +12,7 @@ use uuid::Uuid;
 
 /// Completes `id` in its own transaction at `isolation`; its answer, and whether the SQL path ran.
 fn complete_in(c: &mut Client, isolation: &str, id: i64, w: Uuid, result: Option<&Value>) -> (bool, bool) {
-    let mut t = c.transaction().unwrap();
-    t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
-    // A difference: the counts of earlier transactions stay pending until they are flushed.
-    let before = pending_calls(&mut t, "_complete");
-    let done: bool = t.query_one("SELECT jobq_complete($1, $2, $3)", &[&id, &w, &result]).unwrap().get(0);
-    let calls = pending_calls(&mut t, "_complete") - before;
-    t.commit().unwrap();
-    (done, calls > 0)
+    calls_sql(c, isolation, "_complete", |t| t.query_one("SELECT jobq_complete($1, $2, $3)", &[&id, &w, &result]).unwrap().get(0))
 }
 
 /// The finished row of `id` as JSON, without what differs between two jobs and two moments.

@@ -864,13 +864,7 @@ fn set_node_makes_ids_name_their_node_and_only_before_the_first() {
 /// jobq_enqueue in one transaction of `isolation`: the new id, and whether the SQL path
 /// (jobq._enqueue) served it.
 fn enqueue_in(c: &mut Client, isolation: &str, args: &str) -> (Option<i64>, bool) {
-    let mut t = c.transaction().unwrap();
-    t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
-    let before = pending_calls(&mut t, "_enqueue");
-    let id: Option<i64> = t.query_one(&format!("SELECT jobq_enqueue({args})"), &[]).unwrap().get(0);
-    let calls = pending_calls(&mut t, "_enqueue") - before;
-    t.commit().unwrap();
-    (id, calls > 0)
+    calls_sql(c, isolation, "_enqueue", |t| t.query_one(&format!("SELECT jobq_enqueue({args})"), &[]).unwrap().get(0))
 }
 
 /// What enqueue wrote for job `id` (its row, its ready row, its key), as JSON, without what

@@ -233,6 +233,19 @@ pub fn pending_calls(c: &mut impl postgres::GenericClient, name: &str) -> i64 {
     .get(0)
 }
 
+/// `call` in a transaction of its own at `isolation`, committed: what it returned, and whether
+/// it called `jobq.<function>` (the SQL path behind a C function's fast one).
+pub fn calls_sql<T>(c: &mut Client, isolation: &str, function: &str, call: impl FnOnce(&mut postgres::Transaction) -> T) -> (T, bool) {
+    let mut t = c.transaction().unwrap();
+    t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
+    // A difference: the counts of earlier transactions stay pending until they are flushed.
+    let before = pending_calls(&mut t, function);
+    let out = call(&mut t);
+    let calls = pending_calls(&mut t, function) - before;
+    t.commit().unwrap();
+    (out, calls > 0)
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &postgres::Error) -> String {
     e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("no db error: {e}"))
