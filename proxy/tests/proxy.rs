@@ -4,7 +4,7 @@
 mod common;
 
 use common::harness::register;
-use common::{sqlstate, wait_until, Fleet};
+use common::{sqlstate, wait_until, Fleet, Heartbeat};
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -230,10 +230,12 @@ fn sixteen_workers_through_the_proxy_run_every_job_exactly_once() {
             std::thread::spawn(move || {
                 let mut c = c.proxy.connect_as(&db, "app");
                 let w = register(&mut c);
+                let mut beat = Heartbeat::new(w);
                 let mut mine = Vec::new();
                 let mut in_hand: Vec<i64> = Vec::new();
                 let mut idle = 0;
                 while idle < 3 {
+                    beat.due(&mut c);
                     let rows = match t % 3 {
                         0 => c.query("SELECT id FROM jobq_checkout($1, NULL, 3)", &[&w]).unwrap(),
                         1 => c.query("SELECT id FROM jobq_checkout($1, ARRAY[$2], 2)", &[&w, &queues[t % queues.len()]]).unwrap(),
@@ -361,8 +363,10 @@ fn a_checkout_of_every_queue_starves_no_node() {
         p.query("SELECT * FROM jobq_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[300]))", &[&format!("f{k}")]).unwrap();
     }
     let w = register(&mut p);
+    let mut beat = Heartbeat::new(w);
     let mut per_node = [0usize; 3];
     for _ in 0..300 {
+        beat.due(&mut p);
         let id: i64 = p.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().get(0);
         per_node[(id % 1024) as usize] += 1;
         assert!(p.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));

@@ -105,3 +105,24 @@ impl Fleet {
             .unwrap();
     }
 }
+
+/// A worker's heartbeat, as a real worker sends it: the nodes of this binary declare a worker
+/// dead after 3 s without one, and a test loop on a busy machine can outlast that. `due` sends
+/// `jobq_heartbeat` (through the proxy: to every node) when 500 ms have passed since the last.
+pub struct Heartbeat {
+    worker: uuid::Uuid,
+    last: std::time::Instant,
+}
+
+impl Heartbeat {
+    pub fn new(worker: uuid::Uuid) -> Heartbeat {
+        Heartbeat { worker, last: std::time::Instant::now() }
+    }
+
+    pub fn due(&mut self, c: &mut Client) {
+        if self.last.elapsed() >= std::time::Duration::from_millis(500) {
+            c.query_one("SELECT jobq_heartbeat($1)", &[&self.worker]).unwrap();
+            self.last = std::time::Instant::now();
+        }
+    }
+}
