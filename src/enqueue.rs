@@ -45,9 +45,11 @@ const ON_CONFLICT: usize = 8;
 const CONCURRENCY_KEY: usize = 9;
 const CONCURRENCY_LIMIT: usize = 10;
 const RATE_KEY: usize = 11;
-const ARGS: usize = 12;
-/// The SQL that serves every case, with the twelve arguments.
-const EVERY_CASE: &str = "SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+const DEPENDS_ON: usize = 12;
+const ON_PARENT_FAILURE: usize = 13;
+const ARGS: usize = 14;
+/// The SQL that serves every case, with the fourteen arguments.
+const EVERY_CASE: &str = "SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 const TYPES: [pg_sys::Oid; ARGS] = [
     pg_sys::TEXTOID,
     pg_sys::JSONBOID,
@@ -60,6 +62,8 @@ const TYPES: [pg_sys::Oid; ARGS] = [
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
     pg_sys::INT4OID,
+    pg_sys::TEXTOID,
+    pg_sys::INT8ARRAYOID,
     pg_sys::TEXTOID,
 ];
 
@@ -85,6 +89,7 @@ struct Columns {
     concurrency_key: usize,
     concurrency_limit: usize,
     rate_key: usize,
+    checkpoints: usize,
     // jobq.ready
     r_queue: usize,
     r_priority: usize,
@@ -125,7 +130,8 @@ pub extern "C" fn pg_finfo_jobq_enqueue() -> &'static pg_sys::Pg_finfo_record {
 }
 
 /// `jobq_enqueue(queue, payload, kind, priority, run_at, max_attempts, unique_key,
-/// unique_strategy, on_conflict, concurrency_key, concurrency_limit, rate_key)` (declared in
+/// unique_strategy, on_conflict, concurrency_key, concurrency_limit, rate_key, depends_on,
+/// on_parent_failure)` (declared in
 /// src/sql/enqueue.sql: `SECURITY DEFINER`, its search_path pinned, like every jobq_* function).
 #[no_mangle]
 #[pg_guard]
@@ -143,7 +149,7 @@ pub unsafe extern "C-unwind" fn jobq_enqueue(fcinfo: pg_sys::FunctionCallInfo) -
     }
 }
 
-/// `query` through a kept plan with the twelve arguments (and `id` as `$13`, when given).
+/// `query` through a kept plan with the fourteen arguments (and `id` as `$15`, when given).
 unsafe fn sql(query: &'static str, args: &[Option<pg_sys::Datum>; ARGS], id: Option<i64>) -> Option<i64> {
     let mut types = TYPES.to_vec();
     let mut values: Vec<DatumWithOid> = args
@@ -174,6 +180,10 @@ unsafe fn common(args: &[Option<pg_sys::Datum>; ARGS]) -> Option<Job> {
     let (priority, max_attempts, climit) = (args[PRIORITY]?, args[MAX_ATTEMPTS]?, args[CONCURRENCY_LIMIT]?);
     args[PAYLOAD]?;
     let (strategy, on_conflict) = (name(UNIQUE_STRATEGY)?, name(ON_CONFLICT)?);
+    // A job with dependencies is the SQL's (src/sql/workflows.sql), as is a policy it refuses.
+    if args[DEPENDS_ON].is_some() || !matches!(name(ON_PARENT_FAILURE)?, b"cancel" | b"run") {
+        return None;
+    }
     let (unique_key, ckey, rate_key) = (name(UNIQUE_KEY), name(CONCURRENCY_KEY), name(RATE_KEY));
     if !fits(Some(queue)) || !fits(unique_key) || !fits(ckey) || !fits(rate_key) || name(KIND).is_some_and(|k| k.len() > 1000) {
         return None;
@@ -246,7 +256,7 @@ unsafe fn fast(job: &Job) -> Option<i64> {
     if cols.is_none() {
         // Tables that are not the expected ones: the SQL's own insert, with this id.
         return sql(
-            "SELECT jobq._insert_job($13, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12)",
+            "SELECT jobq._insert_job($15, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12)",
             &job.args,
             Some(id),
         );
@@ -313,6 +323,7 @@ unsafe fn write(live: pg_sys::Relation, ready: pg_sys::Relation, c: &Columns, jo
     row.set(c.concurrency_key, a[CONCURRENCY_KEY]);
     row.set(c.concurrency_limit, a[CONCURRENCY_KEY].and(a[CONCURRENCY_LIMIT]));
     row.set(c.rate_key, a[RATE_KEY]);
+    row.set(c.checkpoints, Some(empty_object()));
     insert(live, row.form(live), cid);
 
     let mut row = NewRow::of(ready);
@@ -336,13 +347,13 @@ unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Col
     if let Some(c) = COLUMNS.get().filter(|c| c.rel == (*live).rd_id && c.ready == (*ready).rd_id) {
         return Some(c);
     }
-    use pg_sys::{BOOLOID as B, INT4OID as I, INT8OID as L, JSONBOID as J, TEXTOID as T, TIMESTAMPTZOID as TS, UUIDOID as U};
-    const LIVE: [(&str, pg_sys::Oid); 24] = [
+    use pg_sys::{BOOLOID as B, INT4OID as I, INT8ARRAYOID as LA, INT8OID as L, JSONBOID as J, TEXTOID as T, TIMESTAMPTZOID as TS, UUIDOID as U};
+    const LIVE: [(&str, pg_sys::Oid); 26] = [
         ("id", L), ("queue", T), ("kind", T), ("payload", J), ("priority", I), ("run_at", TS), ("enqueued_at", TS),
         ("state", T), ("attempt", I), ("max_attempts", I), ("unique_key", T), ("unique_strategy", T),
         ("concurrency_key", T), ("concurrency_limit", I), ("worker_id", U), ("started_at", TS), ("finished_at", TS),
         ("interrupted_at", TS), ("cancel_requested_at", TS), ("concurrency_slot", I), ("last_error", J), ("result", J),
-        ("rate_key", T), ("errors", J),
+        ("rate_key", T), ("errors", J), ("depends_on", LA), ("checkpoints", J),
     ];
     const READY: [(&str, pg_sys::Oid); 11] = [
         ("queue", T), ("priority", I), ("run_at", TS), ("id", L), ("kind", T), ("keyed", B), ("concurrency_key", T),
@@ -372,6 +383,7 @@ unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Col
         concurrency_key: column(l, "concurrency_key")?,
         concurrency_limit: column(l, "concurrency_limit")?,
         rate_key: column(l, "rate_key")?,
+        checkpoints: column(l, "checkpoints")?,
         r_queue: column(r, "queue")?,
         r_priority: column(r, "priority")?,
         r_run_at: column(r, "run_at")?,
@@ -386,4 +398,10 @@ unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Col
     };
     COLUMNS.set(Some(c));
     Some(c)
+}
+
+/// `'{}'::jsonb`, the checkpoints of a new job (the column's default, which this path writes
+/// itself).
+unsafe fn empty_object() -> pg_sys::Datum {
+    pg_sys::DirectFunctionCall1Coll(Some(sql_fn::jsonb_in), pg_sys::InvalidOid, pg_sys::Datum::from(c"{}".as_ptr()))
 }

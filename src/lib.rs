@@ -93,7 +93,8 @@ extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/node.sql", name = "node", requires = ["stats"]);
 extension_sql_file!("sql/observe.sql", name = "observe", requires = ["node", health::jobq::last_pass]);
 extension_sql_file!("sql/compact.sql", name = "compact", requires = ["observe", compact::jobq::note_compaction, gucs::jobq::compact_after]);
-extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["compact"], finalize);
+extension_sql_file!("sql/workflows.sql", name = "workflows", requires = ["compact"]);
+extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["workflows"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

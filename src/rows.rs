@@ -243,6 +243,7 @@ pub mod sql_fn {
         pub fn pg_try_advisory_xact_lock_int4(fcinfo: FunctionCallInfo) -> Datum;
         pub fn regprocedurein(fcinfo: FunctionCallInfo) -> Datum;
         pub fn nextval_oid(fcinfo: FunctionCallInfo) -> Datum;
+        pub fn jsonb_in(fcinfo: FunctionCallInfo) -> Datum;
     }
 }
 

@@ -123,7 +123,10 @@ fn a_role_granted_nothing_is_refused_everything() {
 
 /// SPEC's table: the jobq_* functions each role may execute, and the relations it may read.
 const READER_RELATIONS: &[&str] = &[
+    "jobq.blocked",
     "jobq.concurrency_slots",
+    "jobq.edges",
+    "jobq.events",
     "jobq.finished_jobs",
     "jobq.health",
     "jobq.jobs",
@@ -146,13 +149,17 @@ const READER_FUNCTIONS: &[&str] = &[
     "histogram_bounds",
     "histogram_quantile",
     "histogram_sum",
+    "jobq_results",
     "throughput",
 ];
-const PRODUCER_FUNCTIONS: &[&str] = &["jobq_cancel", "jobq_enqueue", "jobq_enqueue_batch", "jobq_retry"];
+const PRODUCER_FUNCTIONS: &[&str] = &["jobq_cancel", "jobq_emit_event", "jobq_enqueue", "jobq_enqueue_batch", "jobq_retry"];
 const WORKER_FUNCTIONS: &[&str] = &[
     "_register_worker", // jobq_proxy's registration: one worker id on every node
     "jobq_acquire_lock",
+    "jobq_await_event",
+    "jobq_await_jobs",
     "jobq_checkout",
+    "jobq_checkpoint",
     "jobq_complete",
     "jobq_complete_and_checkout",
     "jobq_complete_many",
@@ -163,6 +170,7 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "jobq_lock_holder",
     "jobq_register_worker",
     "jobq_release_lock",
+    "jobq_snooze",
     "jobq_unregister_worker",
 ];
 const ADMIN_FUNCTIONS: &[&str] = &["jobq_pause", "jobq_reap", "jobq_resume", "jobq_schedule", "jobq_set_node", "jobq_set_rate_limit", "jobq_unschedule"];
@@ -237,6 +245,8 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut r, "SELECT * FROM jobq.slots");
     refused(&mut r, "SELECT jobq_enqueue('q')");
     refused(&mut r, "SELECT jobq_register_worker()");
+    refused(&mut r, "SELECT jobq_emit_event('e')");
+    assert!(r.query("SELECT * FROM jobq_results(ARRAY[1::bigint])", &[]).unwrap().is_empty());
 
     let mut p = cluster.connect_as(&db, &producer);
     let a: i64 = p.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
@@ -247,6 +257,15 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut p, "SELECT jobq_register_worker()");
     refused(&mut p, "SELECT jobq._register_worker(gen_random_uuid(), 'w', '{}', false)");
     refused(&mut p, "SELECT jobq_pause('q')");
+    assert_eq!(p.query_one("SELECT jobq_emit_event('ev')", &[]).unwrap().get::<_, i32>(0), 0);
+    for call in [
+        "SELECT jobq_checkpoint(1, gen_random_uuid(), 's', '1')",
+        "SELECT jobq_snooze(1, gen_random_uuid(), now())",
+        "SELECT jobq_await_jobs(1, gen_random_uuid(), '{}')",
+        "SELECT jobq_await_event(1, gen_random_uuid(), 'ev')",
+    ] {
+        refused(&mut p, call);
+    }
     refused(&mut p, "SELECT * FROM jobq_reap()");
     refused(&mut p, "SELECT jobq_schedule('s', '* * * * *', 'q')");
     refused(&mut p, "SELECT jobq_set_rate_limit('k', 1, '1 s')");

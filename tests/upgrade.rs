@@ -109,8 +109,10 @@ fn catalog(c: &mut Client) -> Vec<String> {
 fn contents(c: &mut Client) -> String {
     c.query_one(
         "SELECT concat_ws(' | ',
-            -- (rate_key, errors: columns 0.2.0 added, NULL for every upgraded job)
-            (SELECT string_agg((to_jsonb(j) - 'rate_key' - 'errors')::text, ',' ORDER BY id) FROM jobq.jobs j),
+            -- (rate_key, errors: columns 0.2.0 added, NULL for every upgraded job; depends_on,
+            -- checkpoints: 0.3.0's, checked by upgraded_jobs_have_no_workflow)
+            (SELECT string_agg((to_jsonb(j) - 'rate_key' - 'errors' - 'depends_on' - 'checkpoints')::text, ',' ORDER BY id)
+               FROM jobq.jobs j),
             (SELECT string_agg(format('%s %s %s %s %s', id, name, metadata, heartbeat_at, backend_pid), ',' ORDER BY id) FROM jobq.workers),
             (SELECT string_agg(row_to_json(l)::text, ',' ORDER BY key) FROM jobq.locks l),
             (SELECT string_agg(row_to_json(s)::text, ',' ORDER BY ns, key, slot) FROM jobq.slots s WHERE job_id IS NOT NULL),
@@ -121,6 +123,18 @@ fn contents(c: &mut Client) -> String {
     )
     .unwrap()
     .get(0)
+}
+
+/// 0.3.0's columns on jobs that were there before: no dependencies, no checkpoints (`{}`).
+fn upgraded_jobs_have_no_workflow(c: &mut Client) {
+    let (jobs, plain): (i64, i64) = {
+        let r = c
+            .query_one("SELECT count(*), count(*) FILTER (WHERE depends_on IS NULL AND checkpoints = '{}') FROM jobq.jobs", &[])
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert!(jobs > 0);
+    assert_eq!(plain, jobs);
 }
 
 fn checkout(c: &mut Client, w: Uuid, queue: &str) -> Option<i64> {
@@ -176,6 +190,7 @@ fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_the_new_version() {
 
     // Nothing lost; the catalog is a fresh one's.
     assert_eq!(contents(&mut c), before);
+    upgraded_jobs_have_no_workflow(&mut c);
     assert_job_tables_consistent(&mut c);
     let fresh = catalog(&mut cluster.connect("fresh"));
     assert!(fresh.iter().any(|x| x.starts_with("idx CREATE INDEX ready_by_queue")) && fresh.len() > 150, "{fresh:#?}");
@@ -247,6 +262,7 @@ fn an_upgrade_from_0_2_0_keeps_everything_and_behaves_as_the_new_version() {
     let version: String = c.query_one("SELECT extversion FROM pg_extension WHERE extname = 'jobq'", &[]).unwrap().get(0);
     assert_eq!(version, VERSION);
     assert_eq!(contents(&mut c), before);
+    upgraded_jobs_have_no_workflow(&mut c);
     assert_job_tables_consistent(&mut c);
     let fresh = catalog(&mut cluster.connect("fresh"));
     assert!(fresh.iter().any(|x| x.starts_with("fn jobq._enqueue(")) && fresh.len() > 150, "{fresh:#?}");

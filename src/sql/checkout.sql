@@ -316,7 +316,7 @@ BEGIN
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-                   j.unique_strategy, j.concurrency_limit, j.started_at
+                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
               FROM claimed j
              ORDER BY j.priority, j.run_at, j.id;
         ELSE
@@ -354,7 +354,7 @@ BEGIN
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-                   j.unique_strategy, j.concurrency_limit, j.started_at
+                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
               FROM claimed j
              ORDER BY j.priority, j.run_at, j.id;
         END IF;
@@ -486,7 +486,7 @@ BEGIN
     RETURN QUERY
     SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
            j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-           j.unique_strategy, j.concurrency_limit, j.started_at
+           j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
       FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
       JOIN jobq.live_jobs j ON j.id = k.id
      ORDER BY k.ord;

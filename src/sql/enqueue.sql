@@ -50,7 +50,9 @@ CREATE FUNCTION jobq_enqueue(
     on_conflict       text        DEFAULT 'reject',
     concurrency_key   text        DEFAULT NULL,
     concurrency_limit integer     DEFAULT 1,
-    rate_key          text        DEFAULT NULL
+    rate_key          text        DEFAULT NULL,
+    depends_on        bigint[]    DEFAULT NULL,
+    on_parent_failure text        DEFAULT 'cancel'
 ) RETURNS bigint
 LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
 AS 'MODULE_PATHNAME', 'jobq_enqueue';
@@ -69,20 +71,23 @@ CREATE FUNCTION jobq._enqueue(
     on_conflict       text,
     concurrency_key   text,
     concurrency_limit integer,
-    rate_key          text
+    rate_key          text,
+    depends_on        bigint[],
+    on_parent_failure text
 ) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_now     timestamptz := clock_timestamp();
     v_run_at  timestamptz := coalesce(run_at, v_now);
     v_id      bigint;
+    v_state   text := 'ready';
     v_holder  record;
     v_ready   tid;
     v_ready_queue text;
 BEGIN
     IF queue IS NULL OR payload IS NULL OR priority IS NULL OR max_attempts IS NULL
-       OR unique_strategy IS NULL OR on_conflict IS NULL OR concurrency_limit IS NULL THEN
-        RAISE EXCEPTION 'jobq: queue, payload, priority, max_attempts, unique_strategy, on_conflict and concurrency_limit must not be NULL'
+       OR unique_strategy IS NULL OR on_conflict IS NULL OR concurrency_limit IS NULL OR on_parent_failure IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue, payload, priority, max_attempts, unique_strategy, on_conflict, concurrency_limit and on_parent_failure must not be NULL'
             USING ERRCODE = '22004';
     ELSIF queue = '' THEN
         RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
@@ -110,6 +115,9 @@ BEGIN
         RAISE EXCEPTION 'jobq: concurrency_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
     ELSIF rate_key = '' THEN
         RAISE EXCEPTION 'jobq: rate_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF on_parent_failure NOT IN ('cancel', 'run') THEN
+        RAISE EXCEPTION 'jobq: unknown on_parent_failure "%"', on_parent_failure
+            USING ERRCODE = '22023', HINT = 'Use cancel or run.';
     END IF;
 
     v_id := nextval('jobq.jobs_id_seq');
@@ -160,8 +168,13 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- Its parents, checked and locked, its edges written (src/sql/workflows.sql).
+    IF depends_on IS NOT NULL THEN
+        v_state := jobq._depend(v_id, depends_on, on_parent_failure);
+    END IF;
     RETURN jobq._insert_job(v_id, queue, payload, kind, priority, v_run_at, max_attempts,
-                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key);
+                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key,
+                            depends_on, v_state);
 END $$;
 
 -- Writes job `id` (its unique key, if any, already taken): the job row, its ready row, the
@@ -179,7 +192,9 @@ CREATE FUNCTION jobq._insert_job(
     unique_strategy   text,
     concurrency_key   text,
     concurrency_limit integer,
-    rate_key          text
+    rate_key          text,
+    depends_on        bigint[] DEFAULT NULL,
+    state             text DEFAULT 'ready'     -- or 'blocked', or 'cancelled' (jobq._depend)
 ) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -191,12 +206,20 @@ BEGIN
     -- then never gets it (measured: keyed enqueues kept every compaction off after the first).
     LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
-                           unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key)
-    VALUES (id, queue, kind, payload, priority, run_at, v_now, 'ready', max_attempts,
+                           unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key,
+                           depends_on, finished_at)
+    VALUES (id, queue, kind, payload, priority, run_at, v_now, _insert_job.state, max_attempts,
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
-            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key);
-    PERFORM jobq._enter_ready(ARRAY[id]);
+            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key,
+            _insert_job.depends_on, CASE WHEN _insert_job.state = 'cancelled' THEN v_now END);
     PERFORM jobq._tally(queue, 'enqueued', NULL, v_now);  -- the dashboard's counters (src/counters.rs)
+    IF _insert_job.state = 'cancelled' THEN
+        -- A parent already failed (on_parent_failure 'cancel'): finished at once, keys freed.
+        PERFORM jobq._archive(ARRAY[id]);
+        PERFORM jobq._release_keys(id, queue, 'cancelled', unique_key, unique_strategy, NULL, NULL);
+        RETURN id;
+    END IF;
+    PERFORM jobq._enter_ready(ARRAY[id]);  -- nothing for a blocked job
 
     -- One notification per queue per transaction: PostgreSQL folds identical ones, and
     -- jobq._notify (deferred) notes a queue once.

@@ -58,6 +58,10 @@ BEGIN
         v_freed := jobq._release_keys(job_id, j.queue, 'completed', j.unique_key, j.unique_strategy,
                                       j.concurrency_key, j.concurrency_slot);
     END IF;
+    -- The jobs that depend on or await this one (src/sql/workflows.sql).
+    IF EXISTS (SELECT 1 FROM jobq.edges e WHERE e.parent = job_id AND NOT e.settled) THEN
+        PERFORM jobq._settle(ARRAY[job_id], ARRAY['completed']);
+    END IF;
     RETURN true;
 END $$;
 
@@ -139,6 +143,18 @@ BEGIN
     -- transaction ends (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
     LOOP
+        -- A blocked job: its jobq.blocked row first (as whoever wakes it takes it), then the
+        -- job row (src/sql/workflows.sql).
+        DELETE FROM jobq.blocked b WHERE b.job_id = jobq_cancel.job_id;
+        IF FOUND THEN
+            UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
+             WHERE x.id = jobq_cancel.job_id
+            RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
+            PERFORM jobq._archive(ARRAY[job_id]);
+            PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
+                                       j.concurrency_key, NULL);
+            RETURN 'cancelled';
+        END IF;
         -- A waiting job: its ready row first, then the job row (jobq._lock_ready).
         v_ready := jobq._lock_ready(job_id);
         IF v_ready IS NOT NULL THEN
@@ -157,9 +173,9 @@ BEGIN
                 -- Finished, or no such job. One snapshot over both tables (jobq.jobs) sees a
                 -- job that jobq_retry moved back meanwhile in jobq.live_jobs: look again then.
                 SELECT x.state INTO v_state FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
-                CONTINUE WHEN v_state IN ('ready', 'executing');
+                CONTINUE WHEN v_state IN ('ready', 'executing', 'blocked');
                 RETURN v_state;
-            ELSIF j.state = 'ready' THEN
+            ELSIF j.state IN ('ready', 'blocked') THEN
                 -- It became ready again since we looked (a retry, a requeue): give the job
                 -- row back (this block's subtransaction ends) and take the ready row first.
                 RAISE EXCEPTION USING ERRCODE = 'JQ900';
@@ -206,6 +222,8 @@ BEGIN
      WHERE x.id = jobq_retry.job_id;
     PERFORM jobq._enter_ready(ARRAY[job_id]);
     PERFORM jobq._notify(j.queue);
+    -- The children this job's failure cancelled wait for it again (src/sql/workflows.sql).
+    PERFORM jobq._reblock(job_id);
     RETURN true;
 END $$;
 

@@ -48,7 +48,11 @@ END $$;
 GRANT USAGE ON SCHEMA jobq TO jobq_reader;
 
 -- jobq_reader: the dashboards' tables and views.
-GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.schedules TO jobq_reader;
+GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.schedules, jobq.events TO jobq_reader;
+-- Workflows (src/sql/workflows.sql): what parents or awaited jobs produced, and what blocked
+-- jobs wait for (the dashboard's job page).
+GRANT EXECUTE ON FUNCTION jobq_results(bigint[]) TO jobq_reader;
+GRANT SELECT ON jobq.blocked, jobq.edges TO jobq_reader;
 -- The dashboard's views (src/sql/observe.sql), and the two read-only helpers jobq.health calls
 -- (a view's functions run with the privileges of the role reading it).
 GRANT SELECT ON jobq.concurrency_slots, jobq.rate_windows, jobq.table_stats, jobq.health TO jobq_reader;
@@ -65,10 +69,11 @@ TO jobq_reader;
 
 -- jobq_producer (and what jobq_reader may).
 GRANT EXECUTE ON FUNCTION
-    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text),
+    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text),
     jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer),
     jobq_cancel(bigint),
-    jobq_retry(bigint)
+    jobq_retry(bigint),
+    jobq_emit_event(text, jsonb)
 TO jobq_producer;
 
 -- jobq_worker (and what jobq_producer may: a worker enqueues follow-up jobs).
@@ -86,7 +91,11 @@ GRANT EXECUTE ON FUNCTION
     jobq_fail_and_checkout(uuid, bigint[], jsonb[], text[], integer),
     jobq_acquire_lock(text, uuid, interval),
     jobq_release_lock(text, uuid),
-    jobq_lock_holder(text)
+    jobq_lock_holder(text),
+    jobq_checkpoint(bigint, uuid, text, jsonb),
+    jobq_snooze(bigint, uuid, timestamptz),
+    jobq_await_jobs(bigint, uuid, bigint[]),
+    jobq_await_event(bigint, uuid, text, interval)
 TO jobq_worker;
 
 -- jobq_admin: everything (and any worker, jobq._may_act_for).

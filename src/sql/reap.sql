@@ -115,18 +115,30 @@ BEGIN
     -- jobq.queue_minutes (src/sql/counters.sql).
     PERFORM jobq._flush_tallies(v_now, jobq._retention());
 
+    -- Workflows: timed-out awaits, missed wake-ups, old events (src/sql/workflows.sql).
+    PERFORM jobq._workflow_pass(v_now, v_cutoff);
+
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.
     -- The rows are ours, locked by the subquery (a jobq_retry holding one keeps it).
     LOOP
-        DELETE FROM jobq.finished_jobs j
-         WHERE j.id = ANY (ARRAY(SELECT f.id FROM jobq.finished_jobs f
-                                  WHERE f.finished_at < v_cutoff
-                                  ORDER BY f.finished_at
-                                  LIMIT 10000
-                                    FOR UPDATE SKIP LOCKED));
-        GET DIAGNOSTICS n = ROW_COUNT;
+        WITH pruned AS (
+            DELETE FROM jobq.finished_jobs j
+             WHERE j.id = ANY (ARRAY(SELECT f.id FROM jobq.finished_jobs f
+                                      WHERE f.finished_at < v_cutoff
+                                        -- kept while a job that depends on it or awaits it is not finished
+                                        AND NOT EXISTS (SELECT 1 FROM jobq.edges e JOIN jobq.live_jobs c ON c.id = e.child
+                                                         WHERE e.parent = f.id)
+                                      ORDER BY f.finished_at
+                                      LIMIT 10000
+                                        FOR UPDATE SKIP LOCKED))
+            RETURNING j.id
+        ), edges AS (
+            -- a pruned job's own edges go with it (src/sql/workflows.sql)
+            DELETE FROM jobq.edges e WHERE e.child IN (SELECT p.id FROM pruned p)
+        )
+        SELECT count(*) INTO n FROM pruned;
         jobs_pruned := jobs_pruned + n;
         EXIT WHEN n < 10000 OR clock_timestamp() - v_now > interval '1 second';
     END LOOP;

@@ -21,7 +21,7 @@ CREATE SEQUENCE jobq.jobs_id_seq AS bigint;
 
 -- Jobs live in two tables, so that what checkout and completion touch stays the size of
 -- the work in flight, however much history is kept (docs/internals.md, "History apart"):
---   jobq.live_jobs      jobs in state 'ready' or 'executing';
+--   jobq.live_jobs      jobs in state 'ready', 'executing' or 'blocked';
 --   jobq.finished_jobs  jobs 'completed', 'dead' or 'cancelled', until jobq.retention prunes them;
 --   jobq.jobs           the view of both that clients read.
 -- A job moves between them in one transaction (DELETE ... RETURNING, then INSERT), so a
@@ -34,7 +34,7 @@ CREATE TABLE jobq.live_jobs (
     priority             integer NOT NULL,
     run_at               timestamptz NOT NULL,
     enqueued_at          timestamptz NOT NULL,
-    -- 'ready', 'executing', 'completed', 'dead' or 'cancelled'. Only jobq's functions write
+    -- 'ready', 'executing', 'blocked', 'completed', 'dead' or 'cancelled'. Only jobq's functions write
     -- these tables; there is deliberately no CHECK here: PostgreSQL 15 deserialises a table's
     -- CHECK expressions on every UPDATE statement, ~3.5% of the checkout+complete path.
     state                text NOT NULL,
@@ -56,7 +56,11 @@ CREATE TABLE jobq.live_jobs (
     -- Every failed attempt, oldest first, the last 100: [{"attempt": 1, "at": …, "error": …}, …]
     -- (jobq_fail's error; {"interrupted": true} where the reaper cut the attempt off). Written
     -- only when an attempt fails: nothing on the path of a job that succeeds.
-    errors               jsonb
+    errors               jsonb,
+    -- Workflows (src/sql/workflows.sql): the jobs this one depends on, as enqueued, and what
+    -- its steps recorded with jobq_checkpoint (kept across attempts, suspensions and retries).
+    depends_on           bigint[],
+    checkpoints          jsonb NOT NULL DEFAULT '{}'
 )
 -- Every job leaves two dead versions here (the claim's update, the completion's delete):
 -- vacuumed after a fixed number of them, without cost-based sleeps, like jobq.ready below,
@@ -93,18 +97,26 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
       FROM (SELECT coalesce(errors, '[]') || jsonb_build_array(entry) AS e) x
 $$;
 
--- Moves jobs `ids` that are in a finished state from jobq.live_jobs to jobq.finished_jobs.
+-- Moves jobs `ids` that are in a finished state from jobq.live_jobs to jobq.finished_jobs,
+-- and tells the jobs that depend on or await them (jobq._settle, src/sql/workflows.sql).
 -- The paths that finish a job rarely (cancel, death, cancellation by the reaper) set the
 -- state in place and then call this; completion, the hot path, moves its row in one step.
 CREATE FUNCTION jobq._archive(ids bigint[]) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_moved  bigint[];
+    v_states text[];
+BEGIN
     WITH moved AS (
         DELETE FROM jobq.live_jobs j
          WHERE j.id = ANY (ids) AND j.state IN ('completed', 'dead', 'cancelled')
         RETURNING j.*
+    ), kept AS (
+        INSERT INTO jobq.finished_jobs SELECT * FROM moved RETURNING id, state
     )
-    INSERT INTO jobq.finished_jobs SELECT * FROM moved
-$$;
+    SELECT array_agg(k.id ORDER BY k.id), array_agg(k.state ORDER BY k.id) INTO v_moved, v_states FROM kept k;
+    PERFORM jobq._settle(v_moved, v_states);
+END $$;
 
 -- The waiting set: exactly one row per job in state 'ready' (due or scheduled), with what
 -- checkout orders, filters and claims by, and nothing else. Checkout walks this small table
@@ -214,7 +226,9 @@ CREATE TYPE jobq.job AS (
     last_error         jsonb,
     unique_strategy    text,
     concurrency_limit  integer,
-    started_at         timestamptz
+    started_at         timestamptz,
+    depends_on         bigint[],
+    checkpoints        jsonb
 );
 
 -- pg_dump keeps the queue: these tables' rows and the id sequence are dumped with the

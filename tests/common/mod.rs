@@ -322,7 +322,7 @@ pub fn assert_job_tables_consistent(c: &mut Client) {
                             IS DISTINCT FROM (r.concurrency_key, r.concurrency_limit, r.rate_key, r.while_key)),
                     (SELECT count(*) FROM jobq.live_jobs j
                       WHERE j.state = 'ready' AND (SELECT count(*) FROM jobq.ready r WHERE r.id = j.id) <> 1),
-                    (SELECT count(*) FROM jobq.live_jobs WHERE state NOT IN ('ready', 'executing'))
+                    (SELECT count(*) FROM jobq.live_jobs WHERE state NOT IN ('ready', 'executing', 'blocked'))
                   + (SELECT count(*) FROM jobq.finished_jobs WHERE state NOT IN ('completed', 'dead', 'cancelled')),
                     (SELECT count(*) FROM jobq.live_jobs l JOIN jobq.finished_jobs f USING (id)),
                     (SELECT count(*) FROM jobq.slots s LEFT JOIN jobq.live_jobs j ON j.id = s.job_id
@@ -332,7 +332,11 @@ pub fn assert_job_tables_consistent(c: &mut Client) {
                     (SELECT count(*) FROM jobq.locks l LEFT JOIN jobq.live_jobs j ON j.id = l.job_id
                       WHERE l.job_id IS NOT NULL
                         AND (j.id IS NULL OR j.unique_key IS DISTINCT FROM l.key
-                             OR (j.unique_strategy = 'until_executing' AND j.state <> 'ready')))",
+                             OR (j.unique_strategy = 'until_executing' AND j.state NOT IN ('ready', 'blocked')))),
+                    (SELECT count(*) FROM jobq.live_jobs j
+                      WHERE j.state = 'blocked' AND NOT EXISTS (SELECT 1 FROM jobq.blocked b WHERE b.job_id = j.id))
+                  + (SELECT count(*) FROM jobq.blocked b
+                      WHERE NOT EXISTS (SELECT 1 FROM jobq.live_jobs j WHERE j.id = b.job_id AND j.state = 'blocked'))",
             &[],
         )
         .unwrap();
@@ -345,6 +349,7 @@ pub fn assert_job_tables_consistent(c: &mut Client) {
     assert_eq!(r.get::<_, i64>(3), 0, "jobs in both jobq.live_jobs and jobq.finished_jobs");
     assert_eq!(r.get::<_, i64>(4), 0, "slot rows not held by an executing job that records them");
     assert_eq!(r.get::<_, i64>(5), 0, "unique keys held for a job that is finished, another key's, or (until_executing) started");
+    assert_eq!(r.get::<_, i64>(6), 0, "blocked jobs without their jobq.blocked row, or rows of jobs not blocked");
 }
 
 /// The notifications `listener` gets on channel jobq before the first with payload `until`,
