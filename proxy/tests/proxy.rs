@@ -535,3 +535,65 @@ fn calls_over_several_nodes_lose_nothing_when_one_node_refuses() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get::<_, i64>(0), 2);
 }
+
+/// Workflows through the proxy (SPEC, Workflows and Scale-out): a dependency and an await among
+/// one node's jobs work as on the node; naming a job of another node is refused with 0A000 and
+/// changes nothing; a job's calls reach its node; an event is emitted on every node (the sum of
+/// what each woke); jobq_results answers for jobs of every node, in the caller's order.
+#[test]
+fn workflows_run_on_the_node_of_their_jobs() {
+    let f = Fleet::new();
+    f.place("wf0", 0);
+    f.place("wf1", 1);
+    let mut p = f.proxy_as("app");
+    let w = register(&mut p);
+    let parent: i64 = p.query_one("SELECT jobq_enqueue('wf0', '{}')", &[]).unwrap().get(0);
+    let far: i64 = p.query_one("SELECT jobq_enqueue('wf1', '{}')", &[]).unwrap().get(0);
+    assert_eq!((parent % 1024, far % 1024), (0, 1));
+    let child: i64 = p.query_one("SELECT jobq_enqueue('wf0', '{}', depends_on => ARRAY[$1::bigint])", &[&parent]).unwrap().get(0);
+    let e = p.query("SELECT jobq_enqueue('wf0', '{}', depends_on => ARRAY[$1::bigint, $2::bigint])", &[&parent, &far]).unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    let on_node0: i64 = f.node(0).query_one("SELECT count(*) FROM jobq.jobs", &[]).unwrap().get(0);
+    assert_eq!(on_node0, 2, "the refused enqueue wrote nothing");
+    let state = |k: usize, id: i64| -> String { f.node(k).query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0) };
+    assert_eq!(state(0, child), "blocked");
+
+    // The parent runs: a checkpoint, an await of a job of its node, and of another node's (0A000).
+    let got: Vec<i64> = p.query("SELECT id FROM jobq_checkout($1, ARRAY['wf0'])", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![parent]);
+    assert!(p.query_one("SELECT jobq_checkpoint($1, $2, 'step', '1')", &[&parent, &w]).unwrap().get::<_, bool>(0));
+    let e = p.query("SELECT jobq_await_jobs($1, $2, ARRAY[$3::bigint])", &[&parent, &w, &far]).unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    assert_eq!(state(0, parent), "executing");
+    // Awaiting an event: the emit through the proxy reaches node 0.
+    let r: String = p.query_one("SELECT jobq_await_event($1, $2, 'px-event')", &[&parent, &w]).unwrap().get(0);
+    assert_eq!(r, "waiting");
+    let woken: i32 = p.query_one("SELECT jobq_emit_event('px-event', '{\"ok\": true}')", &[]).unwrap().get(0);
+    assert_eq!(woken, 1);
+    assert_eq!(p.query_one("SELECT jobq_emit_event('px-event')", &[]).unwrap().get::<_, i32>(0), 0, "emitted once");
+    let row = p.query_one("SELECT id, attempt, checkpoints FROM jobq_checkout($1, ARRAY['wf0'])", &[&w]).unwrap();
+    assert_eq!(row.get::<_, i64>(0), parent);
+    assert_eq!(row.get::<_, i32>(1), 1, "the suspended attempt did not count");
+    let cp: serde_json::Value = row.get(2);
+    assert_eq!(cp["step"], serde_json::json!(1));
+    assert_eq!(cp["event:px-event"]["payload"], serde_json::json!({"ok": true}));
+    assert!(p.query_one("SELECT jobq_complete($1, $2, '\"done\"')", &[&parent, &w]).unwrap().get::<_, bool>(0));
+    assert_eq!(state(0, child), "ready");
+    // Snooze, on the job's node.
+    let got: Vec<i64> = p.query("SELECT id FROM jobq_checkout($1, ARRAY['wf0'])", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![child]);
+    assert!(p.query_one("SELECT jobq_snooze($1, $2, now() + interval '1 hour')", &[&child, &w]).unwrap().get::<_, bool>(0));
+    assert_eq!(state(0, child), "ready");
+    // Results of jobs of two nodes, in the order asked.
+    let rows: Vec<(i64, String)> = p
+        .query("SELECT id, state FROM jobq_results($1)", &[&vec![far, parent, child]])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, vec![(far, "ready".to_string()), (parent, "completed".to_string()), (child, "ready".to_string())]);
+    // A reader may gather results; a producer may emit; neither may checkpoint.
+    let mut nobody = f.proxy_as("nobody");
+    assert_eq!(sqlstate(&nobody.query("SELECT * FROM jobq_results(ARRAY[1::bigint])", &[]).unwrap_err()), "42501");
+    assert_eq!(sqlstate(&nobody.query("SELECT jobq_emit_event('x')", &[]).unwrap_err()), "42501");
+}
