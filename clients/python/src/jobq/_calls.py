@@ -15,7 +15,7 @@ from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 from psycopg.types.json import Jsonb
 
-from .types import Job, QueueStats, ReapResult
+from .types import Job, JobResult, QueueStats, ReapResult
 
 T = TypeVar("T")
 Row = Mapping[str, Any]
@@ -113,6 +113,8 @@ def enqueue(
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
     rate_key: str | None = None,
+    depends_on: Sequence[int] | None = None,
+    on_parent_failure: str | None = None,
 ) -> Call[int | None]:
     """Adds one job to ``queue`` (``jobq_enqueue``) and returns its id.
 
@@ -121,6 +123,9 @@ def enqueue(
     runs first), ``run_at`` now, ``max_attempts`` 25, ``unique_strategy``
     ``"until_executed"`` (or ``"until_executing"``, ``"while_executing"``), ``on_conflict``
     ``"reject"`` (or ``"discard"``, ``"log"``, ``"replace"``), ``concurrency_limit`` 1.
+    ``depends_on`` names the job's parents: it starts ``blocked`` and becomes ready when the
+    last of them finishes; ``on_parent_failure`` ``"cancel"`` (the default: a parent that
+    ends dead or cancelled cancels it) or ``"run"``.
 
     Returns the new job's id; with ``on_conflict="replace"`` the id of the waiting job that
     took the new payload; None when ``on_conflict`` is ``"discard"`` or ``"log"`` and the key
@@ -134,6 +139,8 @@ def enqueue(
     a.opt("unique_key", unique_key, "text").opt("unique_strategy", unique_strategy, "text")
     a.opt("on_conflict", on_conflict, "text").opt("concurrency_key", concurrency_key, "text")
     a.opt("concurrency_limit", concurrency_limit, "integer").opt("rate_key", rate_key, "text")
+    a.opt("depends_on", None if depends_on is None else list(depends_on), "bigint[]")
+    a.opt("on_parent_failure", on_parent_failure, "text")
     return _scalar_call("jobq_enqueue", a, _opt_int)
 
 
@@ -170,6 +177,23 @@ def retry(job_id: int) -> Call[bool]:
     """Makes a ``dead`` or ``cancelled`` job ``ready`` again, attempt 0 (``jobq_retry``). False
     when its unique key was taken meanwhile or the job is in another state."""
     return _scalar_call("jobq_retry", _Args().pos(job_id, "bigint"), bool)
+
+
+def results(ids: Sequence[int]) -> Call[list[JobResult]]:
+    """The state and outcome of each listed job that exists (``jobq_results``), in the order
+    of ``ids``: what parents or awaited jobs produced (fan-in). At most 10,000 ids."""
+    return Call(
+        "SELECT * FROM jobq_results(%s::bigint[])",
+        (list(ids),),
+        lambda rows: [JobResult(**r) for r in rows],
+    )
+
+
+def emit_event(name: str, payload: Any = None) -> Call[int]:
+    """Emits the event ``name`` (``jobq_emit_event``): every job awaiting it becomes ready,
+    with the event's payload in its checkpoints. The first emit of a name wins; a later one
+    changes nothing. Returns how many jobs it woke."""
+    return _scalar_call("jobq_emit_event", _Args().pos(name, "text").opt("payload", _json(payload), "jsonb"), int)
 
 
 def pause(queue: str | None, kind: str | None = None) -> Call[None]:
@@ -411,6 +435,41 @@ def fail_and_checkout(
     a.opt("errors", None if errors is None else [_json(e) for e in errors], "jsonb[]")
     a.opt("queues", None if queues is None else list(queues), "text[]").opt("max_jobs", max_jobs, "integer")
     return _jobs_call("jobq_fail_and_checkout", a, w)
+
+
+def checkpoint(job_id: int, worker: uuid.UUID | str, step: str, value: Any) -> Call[bool]:
+    """Records ``value`` under ``step`` in the running job's checkpoints
+    (``jobq_checkpoint``), in the connection's transaction. False when the job is not
+    executing under ``worker`` (nothing changed)."""
+    a = _Args().pos(job_id, "bigint").pos(_uuid(worker), "uuid").pos(step, "text").pos(Jsonb(value), "jsonb")
+    return _scalar_call("jobq_checkpoint", a, bool)
+
+
+def snooze(job_id: int, worker: uuid.UUID | str, until: datetime) -> Call[bool]:
+    """Durable sleep (``jobq_snooze``): the running job goes back to ready, due at ``until``;
+    its attempt does not count. False when the job is not executing under ``worker``."""
+    a = _Args().pos(job_id, "bigint").pos(_uuid(worker), "uuid").pos(until, "timestamptz")
+    return _scalar_call("jobq_snooze", a, bool)
+
+
+def await_jobs(job_id: int, worker: uuid.UUID | str, jobs: Sequence[int]) -> Call[str | None]:
+    """Fan-in (``jobq_await_jobs``): ``"finished"`` when every listed job is finished (the job
+    keeps running), else ``"waiting"``: the job is blocked until the last one finishes. None
+    when the job is not executing under ``worker``."""
+    a = _Args().pos(job_id, "bigint").pos(_uuid(worker), "uuid").pos(list(jobs), "bigint[]")
+    return _scalar_call("jobq_await_jobs", a, _opt_str)
+
+
+def await_event(
+    job_id: int, worker: uuid.UUID | str, event: str, timeout: float | timedelta | None = None
+) -> Call[str | None]:
+    """Waits for an event (``jobq_await_event``): ``"emitted"`` when it was emitted already
+    (its payload is now the checkpoint ``event:<name>``; the job keeps running), else
+    ``"waiting"``: the job is blocked until the event is emitted or ``timeout`` passes. None
+    when the job is not executing under ``worker``."""
+    a = _Args().pos(job_id, "bigint").pos(_uuid(worker), "uuid").pos(event, "text")
+    a.opt("timeout", _interval(timeout), "interval")
+    return _scalar_call("jobq_await_event", a, _opt_str)
 
 
 def heartbeat_timeout() -> Call[timedelta]:

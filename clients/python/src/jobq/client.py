@@ -34,6 +34,7 @@ __all__ = [
     "register_worker", "heartbeat", "unregister_worker",
     "checkout", "complete", "fail", "complete_many", "fail_many",
     "complete_and_checkout", "fail_and_checkout", "heartbeat_timeout",
+    "results", "emit_event", "checkpoint", "snooze", "await_jobs", "await_event",
 ]
 
 #: What the synchronous functions run on: a psycopg connection or a cursor of one.
@@ -82,6 +83,8 @@ enqueue = _bind(_calls.enqueue)
 enqueue_batch = _bind(_calls.enqueue_batch)
 cancel = _bind(_calls.cancel)
 retry = _bind(_calls.retry)
+results = _bind(_calls.results)
+emit_event = _bind(_calls.emit_event)
 pause = _bind(_calls.pause)
 resume = _bind(_calls.resume)
 schedule = _bind(_calls.schedule)
@@ -102,4 +105,8 @@ complete_many = _bind(_calls.complete_many)
 fail_many = _bind(_calls.fail_many)
 complete_and_checkout = _bind(_calls.complete_and_checkout)
 fail_and_checkout = _bind(_calls.fail_and_checkout)
+checkpoint = _bind(_calls.checkpoint)
+snooze = _bind(_calls.snooze)
+await_jobs = _bind(_calls.await_jobs)
+await_event = _bind(_calls.await_event)
 heartbeat_timeout = _bind(_calls.heartbeat_timeout)

@@ -6,11 +6,14 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import Cancelled
 
-__all__ = ["Job", "QueueStats", "ReapResult"]
+if TYPE_CHECKING:
+    from .durable import Durable, DurableAsync
+
+__all__ = ["Job", "JobResult", "QueueStats", "ReapResult"]
 
 
 @dataclass(eq=False)
@@ -38,6 +41,9 @@ class Job:
         unique_strategy: the strategy of its unique key, or None.
         concurrency_limit: the limit of its concurrency key, or None.
         started_at: when this attempt started.
+        depends_on: the jobs it depends on, as enqueued, or None.
+        checkpoints: what its steps recorded (:func:`jobq.checkpoint`, :meth:`Job.step`) in
+            earlier attempts or before a suspension; ``{}`` when none.
         worker_id: the worker registration that checked it out.
     """
 
@@ -57,8 +63,12 @@ class Job:
     unique_strategy: str | None = None
     concurrency_limit: int | None = None
     started_at: datetime | None = None
+    depends_on: list[int] | None = None
+    checkpoints: dict[str, Any] = field(default_factory=dict)
     worker_id: uuid.UUID | None = None
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _runner: Any = field(default=None, repr=False)  # set by jobq.Worker: runs durable steps' calls
+    _arunner: Any = field(default=None, repr=False)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], worker_id: uuid.UUID | None = None) -> Job:
@@ -81,8 +91,27 @@ class Job:
             unique_strategy=row.get("unique_strategy"),
             concurrency_limit=row.get("concurrency_limit"),
             started_at=row.get("started_at"),
+            depends_on=row.get("depends_on"),
+            checkpoints=dict(row.get("checkpoints") or {}),
             worker_id=worker_id,
         )
+
+    def durable(self) -> Durable:
+        """Durable steps for this job (:mod:`jobq.durable`), in a plain ``def`` handler run by
+        a :class:`jobq.Worker`."""
+        from .durable import Durable
+
+        if self._runner is None:
+            raise RuntimeError("durable steps need a job run by a jobq.Worker")
+        return Durable(self, self._runner)
+
+    def durable_async(self) -> DurableAsync:
+        """Durable steps for this job in an ``async def`` handler run by a :class:`jobq.Worker`."""
+        from .durable import DurableAsync
+
+        if self._arunner is None:
+            raise RuntimeError("durable steps need a job run by a jobq.Worker")
+        return DurableAsync(self, self._arunner)
 
     @property
     def cancelled(self) -> bool:
@@ -127,6 +156,18 @@ class QueueStats:
     executing: int
     dead: int
     oldest_ready_age: timedelta | None
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A row of :func:`jobq.results`: a job's state and outcome."""
+
+    id: int
+    kind: str | None
+    state: str
+    attempt: int
+    result: Any
+    last_error: Any
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar, Union
 import psycopg
 
 from . import aio
+from .durable import Suspended
 from .errors import JobqError, JobsFenced, RetryIn, WorkerLost
 from .types import Job
 
@@ -247,6 +248,8 @@ class Worker:
         self._hand_lock = asyncio.Lock()
         self._heartbeat_lock = asyncio.Lock()  # one call at a time on the heartbeat connection
         self._heartbeat_conn: psycopg.AsyncConnection[Any] | None = None
+        self._steps_lock = asyncio.Lock()  # one durable step at a time on the steps connection
+        self._steps_conn: psycopg.AsyncConnection[Any] | None = None
         self._holding_at = 0.0  # loop time of the last list sent (or tried by the checkout loop)
         self._holding_due = False  # a checkout failed: its claims may be lost on the way
         self._checkouts = 0
@@ -282,6 +285,9 @@ class Worker:
                         log.exception("jobq worker %s: %s ended with an error", self.name, task.get_name())
             for task in list(self._tasks):
                 task.cancel()
+            if self._steps_conn is not None:
+                await self._steps_conn.close()
+                self._steps_conn = None
             self._executor.shutdown(wait=False)
             for sig in signals:
                 self._loop.remove_signal_handler(sig)
@@ -355,7 +361,26 @@ class Worker:
         slots = [_Slot(job, wid) for job in jobs]
         for slot in slots:
             self._in_hand[slot.job.id] = slot
+            slot.job._runner = self._run_steps_sync
+            slot.job._arunner = self._run_steps
         return slots
+
+    async def _run_steps(self, calls: Sequence[Any]) -> list[Any]:
+        """A durable step's calls (:mod:`jobq.durable`), in one transaction on the worker's
+        steps connection (opened on first use, again after it was lost)."""
+        async with self._steps_lock:
+            conn = self._steps_conn
+            if conn is None or conn.closed or conn.broken:
+                conn = self._steps_conn = await self._connect("steps")
+            async with conn.transaction():
+                return [await aio.execute(conn, call) for call in calls]
+
+    def _run_steps_sync(self, calls: Sequence[Any]) -> list[Any]:
+        """:meth:`_run_steps` from a handler's thread."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the worker is not running")
+        return asyncio.run_coroutine_threadsafe(self._run_steps(calls), loop).result()
 
     def _start(self, slots: list[_Slot]) -> None:
         for slot in slots:
@@ -449,6 +474,10 @@ class Worker:
                         error = e
         if error is None:
             self._success(slot, result)
+        elif isinstance(error, Suspended):
+            # The server has the job (snoozed, or blocked on an event or on other jobs): nothing
+            # to report, and its slot is free.
+            log.debug("jobq worker %s: job %d suspended: %s", self.name, job.id, error)
         elif isinstance(error, RetryIn):
             cause = error.__cause__
             described = (
