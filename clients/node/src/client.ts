@@ -67,6 +67,29 @@ export interface EnqueueOptions {
   concurrencyLimit?: number;
   /** The job's starts count against the limit {@link setRateLimit} set for this key. */
   rateKey?: string | null;
+  /**
+   * The jobs this one depends on (its parents): it starts `blocked` and becomes ready when
+   * the last of them finishes.
+   */
+  dependsOn?: JobId[] | null;
+  /** What a parent ending `dead` or `cancelled` does: `'cancel'` (default) this job, or `'run'`. */
+  onParentFailure?: 'cancel' | 'run';
+}
+
+/** A row of {@link results}: a job's state and outcome. */
+export interface JobResult {
+  /** The job's id. */
+  id: string;
+  /** Its class name, or null. */
+  kind: string | null;
+  /** Its state. */
+  state: JobState;
+  /** Its attempt number. */
+  attempt: number;
+  /** What its handler returned (parsed JSON), or null. */
+  result: unknown;
+  /** The error of its last failed attempt, or null. */
+  lastError: unknown;
 }
 
 /** Options of {@link enqueueBatch}; each one left out takes the server's default. */
@@ -179,6 +202,10 @@ export interface Job {
   interruptedAt: Date | null;
   /** The error of the last failed attempt (parsed JSON), or null. */
   lastError: unknown;
+  /** The jobs it depends on, as enqueued, or null. */
+  dependsOn: string[] | null;
+  /** What its steps recorded ({@link checkpoint}) in earlier attempts; `{}` when none. */
+  checkpoints: Record<string, unknown>;
 }
 
 /** What one {@link reap} pass did. */
@@ -274,7 +301,7 @@ function ids(jobIds: JobId[] | null | undefined): string[] | null | undefined {
 
 const JOB_COLUMNS =
   'id, queue, kind, payload, priority, attempt, max_attempts, run_at, enqueued_at, unique_key, ' +
-  'concurrency_key, interrupted_at, last_error';
+  'concurrency_key, interrupted_at, last_error, depends_on, checkpoints';
 
 interface JobRow {
   id: string;
@@ -290,6 +317,8 @@ interface JobRow {
   concurrency_key: string | null;
   interrupted_at: Date | null;
   last_error: unknown;
+  depends_on: string[] | null;
+  checkpoints: Record<string, unknown> | null;
 }
 
 function toJob(r: JobRow): Job {
@@ -307,6 +336,8 @@ function toJob(r: JobRow): Job {
     concurrencyKey: r.concurrency_key,
     interruptedAt: r.interrupted_at,
     lastError: r.last_error,
+    dependsOn: r.depends_on,
+    checkpoints: r.checkpoints ?? {},
   };
 }
 
@@ -343,6 +374,8 @@ export async function enqueue(db: Queryable, queue: string, payload?: unknown, o
     concurrency_key: [options.concurrencyKey, 'text'],
     concurrency_limit: [options.concurrencyLimit, 'integer'],
     rate_key: [options.rateKey, 'text'],
+    depends_on: [ids(options.dependsOn), 'bigint[]'],
+    on_parent_failure: [options.onParentFailure, 'text'],
   }));
 }
 
@@ -386,6 +419,69 @@ export async function cancel(db: Queryable, jobId: JobId): Promise<JobState | nu
  */
 export async function retry(db: Queryable, jobId: JobId): Promise<boolean> {
   return scalar<boolean>(db, call('jobq_retry', [[id(jobId), 'bigint']]));
+}
+
+// ---------------------------------------------------------------------------------------
+// Workflows
+
+/**
+ * The state and outcome of each listed job that exists (`jobq_results`), in the order of
+ * `jobIds`: what parents or awaited jobs produced (fan-in). At most 10,000 ids.
+ *
+ * @param db - the connection to run it on
+ * @param jobIds - the jobs
+ */
+export async function results(db: Queryable, jobIds: JobId[]): Promise<JobResult[]> {
+  const rows = await run<{ id: string; kind: string | null; state: JobState; attempt: number; result: unknown; last_error: unknown }>(
+    db, 'SELECT * FROM jobq_results($1::bigint[])', [ids(jobIds)]);
+  return rows.map((r) => ({ id: r.id, kind: r.kind, state: r.state, attempt: r.attempt, result: r.result, lastError: r.last_error }));
+}
+
+/**
+ * Emits the event `name` (`jobq_emit_event`): every job awaiting it becomes ready, with the
+ * payload in its checkpoints. The first emit of a name wins. Returns how many jobs it woke.
+ *
+ * @param db - the connection to run it on
+ * @param name - the event
+ * @param payload - any JSON value, or left out
+ */
+export async function emitEvent(db: Queryable, name: string, payload?: unknown): Promise<number> {
+  return scalar<number>(db, call('jobq_emit_event', [[name, 'text']], { payload: [json(payload), 'jsonb'] }));
+}
+
+/**
+ * Records `value` under `step` in the running job's checkpoints (`jobq_checkpoint`), in the
+ * connection's transaction. False when the job is not executing under `workerId`.
+ */
+export async function checkpoint(db: Queryable, jobId: JobId, workerId: string, step: string, value: unknown): Promise<boolean> {
+  return scalar<boolean>(db, call('jobq_checkpoint', [[id(jobId), 'bigint'], [workerId, 'uuid'], [step, 'text'], [JSON.stringify(value ?? null), 'jsonb']]));
+}
+
+/**
+ * Durable sleep (`jobq_snooze`): the running job goes back to ready, due at `until`; its
+ * attempt does not count. False when the job is not executing under `workerId`.
+ */
+export async function snooze(db: Queryable, jobId: JobId, workerId: string, until: Timestamp): Promise<boolean> {
+  return scalar<boolean>(db, call('jobq_snooze', [[id(jobId), 'bigint'], [workerId, 'uuid'], [until, 'timestamptz']]));
+}
+
+/**
+ * Fan-in (`jobq_await_jobs`): `'finished'` when every listed job is finished (the job keeps
+ * running), else `'waiting'`: the job is blocked until the last one finishes. Null when the
+ * job is not executing under `workerId`.
+ */
+export async function awaitJobs(db: Queryable, jobId: JobId, workerId: string, jobIds: JobId[]): Promise<'finished' | 'waiting' | null> {
+  return scalar(db, call('jobq_await_jobs', [[id(jobId), 'bigint'], [workerId, 'uuid'], [ids(jobIds), 'bigint[]']]));
+}
+
+/**
+ * Waits for an event (`jobq_await_event`): `'emitted'` when it was emitted already (its
+ * payload is now the checkpoint `event:<name>`; the job keeps running), else `'waiting'`:
+ * the job is blocked until the event is emitted or `timeout` passes. Null when the job is not
+ * executing under `workerId`.
+ */
+export async function awaitEvent(db: Queryable, jobId: JobId, workerId: string, event: string, timeout?: Duration | null): Promise<'emitted' | 'waiting' | null> {
+  return scalar(db, call('jobq_await_event', [[id(jobId), 'bigint'], [workerId, 'uuid'], [event, 'text']], { timeout: [interval(timeout), 'interval'] }));
 }
 
 /**

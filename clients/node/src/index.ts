@@ -14,11 +14,12 @@ export {
   checkout, complete, fail, completeMany, failMany, completeAndCheckout, failAndCheckout,
   acquireLock, releaseLock, lockHolder,
   schedule, unschedule, setRateLimit, reap, queueStats,
+  results, emitEvent, checkpoint, snooze, awaitJobs, awaitEvent,
 } from './client';
 export type {
   Queryable, JobId, Duration, Timestamp, JobState, FailState, UniqueStrategy, OnConflict,
   EnqueueOptions, EnqueueBatchOptions, ScheduleOptions, RegisterOptions, CheckoutOptions,
-  FailOptions, CompleteAndCheckoutOptions, FailAndCheckoutOptions, Job, ReapResult, QueueStats,
+  FailOptions, CompleteAndCheckoutOptions, FailAndCheckoutOptions, Job, JobResult, ReapResult, QueueStats,
 } from './client';
 export {
   JobqError, UniqueConflict, WorkerLost, InvalidArgument, PermissionDenied, Cancelled,

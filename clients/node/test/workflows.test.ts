@@ -1,0 +1,53 @@
+// The workflow calls, against the real server: dependencies, results, events, checkpoints,
+// snooze and awaits, fenced as completion is.
+import { after, before, describe, test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import { type Client } from 'pg';
+import * as jobq from 'jobq';
+import { DSN, connect, queueName } from './helpers';
+
+let app: Client;
+
+before(async () => {
+  app = await connect(DSN);
+});
+after(async () => {
+  await app.end();
+});
+
+describe('workflows', () => {
+  test('dependencies, checkpoints, events, snooze, awaits and results', async () => {
+    const q = queueName('wf');
+    const parent = (await jobq.enqueue(app, q, { n: 1 }))!;
+    const child = (await jobq.enqueue(app, q, { n: 2 }, { dependsOn: [parent], onParentFailure: 'run' }))!;
+    const w = await jobq.registerWorker(app, { name: 'wf' });
+    const [job] = await jobq.checkout(app, w, { queues: [q], maxJobs: 10 });
+    assert.equal(job!.id, parent);
+    assert.deepEqual(job!.checkpoints, {});
+    assert.equal(job!.dependsOn, null);
+    assert.equal(await jobq.checkpoint(app, parent, w, 'one', { x: 1 }), true);
+    assert.equal(await jobq.awaitEvent(app, parent, w, `${q}:ev`), 'waiting');
+    assert.equal(await jobq.emitEvent(app, `${q}:ev`, { p: 1 }), 1);
+    assert.equal(await jobq.emitEvent(app, `${q}:ev`, { p: 2 }), 0);
+    const [again] = await jobq.checkout(app, w, { queues: [q], maxJobs: 10 });
+    assert.equal(again!.id, parent);
+    assert.equal(again!.attempt, 1, 'the suspended attempt did not count');
+    assert.deepEqual(again!.checkpoints['one'], { x: 1 });
+    assert.deepEqual((again!.checkpoints[`event:${q}:ev`] as { payload: unknown }).payload, { p: 1 });
+    assert.equal(await jobq.snooze(app, parent, w, new Date(Date.now() - 1000)), true);
+    const [third] = await jobq.checkout(app, w, { queues: [q], maxJobs: 10 });
+    assert.equal(third!.id, parent);
+    assert.equal(await jobq.awaitJobs(app, parent, w, []), 'finished');
+    assert.equal(await jobq.complete(app, parent, w, 'done'), true);
+    const [kid] = await jobq.checkout(app, w, { queues: [q], maxJobs: 10 });
+    assert.equal(kid!.id, child);
+    assert.deepEqual(kid!.dependsOn, [parent]);
+    const [r] = await jobq.results(app, [parent]);
+    assert.deepEqual(r, { id: parent, kind: null, state: 'completed', attempt: 1, result: 'done', lastError: null });
+    // Fenced as completion: another worker changes nothing.
+    const other = await jobq.registerWorker(app, { name: 'other' });
+    assert.equal(await jobq.checkpoint(app, child, other, 'x', 1), false);
+    assert.equal(await jobq.awaitEvent(app, child, other, 'e'), null);
+    await assert.rejects(jobq.enqueue(app, q, {}, { dependsOn: ['987654321'] }), jobq.InvalidArgument);
+  });
+});
