@@ -204,6 +204,8 @@ pub struct EnqueueOptions {
     concurrency_key: Option<String>,
     concurrency_limit: Option<i32>,
     rate_key: Option<String>,
+    depends_on: Option<Vec<i64>>,
+    on_parent_failure: Option<&'static str>,
 }
 
 impl EnqueueOptions {
@@ -281,6 +283,20 @@ impl EnqueueOptions {
         self.rate_key = Some(key.into());
         self
     }
+
+    /// The jobs this one depends on (its parents): it starts `blocked` and becomes ready when
+    /// the last of them finishes.
+    pub fn depends_on(mut self, parents: impl IntoIterator<Item = i64>) -> Self {
+        self.depends_on = Some(parents.into_iter().collect());
+        self
+    }
+
+    /// A parent that ends `dead` or `cancelled` lets this job run (`on_parent_failure =>
+    /// 'run'`) instead of cancelling it (the server's default).
+    pub fn run_on_parent_failure(mut self) -> Self {
+        self.on_parent_failure = Some("run");
+        self
+    }
 }
 
 /// Adds one job (`jobq_enqueue`) and returns its id; `None` when its unique key was taken and
@@ -324,7 +340,9 @@ where
         .named("on_conflict", &on_conflict, Type::TEXT)
         .named("concurrency_key", &o.concurrency_key, Type::TEXT)
         .named("concurrency_limit", &o.concurrency_limit, Type::INT4)
-        .named("rate_key", &o.rate_key, Type::TEXT);
+        .named("rate_key", &o.rate_key, Type::TEXT)
+        .named("depends_on", &o.depends_on, Type::INT8_ARRAY)
+        .named("on_parent_failure", &o.on_parent_failure, Type::TEXT);
     let sql = format!("SELECT {}", args.call("jobq_enqueue"));
     Ok(one(client, &sql, &args).await?.try_get(0)?)
 }
@@ -1113,4 +1131,110 @@ pub async fn heartbeat_timeout<C: GenericClient>(client: &C) -> Result<Option<Du
     .await?;
     let secs: Option<f64> = row.try_get(0)?;
     Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
+}
+
+// ---------------------------------------------------------------------------------------
+// Workflows
+
+/// A row of [`results`]: a job's state and outcome.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JobResult {
+    /// The job's id.
+    pub id: i64,
+    /// Its kind, or `None`.
+    pub kind: Option<String>,
+    /// Its state.
+    pub state: JobState,
+    /// Its attempt number.
+    pub attempt: i32,
+    /// What its handler returned, or `None`.
+    pub result: Option<Value>,
+    /// The error of its last failed attempt, or `None`.
+    pub last_error: Option<Value>,
+}
+
+/// The state and outcome of each listed job that exists (`jobq_results`), in the order of
+/// `job_ids`: what parents or awaited jobs produced (fan-in). At most 10,000 ids.
+///
+/// Role: `jobq_reader`.
+pub async fn results<C: GenericClient>(client: &C, job_ids: &[i64]) -> Result<Vec<JobResult>, Error> {
+    let ids = job_ids.to_vec();
+    let args = Args::new().arg(&ids, Type::INT8_ARRAY);
+    let rows = query(client, "SELECT id, kind, state, attempt, result, last_error FROM jobq_results($1)", &args).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(JobResult {
+                id: r.try_get(0)?,
+                kind: r.try_get(1)?,
+                state: JobState::from_name(r.try_get(2)?),
+                attempt: r.try_get(3)?,
+                result: r.try_get(4)?,
+                last_error: r.try_get(5)?,
+            })
+        })
+        .collect()
+}
+
+/// Emits the event `name` (`jobq_emit_event`): every job awaiting it becomes ready, with the
+/// payload in its checkpoints. The first emit of a name wins; a later one changes nothing.
+/// Returns how many jobs it woke.
+///
+/// Role: `jobq_producer`.
+pub async fn emit_event<C: GenericClient>(client: &C, name: &str, payload: Option<&Value>) -> Result<i32, Error> {
+    let args = Args::new().arg(&name, Type::TEXT).named("payload", &payload, Type::JSONB);
+    let sql = format!("SELECT {}", args.call("jobq_emit_event"));
+    Ok(one(client, &sql, &args).await?.try_get(0)?)
+}
+
+/// Records `value` under `step` in the running job's checkpoints (`jobq_checkpoint`), in the
+/// caller's transaction; false when the job is not executing under `worker`.
+///
+/// Role: `jobq_worker`.
+pub async fn checkpoint<C: GenericClient>(client: &C, job_id: i64, worker: Uuid, step: &str, value: &Value) -> Result<bool, Error> {
+    let args = Args::new().arg(&job_id, Type::INT8).arg(&worker, Type::UUID).arg(&step, Type::TEXT).arg(&value, Type::JSONB);
+    Ok(one(client, "SELECT jobq_checkpoint($1, $2, $3, $4)", &args).await?.try_get(0)?)
+}
+
+/// Durable sleep (`jobq_snooze`): the running job goes back to ready, due at `until`; its
+/// attempt does not count. False when the job is not executing under `worker`.
+///
+/// Role: `jobq_worker`.
+pub async fn snooze<C: GenericClient>(client: &C, job_id: i64, worker: Uuid, until: SystemTime) -> Result<bool, Error> {
+    let args = Args::new().arg(&job_id, Type::INT8).arg(&worker, Type::UUID).arg(&until, Type::TIMESTAMPTZ);
+    Ok(one(client, "SELECT jobq_snooze($1, $2, $3)", &args).await?.try_get(0)?)
+}
+
+/// Fan-in (`jobq_await_jobs`): `Some("finished")` when every listed job is finished (the job
+/// keeps running), `Some("waiting")` when it is now blocked until the last one finishes,
+/// `None` when the job is not executing under `worker`.
+///
+/// Role: `jobq_worker`.
+pub async fn await_jobs<C: GenericClient>(client: &C, job_id: i64, worker: Uuid, job_ids: &[i64]) -> Result<Option<String>, Error> {
+    let ids = job_ids.to_vec();
+    let args = Args::new().arg(&job_id, Type::INT8).arg(&worker, Type::UUID).arg(&ids, Type::INT8_ARRAY);
+    Ok(one(client, "SELECT jobq_await_jobs($1, $2, $3)", &args).await?.try_get(0)?)
+}
+
+/// Waits for an event (`jobq_await_event`): `Some("emitted")` when it was emitted already (its
+/// payload is now the checkpoint `event:<name>`; the job keeps running), `Some("waiting")`
+/// when the job is now blocked until the event is emitted or `timeout` passes, `None` when
+/// the job is not executing under `worker`.
+///
+/// Role: `jobq_worker`.
+pub async fn await_event<C: GenericClient>(
+    client: &C,
+    job_id: i64,
+    worker: Uuid,
+    event: &str,
+    timeout: Option<Duration>,
+) -> Result<Option<String>, Error> {
+    let timeout = secs(timeout);
+    let args = Args::new()
+        .arg(&job_id, Type::INT8)
+        .arg(&worker, Type::UUID)
+        .arg(&event, Type::TEXT)
+        .named_expr("timeout", "make_interval(secs => {})", &timeout, Type::FLOAT8);
+    let sql = format!("SELECT {}", args.call("jobq_await_event"));
+    Ok(one(client, &sql, &args).await?.try_get(0)?)
 }

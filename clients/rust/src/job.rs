@@ -15,7 +15,7 @@ use crate::JobError;
 /// The columns of `jobq.job` a checkout returns, in the order [`Job::from_row`] reads them.
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, payload, priority, attempt, max_attempts, \
      run_at, enqueued_at, unique_key, concurrency_key, interrupted_at, last_error, \
-     unique_strategy, concurrency_limit, started_at";
+     unique_strategy, concurrency_limit, started_at, depends_on, checkpoints";
 
 /// A job checked out by a worker: a row of `jobq.job`, with the cancellation signal of the run.
 ///
@@ -61,6 +61,11 @@ pub struct Job {
     pub concurrency_limit: Option<i32>,
     /// When this attempt started.
     pub started_at: Option<SystemTime>,
+    /// The jobs it depends on, as enqueued, or `None`.
+    pub depends_on: Option<Vec<i64>>,
+    /// What its steps recorded ([`checkpoint`](crate::checkpoint)) in earlier attempts or
+    /// before a suspension: a JSON object, empty when none.
+    pub checkpoints: Value,
     /// The worker the job is checked out to.
     pub worker_id: Uuid,
     cancel: CancellationToken,
@@ -87,6 +92,8 @@ impl Job {
             unique_strategy: row.try_get(13)?,
             concurrency_limit: row.try_get(14)?,
             started_at: row.try_get(15)?,
+            depends_on: row.try_get(16)?,
+            checkpoints: row.try_get::<_, Option<Value>>(17)?.unwrap_or_else(|| Value::Object(Default::default())),
             worker_id,
             cancel: CancellationToken::new(),
         })
@@ -146,6 +153,8 @@ pub enum JobState {
     Ready,
     /// Checked out by a live worker.
     Executing,
+    /// Waiting for other jobs or for an event (workflows): checkout does not take it.
+    Blocked,
     /// Finished successfully.
     Completed,
     /// Attempts spent, or discarded.
@@ -162,6 +171,7 @@ impl JobState {
         match self {
             JobState::Ready => "ready",
             JobState::Executing => "executing",
+            JobState::Blocked => "blocked",
             JobState::Completed => "completed",
             JobState::Dead => "dead",
             JobState::Cancelled => "cancelled",
@@ -174,6 +184,7 @@ impl JobState {
         match name {
             "ready" => JobState::Ready,
             "executing" => JobState::Executing,
+            "blocked" => JobState::Blocked,
             "completed" => JobState::Completed,
             "dead" => JobState::Dead,
             "cancelled" => JobState::Cancelled,

@@ -54,11 +54,12 @@ mod job;
 mod worker;
 
 pub use calls::{
-    acquire_lock, cancel, checkout, complete, complete_and_checkout, complete_many, enqueue,
-    enqueue_batch, fail, fail_and_checkout, fail_many, heartbeat, heartbeat_timeout, lock_holder,
-    pause, queue_stats, reap, register_worker, release_lock, resume, retry, schedule,
-    set_rate_limit, unregister_worker, unschedule, BatchOptions, CheckoutOptions, EnqueueOptions,
-    FailOptions, OnConflict, QueueStats, ReapStats, RegisterOptions, ScheduleOptions,
+    acquire_lock, await_event, await_jobs, cancel, checkout, checkpoint, complete,
+    complete_and_checkout, complete_many, emit_event, enqueue, enqueue_batch, fail,
+    fail_and_checkout, fail_many, heartbeat, heartbeat_timeout, lock_holder, pause, queue_stats,
+    reap, register_worker, release_lock, results, resume, retry, schedule, set_rate_limit, snooze,
+    unregister_worker, unschedule, BatchOptions, CheckoutOptions, EnqueueOptions, FailOptions,
+    JobResult, OnConflict, QueueStats, ReapStats, RegisterOptions, ScheduleOptions,
     UniqueStrategy,
 };
 pub use error::{Error, JobError};
