@@ -26,4 +26,6 @@ export {
   RetryIn, retryIn,
 } from './errors';
 export { Worker } from './worker';
+export { Durable, Suspended, EventTimeout } from './durable';
+export type { StepRunner } from './durable';
 export type { Handler, JobContext, WorkerEvent, WorkerOptions, ConnectionConfig } from './worker';

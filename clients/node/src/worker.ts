@@ -12,6 +12,7 @@ import {
   type Job, type Queryable,
 } from './client';
 import { Cancelled, JobqError, RetryIn, WorkerLost, fromDriverError } from './errors';
+import { Durable, Suspended } from './durable';
 
 /** A job as its handler sees it: the job's columns, plus what the handler needs to stop. */
 export interface JobContext extends Job {
@@ -24,6 +25,8 @@ export interface JobContext extends Job {
   signal: AbortSignal;
   /** The id of the worker registration running the job. */
   workerId: string;
+  /** Durable steps for this job: step, sleep, awaitEvent, spawn, gather ({@link Durable}). */
+  durable(): Durable;
 }
 
 /**
@@ -40,7 +43,8 @@ export interface WorkerEvent {
   /**
    * What happened: `registered`, `reregistered`, `unregistered`, `completed`, `failed`,
    * `lost` (a completion the server refused: the job was no longer this worker's),
-   * `dropped` (a job abandoned after `JQ001` or a lost session), `cancel_requested`,
+   * `dropped` (a job abandoned after `JQ001` or a lost session), `suspended` (a durable
+   * step suspended the job: the server has it), `cancel_requested`,
    * `reaped` (`JQ001`), `disconnected`, `heartbeat_error`, `report_error`, `stopping`,
    * `stopped`.
    */
@@ -232,6 +236,9 @@ export class Worker {
   private readonly inFlight = new Map<string, Running>();
   /** Jobs whose checkout returned and whose end the server has not confirmed: `holding`. */
   private readonly inHand = new Set<string>();
+  /** The steps connection (durable steps), and the chain that runs them one at a time. */
+  private steps: Promise<Client> | null = null;
+  private stepsQueue: Promise<unknown> = Promise.resolve();
   /** Results of finished handlers not reported yet: [id, JSON text or null]. */
   private pending: [string, string | null][] = [];
   /** Checkouts sent and not answered: their jobs may be claimed but not in `inHand`. */
@@ -318,6 +325,9 @@ export class Worker {
       const side = this.side;
       this.side = null;
       if (side) await side.then((c) => c.end()).catch(() => {});
+      const steps = this.steps;
+      this.steps = null;
+      if (steps) await steps.then((c) => c.end()).catch(() => {});
       if (this.handleSignals) {
         process.removeListener('SIGTERM', onSignal);
         process.removeListener('SIGINT', onSignal);
@@ -365,6 +375,40 @@ export class Worker {
     client.on('error', () => {}); // a dead connection also fails its next query, handled there
     return client;
   }
+
+  /**
+   * Runs `f` in one transaction on the steps connection (durable steps, src/durable.ts), one
+   * at a time, opened on demand and again after it was lost.
+   */
+  private readonly runSteps = <T>(f: (db: Queryable) => Promise<T>): Promise<T> => {
+    const next = this.stepsQueue.then(async () => {
+      if (!this.steps) {
+        const client = this.newClient('-steps');
+        this.steps = client.connect().then(() => client);
+      }
+      const pending = this.steps;
+      let db: Client;
+      try {
+        db = await pending;
+      } catch (e) {
+        if (this.steps === pending) this.steps = null;
+        throw fromDriverError(e);
+      }
+      try {
+        await db.query('BEGIN');
+        const value = await f(db);
+        await db.query('COMMIT');
+        return value;
+      } catch (e) {
+        await db.query('ROLLBACK').catch(() => {
+          if (this.steps === pending) this.steps = null;
+        });
+        throw e;
+      }
+    });
+    this.stepsQueue = next.catch(() => {});
+    return next;
+  };
 
   /** The side connection (heartbeats, reports while the main one waits), opened on demand. */
   private async withSide<T>(f: (db: Client) => Promise<T>): Promise<T> {
@@ -709,7 +753,13 @@ export class Worker {
       error = undefined;
     } else {
       try {
-        value = await handler({ ...job, workerId: r.workerId, get signal() { return signalOf(r); } });
+        const runSteps = this.runSteps;
+        value = await handler({
+          ...job,
+          workerId: r.workerId,
+          get signal() { return signalOf(r); },
+          durable() { return new Durable(this, runSteps); },
+        });
         ok = !(value instanceof RetryIn);
         if (!ok) error = value;
       } catch (e) {
@@ -718,6 +768,14 @@ export class Worker {
     }
     if (r.dropped) return; // JQ001 or a lost session: the job runs again elsewhere
     this.inFlight.delete(job.id);
+    if (error instanceof Suspended) {
+      // The server has the job (snoozed, or blocked on an event or on other jobs): nothing to
+      // report, and its slot is free.
+      this.inHand.delete(job.id);
+      this.log('suspended', { id: job.id, reason: error.message });
+      this.wake();
+      return;
+    }
     let text: string | null = null;
     if (ok) {
       try {

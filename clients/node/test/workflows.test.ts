@@ -4,7 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import { type Client } from 'pg';
 import * as jobq from 'jobq';
-import { DSN, connect, queueName } from './helpers';
+import { ADMIN_DSN, DSN, connect, queueName, waitFor } from './helpers';
 
 let app: Client;
 
@@ -49,5 +49,50 @@ describe('workflows', () => {
     assert.equal(await jobq.checkpoint(app, child, other, 'x', 1), false);
     assert.equal(await jobq.awaitEvent(app, child, other, 'e'), null);
     await assert.rejects(jobq.enqueue(app, q, {}, { dependsOn: ['987654321'] }), jobq.InvalidArgument);
+  });
+});
+
+describe('durable steps', () => {
+  test('a workflow of steps, a sleep, fan-out and gather, and an event, replayed across suspensions', async () => {
+    const q = queueName('durable');
+    const kids = `${q}-kids`;
+    let charged = 0;
+    const worker = new jobq.Worker(DSN, { queues: [q, kids], concurrency: 4, handleSignals: false, log: () => {} });
+    worker.handle('kid', (job) => (job.payload as { n: number }).n * 10);
+    worker.handle('order', async (job) => {
+      const steps = job.durable();
+      const charge = await steps.step('charge', () => { charged += 1; return 'ch_1'; });
+      await steps.sleep('cool-off', 200);
+      const ids = await steps.spawn('ship', kids, [0, 1, 2].map((n) => ({ n })), { kind: 'kid' });
+      const shipped = await steps.gather(ids);
+      const delivered = await steps.awaitEvent(`${q}:delivered`);
+      return { charge, shipped: shipped.map((r) => r.result), delivered };
+    });
+    const running = worker.run();
+    try {
+      const id = (await jobq.enqueue(app, q, {}, { kind: 'order' }))!;
+      const admin = await connect(ADMIN_DSN);
+      try {
+        await waitFor('the order to await its event', async () => {
+          const { rows } = await admin.query('SELECT 1 FROM jobq.blocked WHERE job_id = $1 AND event IS NOT NULL', [id]);
+          return rows.length === 1;
+        });
+        assert.equal(await jobq.emitEvent(app, `${q}:delivered`, { by: 'van' }), 1);
+        const row = await waitFor('the order to complete', async () => {
+          const { rows } = await admin.query("SELECT result, attempt FROM jobq.jobs WHERE id = $1 AND state = 'completed'", [id]);
+          return rows[0] as { result: unknown; attempt: number } | undefined;
+        });
+        assert.deepEqual(row.result, { charge: 'ch_1', shipped: [0, 10, 20], delivered: { by: 'van' } });
+        assert.equal(row.attempt, 1, 'suspensions did not count as attempts');
+        assert.equal(charged, 1, 'the step ran once across the replays');
+        const { rows } = await admin.query("SELECT count(*)::int AS n FROM jobq.jobs WHERE queue = $1", [kids]);
+        assert.equal(rows[0].n, 3, 'spawned once');
+      } finally {
+        await admin.end();
+      }
+    } finally {
+      worker.stop();
+      await running;
+    }
   });
 });
