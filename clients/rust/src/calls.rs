@@ -1158,10 +1158,18 @@ pub struct JobResult {
 /// `job_ids`: what parents or awaited jobs produced (fan-in). At most 10,000 ids.
 ///
 /// Role: `jobq_reader`.
-pub async fn results<C: GenericClient>(client: &C, job_ids: &[i64]) -> Result<Vec<JobResult>, Error> {
+pub async fn results<C: GenericClient>(
+    client: &C,
+    job_ids: &[i64],
+) -> Result<Vec<JobResult>, Error> {
     let ids = job_ids.to_vec();
     let args = Args::new().arg(&ids, Type::INT8_ARRAY);
-    let rows = query(client, "SELECT id, kind, state, attempt, result, last_error FROM jobq_results($1)", &args).await?;
+    let rows = query(
+        client,
+        "SELECT id, kind, state, attempt, result, last_error FROM jobq_results($1)",
+        &args,
+    )
+    .await?;
     rows.iter()
         .map(|r| {
             Ok(JobResult {
@@ -1181,8 +1189,14 @@ pub async fn results<C: GenericClient>(client: &C, job_ids: &[i64]) -> Result<Ve
 /// Returns how many jobs it woke.
 ///
 /// Role: `jobq_producer`.
-pub async fn emit_event<C: GenericClient>(client: &C, name: &str, payload: Option<&Value>) -> Result<i32, Error> {
-    let args = Args::new().arg(&name, Type::TEXT).named("payload", &payload, Type::JSONB);
+pub async fn emit_event<C: GenericClient>(
+    client: &C,
+    name: &str,
+    payload: Option<&Value>,
+) -> Result<i32, Error> {
+    let args = Args::new()
+        .arg(&name, Type::TEXT)
+        .named("payload", &payload, Type::JSONB);
     let sql = format!("SELECT {}", args.call("jobq_emit_event"));
     Ok(one(client, &sql, &args).await?.try_get(0)?)
 }
@@ -1191,18 +1205,40 @@ pub async fn emit_event<C: GenericClient>(client: &C, name: &str, payload: Optio
 /// caller's transaction; false when the job is not executing under `worker`.
 ///
 /// Role: `jobq_worker`.
-pub async fn checkpoint<C: GenericClient>(client: &C, job_id: i64, worker: Uuid, step: &str, value: &Value) -> Result<bool, Error> {
-    let args = Args::new().arg(&job_id, Type::INT8).arg(&worker, Type::UUID).arg(&step, Type::TEXT).arg(&value, Type::JSONB);
-    Ok(one(client, "SELECT jobq_checkpoint($1, $2, $3, $4)", &args).await?.try_get(0)?)
+pub async fn checkpoint<C: GenericClient>(
+    client: &C,
+    job_id: i64,
+    worker: Uuid,
+    step: &str,
+    value: &Value,
+) -> Result<bool, Error> {
+    let args = Args::new()
+        .arg(&job_id, Type::INT8)
+        .arg(&worker, Type::UUID)
+        .arg(&step, Type::TEXT)
+        .arg(&value, Type::JSONB);
+    Ok(one(client, "SELECT jobq_checkpoint($1, $2, $3, $4)", &args)
+        .await?
+        .try_get(0)?)
 }
 
 /// Durable sleep (`jobq_snooze`): the running job goes back to ready, due at `until`; its
 /// attempt does not count. False when the job is not executing under `worker`.
 ///
 /// Role: `jobq_worker`.
-pub async fn snooze<C: GenericClient>(client: &C, job_id: i64, worker: Uuid, until: SystemTime) -> Result<bool, Error> {
-    let args = Args::new().arg(&job_id, Type::INT8).arg(&worker, Type::UUID).arg(&until, Type::TIMESTAMPTZ);
-    Ok(one(client, "SELECT jobq_snooze($1, $2, $3)", &args).await?.try_get(0)?)
+pub async fn snooze<C: GenericClient>(
+    client: &C,
+    job_id: i64,
+    worker: Uuid,
+    until: SystemTime,
+) -> Result<bool, Error> {
+    let args = Args::new()
+        .arg(&job_id, Type::INT8)
+        .arg(&worker, Type::UUID)
+        .arg(&until, Type::TIMESTAMPTZ);
+    Ok(one(client, "SELECT jobq_snooze($1, $2, $3)", &args)
+        .await?
+        .try_get(0)?)
 }
 
 /// Fan-in (`jobq_await_jobs`): `Some("finished")` when every listed job is finished (the job
@@ -1210,10 +1246,20 @@ pub async fn snooze<C: GenericClient>(client: &C, job_id: i64, worker: Uuid, unt
 /// `None` when the job is not executing under `worker`.
 ///
 /// Role: `jobq_worker`.
-pub async fn await_jobs<C: GenericClient>(client: &C, job_id: i64, worker: Uuid, job_ids: &[i64]) -> Result<Option<String>, Error> {
+pub async fn await_jobs<C: GenericClient>(
+    client: &C,
+    job_id: i64,
+    worker: Uuid,
+    job_ids: &[i64],
+) -> Result<Option<String>, Error> {
     let ids = job_ids.to_vec();
-    let args = Args::new().arg(&job_id, Type::INT8).arg(&worker, Type::UUID).arg(&ids, Type::INT8_ARRAY);
-    Ok(one(client, "SELECT jobq_await_jobs($1, $2, $3)", &args).await?.try_get(0)?)
+    let args = Args::new()
+        .arg(&job_id, Type::INT8)
+        .arg(&worker, Type::UUID)
+        .arg(&ids, Type::INT8_ARRAY);
+    Ok(one(client, "SELECT jobq_await_jobs($1, $2, $3)", &args)
+        .await?
+        .try_get(0)?)
 }
 
 /// Waits for an event (`jobq_await_event`): `Some("emitted")` when it was emitted already (its
@@ -1234,7 +1280,12 @@ pub async fn await_event<C: GenericClient>(
         .arg(&job_id, Type::INT8)
         .arg(&worker, Type::UUID)
         .arg(&event, Type::TEXT)
-        .named_expr("timeout", "make_interval(secs => {})", &timeout, Type::FLOAT8);
+        .named_expr(
+            "timeout",
+            "make_interval(secs => {})",
+            &timeout,
+            Type::FLOAT8,
+        );
     let sql = format!("SELECT {}", args.call("jobq_await_event"));
     Ok(one(client, &sql, &args).await?.try_get(0)?)
 }

@@ -169,6 +169,7 @@ pub struct JobError {
     message: String,
     retry_in: Option<Duration>,
     discard: bool,
+    suspended: bool,
 }
 
 impl JobError {
@@ -180,7 +181,29 @@ impl JobError {
             message: message.into(),
             retry_in: None,
             discard: false,
+            suspended: false,
         }
+    }
+
+    /// Not a failure: a durable step ([`Durable`](crate::Durable)) suspended the job (asleep,
+    /// or blocked on an event or on other jobs). Its handler returns this, and the worker
+    /// reports nothing: the server has the job and makes it ready again when it is due.
+    pub fn suspended() -> Self {
+        JobError {
+            suspended: true,
+            ..JobError::new("Suspended", "the job was suspended")
+        }
+    }
+
+    /// Whether this is [`JobError::suspended`].
+    pub fn is_suspended(&self) -> bool {
+        self.suspended
+    }
+
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
     }
 
     /// A failure with a message and the type `"Error"`.

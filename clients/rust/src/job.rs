@@ -10,7 +10,9 @@ use tokio_postgres::Row;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::durable::{Durable, Steps};
 use crate::JobError;
+use std::sync::Arc;
 
 /// The columns of `jobq.job` a checkout returns, in the order [`Job::from_row`] reads them.
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, payload, priority, attempt, max_attempts, \
@@ -69,6 +71,7 @@ pub struct Job {
     /// The worker the job is checked out to.
     pub worker_id: Uuid,
     cancel: CancellationToken,
+    steps: Option<Arc<Steps>>,
 }
 
 impl Job {
@@ -93,15 +96,40 @@ impl Job {
             concurrency_limit: row.try_get(14)?,
             started_at: row.try_get(15)?,
             depends_on: row.try_get(16)?,
-            checkpoints: row.try_get::<_, Option<Value>>(17)?.unwrap_or_else(|| Value::Object(Default::default())),
+            checkpoints: row
+                .try_get::<_, Option<Value>>(17)?
+                .unwrap_or_else(|| Value::Object(Default::default())),
             worker_id,
             cancel: CancellationToken::new(),
+            steps: None,
         })
     }
 
     pub(crate) fn with_token(mut self, token: CancellationToken) -> Job {
         self.cancel = token;
         self
+    }
+
+    pub(crate) fn with_steps(mut self, steps: Arc<Steps>) -> Job {
+        self.steps = Some(steps);
+        self
+    }
+
+    /// Durable steps for this job ([`Durable`]): step, sleep, await_event, spawn, gather.
+    /// An error for a job not run by a [`Worker`](crate::Worker).
+    pub fn durable(&self) -> Result<Durable, JobError> {
+        match &self.steps {
+            Some(steps) => Ok(Durable::new(
+                steps.clone(),
+                self.id,
+                self.worker_id,
+                &self.checkpoints,
+            )),
+            None => Err(JobError::new(
+                "NoWorker",
+                "durable steps need a job run by a jobq_client::Worker",
+            )),
+        }
     }
 
     /// The payload deserialised into `T`.

@@ -49,6 +49,7 @@
 #![warn(missing_docs)]
 
 mod calls;
+mod durable;
 mod error;
 mod job;
 mod worker;
@@ -59,9 +60,9 @@ pub use calls::{
     fail_and_checkout, fail_many, heartbeat, heartbeat_timeout, lock_holder, pause, queue_stats,
     reap, register_worker, release_lock, results, resume, retry, schedule, set_rate_limit, snooze,
     unregister_worker, unschedule, BatchOptions, CheckoutOptions, EnqueueOptions, FailOptions,
-    JobResult, OnConflict, QueueStats, ReapStats, RegisterOptions, ScheduleOptions,
-    UniqueStrategy,
+    JobResult, OnConflict, QueueStats, ReapStats, RegisterOptions, ScheduleOptions, UniqueStrategy,
 };
+pub use durable::Durable;
 pub use error::{Error, JobError};
 pub use job::{Job, JobState};
 pub use worker::{Worker, WorkerBuilder, WorkerEvent, WorkerHandle};

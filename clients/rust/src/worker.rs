@@ -50,6 +50,12 @@ pub enum WorkerEvent {
         /// The job ids.
         jobs: Vec<i64>,
     },
+    /// A durable step suspended this job (asleep, or blocked on an event or on other jobs):
+    /// nothing is reported, the server makes it ready again.
+    Suspended {
+        /// The job id.
+        job: i64,
+    },
     /// The server asked to cancel these running jobs; their handlers' tokens fired.
     CancelRequested {
         /// The job ids.
@@ -250,6 +256,7 @@ impl WorkerBuilder {
             json!({"lang": "rust", "pid": pid,
                    "library": concat!("jobq-client ", env!("CARGO_PKG_VERSION"))})
         });
+        let steps = Arc::new(crate::durable::Steps::new(config.clone(), &name));
         Ok(Worker {
             shared: Arc::new(Shared {
                 config,
@@ -269,6 +276,7 @@ impl WorkerBuilder {
                 }),
                 hand: tokio::sync::Mutex::new(Hand::default()),
                 reaped_notify: Notify::new(),
+                steps,
             }),
         })
     }
@@ -502,6 +510,8 @@ struct Shared {
     hand: tokio::sync::Mutex<Hand>,
     /// Rung by the heartbeat task when it meets `JQ001`.
     reaped_notify: Notify,
+    /// The connection of durable steps (src/durable.rs), opened on first use.
+    steps: Arc<crate::durable::Steps>,
 }
 
 struct Registration {
@@ -852,6 +862,11 @@ impl Dispatcher {
         }
         match outcome.result {
             Ok(value) => self.done.push((outcome.id, value)),
+            // A durable step suspended the job: the server has it, nothing to report.
+            Err(e) if e.is_suspended() => {
+                self.forget(&[outcome.id]).await;
+                self.s.emit(WorkerEvent::Suspended { job: outcome.id });
+            }
             Err(e) => self.failed.push((outcome.id, e)),
         }
     }
@@ -1138,7 +1153,7 @@ impl Dispatcher {
             };
             self.running += 1;
             let tx = self.tx.clone();
-            let job = job.with_token(token);
+            let job = job.with_token(token).with_steps(self.s.steps.clone());
             tokio::spawn(async move {
                 // A panic in the handler is its job's failure.
                 let result = match (CatchUnwind(handler(job))).await {

@@ -662,37 +662,124 @@ async fn reap_stats_and_heartbeat_timeout() {
 async fn the_workflow_calls() {
     let app = app().await;
     let queue = unique("wf");
-    let parent = enqueue(&app, &queue, &json!({"n": 1}), EnqueueOptions::new()).await.unwrap().unwrap();
-    let child = enqueue(&app, &queue, &json!({"n": 2}), EnqueueOptions::new().depends_on([parent]).run_on_parent_failure())
+    let parent = enqueue(&app, &queue, &json!({"n": 1}), EnqueueOptions::new())
         .await
         .unwrap()
         .unwrap();
+    let child = enqueue(
+        &app,
+        &queue,
+        &json!({"n": 2}),
+        EnqueueOptions::new()
+            .depends_on([parent])
+            .run_on_parent_failure(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let w = register(&app, "wf").await;
-    let got = checkout(&app, w, CheckoutOptions::new().queues([queue.as_str()]).max_jobs(10)).await.unwrap();
+    let got = checkout(
+        &app,
+        w,
+        CheckoutOptions::new().queues([queue.as_str()]).max_jobs(10),
+    )
+    .await
+    .unwrap();
     assert_eq!(got.len(), 1);
-    assert_eq!((got[0].id, &got[0].checkpoints, &got[0].depends_on), (parent, &json!({}), &None));
-    assert!(checkpoint(&app, parent, w, "one", &json!({"x": 1})).await.unwrap());
+    assert_eq!(
+        (got[0].id, &got[0].checkpoints, &got[0].depends_on),
+        (parent, &json!({}), &None)
+    );
+    assert!(checkpoint(&app, parent, w, "one", &json!({"x": 1}))
+        .await
+        .unwrap());
     let event = format!("{queue}:ev");
-    assert_eq!(await_event(&app, parent, w, &event, None).await.unwrap().as_deref(), Some("waiting"));
-    assert_eq!(emit_event(&app, &event, Some(&json!({"p": 1}))).await.unwrap(), 1);
-    assert_eq!(emit_event(&app, &event, Some(&json!({"p": 2}))).await.unwrap(), 0);
-    let again = checkout(&app, w, CheckoutOptions::new().queues([queue.as_str()]).max_jobs(10)).await.unwrap();
+    assert_eq!(
+        await_event(&app, parent, w, &event, None)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("waiting")
+    );
+    assert_eq!(
+        emit_event(&app, &event, Some(&json!({"p": 1})))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        emit_event(&app, &event, Some(&json!({"p": 2})))
+            .await
+            .unwrap(),
+        0
+    );
+    let again = checkout(
+        &app,
+        w,
+        CheckoutOptions::new().queues([queue.as_str()]).max_jobs(10),
+    )
+    .await
+    .unwrap();
     assert_eq!((again[0].id, again[0].attempt), (parent, 1));
     assert_eq!(again[0].checkpoints["one"], json!({"x": 1}));
-    assert_eq!(again[0].checkpoints[format!("event:{event}")]["payload"], json!({"p": 1}));
-    assert!(snooze(&app, parent, w, SystemTime::now() - Duration::from_secs(1)).await.unwrap());
-    let third = checkout(&app, w, CheckoutOptions::new().queues([queue.as_str()]).max_jobs(10)).await.unwrap();
+    assert_eq!(
+        again[0].checkpoints[format!("event:{event}")]["payload"],
+        json!({"p": 1})
+    );
+    assert!(
+        snooze(&app, parent, w, SystemTime::now() - Duration::from_secs(1))
+            .await
+            .unwrap()
+    );
+    let third = checkout(
+        &app,
+        w,
+        CheckoutOptions::new().queues([queue.as_str()]).max_jobs(10),
+    )
+    .await
+    .unwrap();
     assert_eq!(third[0].id, parent);
-    assert_eq!(await_jobs(&app, parent, w, &[]).await.unwrap().as_deref(), Some("finished"));
-    assert!(complete(&app, parent, w, Some(&json!("done"))).await.unwrap());
-    let kid = checkout(&app, w, CheckoutOptions::new().queues([queue.as_str()]).max_jobs(10)).await.unwrap();
-    assert_eq!((kid[0].id, kid[0].depends_on.clone()), (child, Some(vec![parent])));
+    assert_eq!(
+        await_jobs(&app, parent, w, &[]).await.unwrap().as_deref(),
+        Some("finished")
+    );
+    assert!(complete(&app, parent, w, Some(&json!("done")))
+        .await
+        .unwrap());
+    let kid = checkout(
+        &app,
+        w,
+        CheckoutOptions::new().queues([queue.as_str()]).max_jobs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (kid[0].id, kid[0].depends_on.clone()),
+        (child, Some(vec![parent]))
+    );
     let r = results(&app, &[parent]).await.unwrap();
-    assert_eq!((r[0].id, &r[0].state, &r[0].result, r[0].attempt), (parent, &JobState::Completed, &Some(json!("done")), 1));
+    assert_eq!(
+        (r[0].id, &r[0].state, &r[0].result, r[0].attempt),
+        (parent, &JobState::Completed, &Some(json!("done")), 1)
+    );
     // Fenced as completion: another worker changes nothing.
     let other = register(&app, "other").await;
-    assert!(!checkpoint(&app, child, other, "x", &json!(1)).await.unwrap());
-    assert_eq!(await_event(&app, child, other, "e", Some(Duration::from_secs(1))).await.unwrap(), None);
-    let e = enqueue(&app, &queue, &json!({}), EnqueueOptions::new().depends_on([987_654_321])).await.unwrap_err();
+    assert!(!checkpoint(&app, child, other, "x", &json!(1))
+        .await
+        .unwrap());
+    assert_eq!(
+        await_event(&app, child, other, "e", Some(Duration::from_secs(1)))
+            .await
+            .unwrap(),
+        None
+    );
+    let e = enqueue(
+        &app,
+        &queue,
+        &json!({}),
+        EnqueueOptions::new().depends_on([987_654_321]),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
 }

@@ -757,3 +757,106 @@ async fn builder_refuses_bad_settings() {
         }
     }
 }
+
+#[tokio::test]
+async fn durable_steps_replay_across_suspensions() {
+    let (app, admin) = (app().await, admin().await);
+    let queue = unique("durable");
+    let kids = format!("{queue}-kids");
+    let charged = Arc::new(AtomicUsize::new(0));
+    let counter = charged.clone();
+    let event = format!("{queue}:delivered");
+    let awaited = event.clone();
+    let kid_queue = kids.clone();
+    let (handle, run) = start(
+        Worker::builder(dsn())
+            .queues([&queue, &kids])
+            .concurrency(4)
+            .handler("kid", |job: Job| async move {
+                Ok(job.payload["n"].as_i64().unwrap_or(0) * 10)
+            })
+            .handler("order", move |job: Job| {
+                let (counter, awaited, kid_queue) =
+                    (counter.clone(), awaited.clone(), kid_queue.clone());
+                async move {
+                    let steps = job.durable()?;
+                    let charge: String = steps
+                        .step("charge", || async {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            Ok("ch_1".to_string())
+                        })
+                        .await?;
+                    steps.sleep("cool-off", Duration::from_millis(200)).await?;
+                    let payloads: Vec<Value> = (0..3).map(|n| json!({"n": n})).collect();
+                    let ids = steps
+                        .spawn("ship", &kid_queue, &payloads, Some("kid"))
+                        .await?;
+                    let shipped = steps.gather(&ids).await?;
+                    let delivered = steps.await_event(&awaited, None).await?;
+                    Ok(json!({
+                        "charge": charge,
+                        "shipped": shipped.iter().map(|r| r.result.clone()).collect::<Vec<_>>(),
+                        "delivered": delivered,
+                    }))
+                }
+            })
+            .build()
+            .unwrap(),
+    );
+    let id = enqueue(
+        &app,
+        &queue,
+        &json!({}),
+        EnqueueOptions::new().kind("order"),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    wait_for(
+        "the order to await its event",
+        Duration::from_secs(20),
+        || async {
+            admin
+                .query_opt(
+                    "SELECT 1 FROM jobq.blocked WHERE job_id = $1 AND event IS NOT NULL",
+                    &[&id],
+                )
+                .await
+                .unwrap()
+                .is_some()
+        },
+    )
+    .await;
+    assert_eq!(
+        emit_event(&app, &event, Some(&json!({"by": "van"})))
+            .await
+            .unwrap(),
+        1
+    );
+    wait_for("the order to complete", Duration::from_secs(20), || async {
+        state(&admin, id).await == "completed"
+    })
+    .await;
+    assert_eq!(
+        result(&admin, id).await,
+        Some(json!({"charge": "ch_1", "shipped": [0, 10, 20], "delivered": {"by": "van"}}))
+    );
+    let attempt: i32 = admin
+        .query_one("SELECT attempt FROM jobq.jobs WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attempt, 1, "suspensions did not count as attempts");
+    assert_eq!(
+        charged.load(Ordering::SeqCst),
+        1,
+        "the step ran once across the replays"
+    );
+    let spawned: i64 = admin
+        .query_one("SELECT count(*) FROM jobq.jobs WHERE queue = $1", &[&kids])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(spawned, 3, "spawned once");
+    stop(handle, run, &admin).await;
+}
