@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The jobq demo (what scripts/demo.sh runs): a worker pool in two languages, a stream of jobs,
-a worker killed mid-job and its job rescued by the background worker inside PostgreSQL.
+a worker killed mid-job and its job rescued by the background worker inside PostgreSQL, and a
+workflow (an order of durable steps) that resumes after its last checkpoint when its worker is
+killed.
 
     JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo \
     JOBQ_ADMIN_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo python3 examples/demo.py [SECONDS]
@@ -143,13 +145,18 @@ def main():
     say("  'sync:inventory': asked again while one exists, it is discarded); every 2 s a mail that always fails;")
     say(f"  ~6 partner API calls/s (rate key 'partner-api': at most {API_LIMIT} start in any second, the rest wait)")
     say(f"▶ and a recurring job: schedule 'tick' ('{TICK_CRON}', every 3 s), enqueued by the background worker")
+    say("▶ and a workflow: order 1 (durable steps in the worker's handler): charge, pack (3 s), three shipments")
+    say("  fanned out and gathered, then it waits for the event 'order-1:delivered', which this demo emits")
     say()
+    with psycopg.connect(DSN, autocommit=True) as db:
+        (order,) = db.execute("SELECT jobq_enqueue('orders', '{\"order\": 1, \"pack_ms\": 3000}', kind => 'order')").fetchone()
     stop, counts = threading.Event(), Counter()
     threading.Thread(target=producer, args=(stop, counts), daemon=True).start()
 
     db = psycopg.connect(DSN, autocommit=True)
     start, last_done, last_t, rate = time.time(), 0, time.time(), 0.0
     max_reports, victim, video, requeued, rescued, printed = 0, None, None, False, False, 0.0
+    packer, said, order_done = None, set(), False  # the workflow's progress
     deadline = SECONDS + 120  # the drain takes seconds; past this something is wrong
     while True:
         now = time.time() - start
@@ -170,6 +177,30 @@ def main():
             killed_at = time.time()
             say(f"✖ killed {victim.name} ({victim.lang}) with SIGKILL, 0.5 s into job {video} (a 4 s 'transcode').")
             say("  Its session is gone, so the background worker will requeue the job; nobody calls anything.")
+        if packer is None:
+            packer = next((w for w in workers if order in w.ids("step") and order not in w.ids("finished")), None)
+            if packer is not None:
+                time.sleep(0.5)
+                packer.proc.send_signal(signal.SIGKILL)
+                packer.proc.wait()
+                say(f"✖ killed {packer.name} ({packer.lang}) with SIGKILL in the middle of order {order}'s 'pack' step")
+                say("  ('charge' is done and kept as a checkpoint: the order resumes after it, on another worker)")
+        elif not order_done:
+            o = db.execute("SELECT j.state, j.attempt, b.waiting, b.event, j.result FROM jobq.jobs j"
+                           " LEFT JOIN jobq.blocked b ON b.job_id = j.id WHERE j.id = %s", (order,)).fetchone()
+            if o[0] == "blocked" and o[2] and "gather" not in said:
+                said.add("gather")
+                say(f"⧗ order {order} blocked: it awaits its {o[2]} shipments (attempt {o[1] + 1} resumed after 'charge')")
+            if o[0] == "blocked" and o[3] and "emit" not in said:
+                said.add("emit")
+                (woken,) = db.execute("SELECT jobq_emit_event('order-1:delivered', '{\"by\": \"courier\"}')").fetchone()
+                say(f"✉ order {order} blocked on its event: emitted 'order-1:delivered', which woke {woken} job")
+            if o[0] == "completed":
+                order_done = True
+                say(f"✔ order {order} completed on attempt {o[1]} by {o[4]['worker']}: charged by {o[4]['charged_by']},"
+                    f" {o[4]['shipped']} shipments, delivered by {o[4]['delivered']['by']}")
+            elif o[0] not in ("ready", "executing", "blocked"):
+                sys.exit(f"\ndemo: PROBLEM: the order ended {o[0]}")
         if victim is not None and not rescued:
             row = db.execute("SELECT state, attempt, interrupted_at, result->>'worker' FROM jobq.jobs WHERE id = %s",
                              (video,)).fetchone()
@@ -202,14 +233,15 @@ def main():
         elif now - printed >= 2:
             printed = now
             print(line, flush=True)
-        if stop.is_set() and ready == 0 and executing == 0 and scheduled == 0 and rescued:
+        if stop.is_set() and ready == 0 and executing == 0 and scheduled == 0 and rescued and order_done:
             break
         time.sleep(0.1)
 
+    killed = (victim, packer)
     for w in workers:
-        if w is not victim:
+        if w not in killed:
             w.proc.send_signal(signal.SIGTERM)
-    codes = [w.proc.wait() for w in workers if w is not victim]
+    codes = [w.proc.wait() for w in workers if w not in killed]
     say()
     say("Summary")
     jobs = db.execute("SELECT state, count(*) FROM jobq.jobs GROUP BY 1 ORDER BY 1").fetchall()
@@ -219,7 +251,7 @@ def main():
     # A job whose handler returned twice ran to the end twice. (The killed worker's are left
     # out: what it finished and had not reported yet runs again.)
     finished = {w.name: set(w.ids("finished")) for w in workers}
-    twice = [i for i, n in Counter(i for w in workers if w is not victim for i in w.ids("finished")).items() if n > 1]
+    twice = [i for i, n in Counter(i for w in workers if w not in killed for i in w.ids("finished")).items() if n > 1]
     completed = db.execute("SELECT id, result->>'worker' FROM jobq.jobs WHERE state = 'completed'").fetchall()
     unlogged = [i for i, by in completed if i not in finished.get(by, ())]
     say(f"  exactly once:    {len(completed)} jobs completed, each by the worker its handler finished it in"
@@ -245,12 +277,19 @@ def main():
     say(f"  dead:            {dead_rows[0]} always-failing mail(s) after 2 attempts, e.g. \"{dead_rows[1]}\"")
     say(f"  crash rescue:    job {video}: {victim.name} killed mid-job, requeued by the background worker,"
         " completed by another worker")
+    o = db.execute("SELECT attempt, result, checkpoints FROM jobq.jobs WHERE id = %s", (order,)).fetchone()
+    ships = db.execute("SELECT count(*) FROM jobq.jobs WHERE kind = 'ship' AND state = 'completed'").fetchone()[0]
+    workflow_ok = (o[1]["charged_by"] == packer.name and o[0] == 2 and ships == 3 and o[1]["shipped"] == 3
+                   and o[1]["delivered"] == {"by": "courier"})
+    say(f"  workflow:        order {order}: charged once by {o[1]['charged_by']} (killed in 'pack'; the charge was not"
+        f" redone), {ships} shipments spawned once and gathered, 'delivered' awaited and emitted; completed on attempt"
+        f" {o[0]} by {o[1]['worker']}" + ("" if workflow_ok else ": PROBLEM"))
     (registered,) = db.execute("SELECT count(*) FROM jobq.workers WHERE name = ANY(%s)",
-                               ([w.name for w in workers if w is not victim],)).fetchone()
+                               ([w.name for w in workers if w not in killed],)).fetchone()
     say(f"  shutdown:        the other workers got SIGTERM, finished their jobs, unregistered (exit codes {codes},"
         f" {registered} still registered)")
     ok = (not twice and not unlogged and registered == 0 and all(c == 0 for c in codes) and max_reports <= REPORT_LIMIT and rescued
-          and api_max <= API_LIMIT and api_done == counts["api"] and one_per_tick)
+          and api_max <= API_LIMIT and api_done == counts["api"] and one_per_tick and workflow_ok)
     say("  result:          " + ("OK" if ok else "PROBLEM: see above"))
     return 0 if ok else 1
 

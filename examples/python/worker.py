@@ -7,7 +7,9 @@ The library does the protocol (heartbeats with what it holds, the one-commit com
 waiting inside the server, SIGTERM draining, re-registration, reconnection, pooled mode). The demo
 handler reads the payload: {"sleep_ms": N} sleeps N ms (a cancel cuts it short), {"fail": true}
 raises, anything else completes; the result is {"worker": <name>, "lang": "python"}. It handles
-the demo's kinds, and the queues of JOBQ_QUEUES for jobs without a kind.
+the demo's kinds, and the queues of JOBQ_QUEUES for jobs without a kind. The "order" handler is
+a workflow of durable steps (jobq.durable): charge, pack, three shipments fanned out and
+gathered, then a "delivered" event awaited.
 
 Environment: JOBQ_DSN, JOBQ_QUEUES (comma-separated; empty: every queue), JOBQ_CONCURRENCY (jobs
 at once, 10), JOBQ_NAME (py-<host>-<pid>), JOBQ_POOLED=1 (behind a transaction-mode pooler),
@@ -22,7 +24,7 @@ env = lambda key, default="": os.environ.get(key) or default
 NAME = env("JOBQ_NAME", f"py-{socket.gethostname()}-{os.getpid()}")
 QUEUES = [q for q in env("JOBQ_QUEUES").split(",") if q] or None
 LOCK = threading.Lock()
-KINDS = ["send_mail", "build_report", "sync_inventory", "call_partner", "transcode", "tick"]
+KINDS = ["send_mail", "build_report", "sync_inventory", "call_partner", "transcode", "tick", "ship"]
 
 
 def say(event, **fields):  # handlers run in threads: one whole line at a time
@@ -42,6 +44,19 @@ def demo(job: jobq.Job) -> dict:
     return {"worker": NAME, "lang": "python"}
 
 
+def order(job: jobq.Job) -> dict:  # a workflow: each step once, across crashes and suspensions
+    say("started", id=job.id, attempt=job.attempt)
+    steps, n = job.durable(), job.payload["order"]
+    charge = steps.step("charge", lambda: {"charged_by": NAME})
+    say("step", id=job.id, step="pack")
+    steps.step("pack", lambda: time.sleep(job.payload["pack_ms"] / 1000) or {"packed_by": NAME})
+    boxes = steps.spawn("ship", "shipments", [{"sleep_ms": 200, "order": n, "box": b} for b in range(3)], kind="ship")
+    shipped = steps.gather(boxes)  # suspends the order until the three are done
+    delivered = steps.await_event(f"order-{n}:delivered")  # suspends it until the event comes
+    say("finished", id=job.id)
+    return {"worker": NAME, "lang": "python", **charge, "shipped": len(shipped), "delivered": delivered}
+
+
 class JsonLines(logging.Handler):  # the library's log records (jobq.worker) as event lines
     def emit(self, record):
         say("log", level=record.levelname.lower(), message=record.getMessage())
@@ -51,6 +66,6 @@ logging.getLogger("jobq.worker").addHandler(JsonLines())
 logging.getLogger("jobq.worker").setLevel(logging.INFO)
 worker = jobq.Worker(env("JOBQ_DSN", "postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo"), QUEUES,
                      name=NAME, concurrency=int(env("JOBQ_CONCURRENCY", "10")), pooled=env("JOBQ_POOLED") == "1",
-                     wait=float(env("JOBQ_WAIT_S", "5")), handlers={k: demo for k in KINDS + (QUEUES or [])})
+                     wait=float(env("JOBQ_WAIT_S", "5")), handlers={**{k: demo for k in KINDS + (QUEUES or [])}, "order": order})
 worker.run()
 sys.exit(0)
