@@ -53,6 +53,7 @@ const NAV: &[(&str, &str)] = &[
     ("/locks", "Locks & keys"),
     ("/schedules", "Schedules"),
     ("/rate-limits", "Rate limits"),
+    ("/events", "Events"),
     ("/health", "Health"),
 ];
 

@@ -84,6 +84,7 @@ fn table() -> Vec<(&'static str, MethodRouter<Arc<App>>)> {
         ("/locks", get(locks::page)),
         ("/schedules", get(schedules::page)),
         ("/rate-limits", get(rate_limits::page)),
+        ("/events", get(events::page)),
         ("/health", get(health::page)),
     ]
 }

@@ -830,3 +830,48 @@ async fn bad_data_is_a_400_and_windows_read_exactly() {
     assert!(page.contains("10 per 1 min 30 s"), "{page}");
     assert!(page.contains("100 per 1 min"), "{page}");
 }
+
+/// Workflows on the pages: a job's parents and children and what it waits for, blocked jobs
+/// in the filters and the queue page, the events page (its payloads hidden with
+/// --hide-payloads).
+#[tokio::test]
+async fn workflows_are_shown() {
+    let c = cluster();
+    let db = c.fresh_db().await;
+    let s = c.connect(&db, "postgres").await;
+    let id = |sql: &'static str| {
+        let s = &s;
+        async move { s.query_one(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}")).get::<_, i64>(0) }
+    };
+    let parent = id("SELECT jobq_enqueue('flow', '{}')").await;
+    let child: i64 = s
+        .query_one("SELECT jobq_enqueue('flow', '{}', depends_on => ARRAY[$1::bigint])", &[&parent])
+        .await
+        .unwrap()
+        .get(0);
+    let waiter = id("SELECT jobq_enqueue('events', '{}')").await;
+    s.batch_execute(&format!(
+        "SELECT jobq_await_event({waiter}, w, 'dash-ev', '1 hour') FROM (SELECT jobq_register_worker('wf') AS w) r,
+                LATERAL (SELECT * FROM jobq_checkout(r.w, ARRAY['events'])) j;
+         SELECT jobq_emit_event('done-ev', '{{\"secret\": \"s3cr3t-ev\"}}');"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(state_of(&db, waiter).await, "blocked");
+    let d = start(&db, "dash_admin", &[]).await;
+    let page = d.ok(&format!("/jobs/{child}")).await;
+    assert!(page.contains("Workflow") && page.contains("1 unfinished job(s)") && page.contains(&link(parent)), "{page}");
+    let page = d.ok(&format!("/jobs/{parent}")).await;
+    assert!(page.contains("awaited by / depended on by") && page.contains(&link(child)), "{page}");
+    let page = d.ok(&format!("/jobs/{waiter}")).await;
+    assert!(page.contains("dash-ev") && page.contains("checkpoints"), "{page}");
+    let blocked = d.ok("/jobs?state=blocked").await;
+    assert!(blocked.contains(&link(child)) && blocked.contains(&link(waiter)) && !blocked.contains(&link(parent)), "{blocked}");
+    let q = d.ok("/queues/flow").await;
+    assert!(q.contains("<th class=\"n\">blocked</th>") && q.contains("state=blocked"), "{q}");
+    let events = d.ok("/events").await;
+    assert!(events.contains("dash-ev") && events.contains(&link(waiter)) && events.contains("done-ev") && events.contains("s3cr3t-ev"), "{events}");
+    let hidden = start(&db, "dash_admin", &["--hide-payloads"]).await;
+    let events = hidden.ok("/events").await;
+    assert!(events.contains("done-ev") && !events.contains("s3cr3t-ev"), "{events}");
+}

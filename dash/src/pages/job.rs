@@ -1,6 +1,8 @@
 //! `/jobs/{id}`: every column of the job (as jobq.jobs has them, read from the catalog), its
 //! payload, result, last error and every failed attempt's error (`errors`) pretty-printed
-//! (unless --hide-payloads), a timeline; retry and cancel (`jobq_retry(id)`, `jobq_cancel(id)`).
+//! (unless --hide-payloads), a timeline; its workflow: the jobs it depends on or awaits, those
+//! that depend on or await it, what it waits for while blocked, its checkpoints; retry and
+//! cancel (`jobq_retry(id)`, `jobq_cancel(id)`).
 
 use super::{authorize_action, back, message, Msg};
 use crate::auth::CsrfToken;
@@ -16,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Shown apart, pretty-printed, and never read with --hide-payloads.
-const CONTENTS: &[&str] = &["payload", "result", "last_error", "errors"];
+const CONTENTS: &[&str] = &["payload", "result", "last_error", "errors", "checkpoints"];
 /// The moments of a job's life, in the order they usually come.
 const TIMELINE: &[(&str, &str)] = &[
     ("enqueued_at", "enqueued"),
@@ -111,6 +113,43 @@ pub async fn page(
         })
         .collect();
     moments.sort_by(|a, b| b.2.total_cmp(&a.2));
+    // Its workflow (jobq.edges, jobq.blocked): the jobs on either side, and what it waits for.
+    let related = |sql: &'static str| {
+        let client = &client;
+        async move {
+            Ok::<_, AppError>(
+                client
+                    .query(sql, &[&id])
+                    .await?
+                    .iter()
+                    .map(|r| (r.get::<_, i64>(0), r.get::<_, Option<String>>(1).unwrap_or_else(|| "pruned".into()), r.get::<_, bool>(2)))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    let parents = related(
+        "SELECT e.parent, j.state, e.cancel FROM jobq.edges e LEFT JOIN jobq.jobs j ON j.id = e.parent
+          WHERE e.child = $1 ORDER BY e.parent LIMIT 1000",
+    )
+    .await?;
+    let children = related(
+        "SELECT e.child, j.state, e.cancel FROM jobq.edges e LEFT JOIN jobq.jobs j ON j.id = e.child
+          WHERE e.parent = $1 ORDER BY e.child LIMIT 1000",
+    )
+    .await?;
+    let blocked = client
+        .query_opt(
+            "SELECT waiting, event, until::text FROM jobq.blocked WHERE job_id = $1",
+            &[&id],
+        )
+        .await?;
+    let job_list = |jobs: &[(i64, String, bool)]| {
+        html! {
+            @for (j, st, cancel) in jobs {
+                a href=(app.link(&format!("/jobs/{j}"))) { (j) } " " span.muted { (st) @if *cancel { ", cancels on failure" } } " · "
+            }
+        }
+    };
     let may_act = app.may_act(&access);
     let body = html! {
         (message(&msg))
@@ -119,8 +158,26 @@ pub async fn page(
             " · attempt " (text("attempt")) " of " (text("max_attempts"))
             @if may_act {
                 @if state == "dead" || state == "cancelled" { " " (action_button(&app.link(&format!("/jobs/{id}/retry")), &csrf, "Retry", false, &[])) }
-                @if state == "ready" || state == "executing" { " " (action_button(&app.link(&format!("/jobs/{id}/cancel")), &csrf, "Cancel", true, &[])) }
+                @if state == "ready" || state == "executing" || state == "blocked" { " " (action_button(&app.link(&format!("/jobs/{id}/cancel")), &csrf, "Cancel", true, &[])) }
             }
+        }
+        @if !parents.is_empty() || !children.is_empty() || blocked.is_some() {
+            h2 { "Workflow" }
+            table.kv { tbody {
+                @if let Some(b) = &blocked {
+                    tr { th { "waits for" } td {
+                        @if let Some(ev) = b.get::<_, Option<String>>(1) {
+                            "event " code { (name(&ev)) }
+                            @if let Some(u) = b.get::<_, Option<String>>(2) { " until " (u) }
+                            " (" a href=(app.link("/events")) { "events" } ")"
+                        } @else {
+                            (b.get::<_, i32>(0)) " unfinished job(s)"
+                        }
+                    } }
+                }
+                @if !parents.is_empty() { tr { th { "depends on / awaits" } td { (job_list(&parents)) } } }
+                @if !children.is_empty() { tr { th { "awaited by / depended on by" } td { (job_list(&children)) } } }
+            } }
         }
         h2 { "Timeline" }
         table { tbody {

@@ -27,8 +27,8 @@ pub const COUNT_CAP: i64 = 10_000;
 /// A bulk action touches at most this many jobs (the newest first).
 pub const BULK_CAP: i64 = 10_000;
 
-pub const STATES: &[&str] = &["ready", "executing", "completed", "dead", "cancelled"];
-const LIVE: &[&str] = &["ready", "executing"];
+pub const STATES: &[&str] = &["ready", "executing", "blocked", "completed", "dead", "cancelled"];
+const LIVE: &[&str] = &["ready", "executing", "blocked"];
 
 /// The filters, as in the URL's query string (empty fields mean no filter).
 #[derive(Deserialize, Serialize, Default, Clone, Debug)]

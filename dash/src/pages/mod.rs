@@ -12,6 +12,7 @@
 //! | `/rate-limits` | `rate_limits` |
 //! | `/health` | `health` |
 
+pub mod events;
 pub mod health;
 pub mod job;
 pub mod jobs;

@@ -25,12 +25,14 @@ pub async fn page(
     let client = app.db.client().await?;
     let (stats, warning) = queue_depths_or_warning(&client, Some(&queue)).await?;
     let s = stats.first();
-    // Live jobs only (ready, executing): never the history.
+    // Live jobs only (ready, executing, blocked: waiting for other jobs or an event): never the
+    // history.
     let kinds = client
         .query(
             &format!(
-                "SELECT kind, count(*) FILTER (WHERE state = 'ready'), count(*) FILTER (WHERE state = 'executing')
-                   FROM {} WHERE queue = $1 AND state IN ('ready', 'executing')
+                "SELECT kind, count(*) FILTER (WHERE state = 'ready'), count(*) FILTER (WHERE state = 'executing'),
+                        count(*) FILTER (WHERE state = 'blocked')
+                   FROM {} WHERE queue = $1 AND state IN ('ready', 'executing', 'blocked')
                   GROUP BY kind ORDER BY kind NULLS FIRST LIMIT 500",
                 crate::db::LIVE_JOBS
             ),
@@ -63,7 +65,7 @@ pub async fn page(
             };
             html! { tr {
                 td { a href=(app.link(&link)) { @match &kind { Some(k) => { (name(k)) }, None => { "(no kind)" } } } }
-                td.n { (num(r.get(1))) } td.n { (num(r.get(2))) }
+                td.n { (num(r.get(1))) } td.n { (num(r.get(2))) } td.n { (num(r.get(3))) }
             } }
         })
         .collect();
@@ -93,6 +95,7 @@ pub async fn page(
                     a href=(app.link(&format!("/jobs?queue={q}"))) { "all" } " · "
                     a href=(app.link(&format!("/jobs?queue={q}&state=ready"))) { "ready" } " · "
                     a href=(app.link(&format!("/jobs?queue={q}&state=executing"))) { "executing" } " · "
+                    a href=(app.link(&format!("/jobs?queue={q}&state=blocked"))) { "blocked" } " · "
                     a href=(app.link(&format!("/jobs?queue={q}&state=dead"))) { "dead" }
                 }
             } }
@@ -105,7 +108,7 @@ pub async fn page(
         h2 { "Throughput and latency" }
         div.charts { (charts::queue_charts(&hour, &queue)) (charts::queue_charts(&day, &queue)) }
         h2 { "Live jobs per kind" }
-        (super::table(&["kind", "#ready", "#executing"], kind_rows, "No ready or executing job in this queue."))
+        (super::table(&["kind", "#ready", "#executing", "#blocked"], kind_rows, "No ready, executing or blocked job in this queue."))
     };
     Ok(layout::page(
         &app,
