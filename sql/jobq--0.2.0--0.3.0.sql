@@ -207,6 +207,15 @@ ALTER TABLE jobq.live_jobs ADD COLUMN depends_on bigint[], ADD COLUMN checkpoint
 -- column keeps no default, as in a fresh install)
 ALTER TABLE jobq.finished_jobs ADD COLUMN depends_on bigint[], ADD COLUMN checkpoints jsonb NOT NULL DEFAULT '{}';
 ALTER TABLE jobq.finished_jobs ALTER COLUMN checkpoints DROP DEFAULT;
+-- PostgreSQL 18 names NOT NULL constraints, and LIKE keeps the source table's names: a fresh
+-- install's finished_jobs has live_jobs_checkpoints_not_null.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_constraint
+                WHERE conrelid = 'jobq.finished_jobs'::regclass AND conname = 'finished_jobs_checkpoints_not_null') THEN
+        ALTER TABLE jobq.finished_jobs RENAME CONSTRAINT finished_jobs_checkpoints_not_null TO live_jobs_checkpoints_not_null;
+    END IF;
+END $$;
 ALTER TYPE jobq.job ADD ATTRIBUTE depends_on bigint[], ADD ATTRIBUTE checkpoints jsonb;
 CREATE OR REPLACE VIEW jobq.jobs AS
 SELECT * FROM jobq.live_jobs
@@ -382,10 +391,13 @@ END $$;
 CREATE FUNCTION jobq._depend(job bigint, depends_on bigint[], on_parent_failure text) RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_live    bigint[] := jobq._lock_unfinished(_depend.depends_on, 'depends_on', 1000);
+    v_live    bigint[];
     v_cancel  boolean := on_parent_failure = 'cancel';
     v_failed  boolean;
 BEGIN
+    -- The hot tables in their one lock order before a parent's row is locked (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
+    v_live := jobq._lock_unfinished(_depend.depends_on, 'depends_on', 1000);
     SELECT coalesce(bool_or(f.state <> 'completed'), false) INTO v_failed
       FROM jobq.finished_jobs f WHERE f.id = ANY (_depend.depends_on) AND f.id <> ALL (v_live);
     INSERT INTO jobq.edges (parent, child, cancel, settled, cascaded)
@@ -640,6 +652,91 @@ BEGIN
       FROM jobq.jobs j
      WHERE j.id = ANY (ids)
      ORDER BY array_position(ids, j.id);
+END $$;
+
+-- A value of a graph element (jobq_enqueue_graph): `key` of `job` read as `type`, NULL when
+-- absent; 22023 naming the element and key when it does not read as one.
+CREATE FUNCTION jobq._graph_value(job jsonb, key text, type text, pos integer) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v text := job ->> key;
+BEGIN
+    IF v IS NOT NULL THEN
+        EXECUTE format('SELECT %L::%s', v, type);
+    END IF;
+    RETURN v;
+EXCEPTION WHEN data_exception THEN
+    RAISE EXCEPTION 'jobq: jobs[%].% is not a %: %', pos, key, type, v USING ERRCODE = '22023';
+END $$;
+
+-- A whole graph of jobs in one call and one transaction (beyond SPEC): `jobs` is a JSON array
+-- of objects, each with jobq_enqueue's arguments by name ("queue" required) and "after", the
+-- 0-based positions of earlier elements it depends on (with its "depends_on" ids of existing
+-- jobs, if any). Elements are enqueued in order, so a graph is acyclic by construction.
+-- Returns the ids in array order; NULL where a unique key's conflict discarded the job (an
+-- element after it is refused).
+CREATE FUNCTION jobq_enqueue_graph(jobs jsonb) RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_keys    text[] := ARRAY['queue', 'payload', 'kind', 'priority', 'run_at', 'max_attempts', 'unique_key',
+                              'unique_strategy', 'on_conflict', 'concurrency_key', 'concurrency_limit',
+                              'rate_key', 'depends_on', 'on_parent_failure', 'after'];
+    v_ids     bigint[] := '{}';
+    v_parents bigint[];
+    v_bad     text;
+    j         jsonb;
+    i         integer := 0;
+    a         integer;
+BEGIN
+    IF jobs IS NULL THEN
+        RAISE EXCEPTION 'jobq: jobs must not be NULL' USING ERRCODE = '22004';
+    ELSIF jsonb_typeof(jobs) <> 'array' THEN
+        RAISE EXCEPTION 'jobq: jobs must be a JSON array of job objects' USING ERRCODE = '22023';
+    ELSIF jsonb_array_length(jobs) > 10000 THEN
+        RAISE EXCEPTION 'jobq: jobs holds % jobs, at most 10000 allowed', jsonb_array_length(jobs) USING ERRCODE = '22023';
+    END IF;
+    FOR j IN SELECT e FROM jsonb_array_elements(jobs) e LOOP
+        IF jsonb_typeof(j) <> 'object' THEN
+            RAISE EXCEPTION 'jobq: jobs[%] is not a JSON object', i USING ERRCODE = '22023';
+        END IF;
+        SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(j) k WHERE k <> ALL (v_keys);
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'jobq: jobs[%] has unknown keys: %', i, v_bad
+                USING ERRCODE = '22023', HINT = 'Use the arguments of jobq_enqueue, and "after".';
+        ELSIF jsonb_typeof(coalesce(j -> 'after', '[]')) <> 'array' OR jsonb_typeof(coalesce(j -> 'depends_on', '[]')) <> 'array' THEN
+            RAISE EXCEPTION 'jobq: jobs[%]: "after" and "depends_on" must be JSON arrays', i USING ERRCODE = '22023';
+        END IF;
+        v_parents := ARRAY(SELECT jobq._graph_value(jsonb_build_object('id', d), 'id', 'bigint', i)::bigint
+                             FROM jsonb_array_elements(coalesce(j -> 'depends_on', '[]')) d);
+        FOR a IN SELECT jobq._graph_value(jsonb_build_object('after', x), 'after', 'integer', i)::integer
+                   FROM jsonb_array_elements(coalesce(j -> 'after', '[]')) x LOOP
+            IF a IS NULL OR a < 0 OR a >= i THEN
+                RAISE EXCEPTION 'jobq: jobs[%].after names %: only an earlier element (0 to %) may be named', i, a, i - 1
+                    USING ERRCODE = '22023';
+            ELSIF v_ids[a + 1] IS NULL THEN
+                RAISE EXCEPTION 'jobq: jobs[%].after names jobs[%], which was not enqueued (its unique key was taken)', i, a
+                    USING ERRCODE = '22023';
+            END IF;
+            v_parents := v_parents || v_ids[a + 1];
+        END LOOP;
+        v_ids := v_ids || jobq._enqueue(
+            j ->> 'queue',
+            coalesce(j -> 'payload', '{}'),
+            j ->> 'kind',
+            coalesce(jobq._graph_value(j, 'priority', 'integer', i)::integer, 0),
+            jobq._graph_value(j, 'run_at', 'timestamptz', i)::timestamptz,
+            coalesce(jobq._graph_value(j, 'max_attempts', 'integer', i)::integer, 25),
+            j ->> 'unique_key',
+            coalesce(j ->> 'unique_strategy', 'until_executed'),
+            coalesce(j ->> 'on_conflict', 'reject'),
+            j ->> 'concurrency_key',
+            coalesce(jobq._graph_value(j, 'concurrency_limit', 'integer', i)::integer, 1),
+            j ->> 'rate_key',
+            CASE WHEN cardinality(v_parents) > 0 THEN v_parents END,
+            coalesce(j ->> 'on_parent_failure', 'cancel'));
+        i := i + 1;
+    END LOOP;
+    RETURN QUERY SELECT u.id FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
 END $$;
 
 -- The reap pass's share (src/sql/reap.sql): awaits of events past their timeout wake up
@@ -1241,13 +1338,16 @@ REVOKE ALL ON FUNCTION
     jobq_emit_event(text, jsonb),
     jobq_checkpoint(bigint, uuid, text, jsonb),
     jobq_results(bigint[]),
+    jobq._graph_value(jsonb, text, text, integer),
+    jobq_enqueue_graph(jsonb),
     jobq._workflow_pass(timestamptz, timestamptz)
 FROM PUBLIC;
 GRANT SELECT ON jobq.events, jobq.blocked, jobq.edges TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq_results(bigint[]) TO jobq_reader;
 GRANT EXECUTE ON FUNCTION
     jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text),
-    jobq_emit_event(text, jsonb)
+    jobq_emit_event(text, jsonb),
+    jobq_enqueue_graph(jsonb)
 TO jobq_producer;
 GRANT EXECUTE ON FUNCTION
     jobq_checkpoint(bigint, uuid, text, jsonb),

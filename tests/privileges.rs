@@ -152,7 +152,7 @@ const READER_FUNCTIONS: &[&str] = &[
     "jobq_results",
     "throughput",
 ];
-const PRODUCER_FUNCTIONS: &[&str] = &["jobq_cancel", "jobq_emit_event", "jobq_enqueue", "jobq_enqueue_batch", "jobq_retry"];
+const PRODUCER_FUNCTIONS: &[&str] = &["jobq_cancel", "jobq_emit_event", "jobq_enqueue", "jobq_enqueue_batch", "jobq_enqueue_graph", "jobq_retry"];
 const WORKER_FUNCTIONS: &[&str] = &[
     "_register_worker", // jobq_proxy's registration: one worker id on every node
     "jobq_acquire_lock",
@@ -246,6 +246,7 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut r, "SELECT jobq_enqueue('q')");
     refused(&mut r, "SELECT jobq_register_worker()");
     refused(&mut r, "SELECT jobq_emit_event('e')");
+    refused(&mut r, "SELECT jobq_enqueue_graph('[]')");
     assert!(r.query("SELECT * FROM jobq_results(ARRAY[1::bigint])", &[]).unwrap().is_empty());
 
     let mut p = cluster.connect_as(&db, &producer);

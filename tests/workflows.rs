@@ -497,3 +497,115 @@ fn a_cancel_racing_a_parents_completion_leaves_one_outcome() {
     assert_eq!(cancelled, rounds as i64);
     assert_job_tables_consistent(&mut c);
 }
+
+/// A whole graph in one call (jobq_enqueue_graph): a diamond whose jobs run in its order, and
+/// bad graphs refused with 22023, writing nothing.
+#[test]
+fn a_graph_is_enqueued_in_one_call() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let earlier: i64 = one(&mut c, "SELECT jobq_enqueue('g')", &[]);
+    let graph = json!([
+        {"queue": "g", "kind": "fetch", "payload": {"n": 0}},
+        {"queue": "g", "kind": "left", "after": [0], "priority": 1},
+        {"queue": "g", "kind": "right", "after": [0], "depends_on": [earlier]},
+        {"queue": "g", "kind": "join", "after": [1, 2], "on_parent_failure": "run", "max_attempts": 3}
+    ]);
+    let ids: Vec<i64> = c.query("SELECT * FROM jobq_enqueue_graph($1)", &[&graph]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(ids.len(), 4);
+    let rows: Vec<(String, Option<Vec<i64>>, i32)> = c
+        .query("SELECT state, depends_on, max_attempts FROM jobq.jobs WHERE id = ANY ($1) ORDER BY id", &[&ids])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(rows[0], ("ready".into(), None, 25));
+    assert_eq!(rows[1], ("blocked".into(), Some(vec![ids[0]]), 25));
+    assert_eq!(rows[2], ("blocked".into(), Some(vec![earlier, ids[0]]), 25));
+    assert_eq!(rows[3], ("blocked".into(), Some(vec![ids[1], ids[2]]), 3));
+    // They run in the graph's order.
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        for id in checkout(&mut c, w, "g", 10) {
+            order.push(id);
+            assert!(complete(&mut c, id, w));
+        }
+    }
+    assert_eq!(order.len(), 5);
+    assert_eq!(&order[..2], &[earlier, ids[0]]);
+    assert_eq!(order[4], ids[3], "the join runs last");
+    // Bad graphs: refused, nothing written.
+    let before: i64 = one(&mut c, "SELECT count(*) FROM jobq.jobs", &[]);
+    for (bad, code) in [
+        (json!({"queue": "g"}), "22023"),
+        (json!([{"queue": "g", "after": [0]}]), "22023"),
+        (json!([{"queue": "g"}, {"queue": "g", "after": [1]}]), "22023"),
+        (json!([{"queue": "g", "colour": "red"}]), "22023"),
+        (json!([{"queue": "g", "priority": "high"}]), "22023"),
+        (json!([{"queue": "g", "after": "0"}]), "22023"),
+        (json!([{"queue": "g"}, {"queue": "g", "depends_on": [987654321]}]), "22023"),
+        (json!(["g"]), "22023"),
+        (json!([{"payload": {}}]), "22004"),
+    ] {
+        let e = c.query("SELECT * FROM jobq_enqueue_graph($1)", &[&bad]).unwrap_err();
+        assert_eq!(sqlstate(&e), code, "{bad}: {e:?}");
+    }
+    let e = c.query("SELECT * FROM jobq_enqueue_graph(NULL)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "22004");
+    assert_eq!(one::<i64>(&mut c, "SELECT count(*) FROM jobq.jobs", &[]), before);
+    // A unique key already held: discarded (NULL), and an element after it is refused.
+    let held = json!([{"queue": "g", "unique_key": "u", "on_conflict": "discard"}]);
+    c.query("SELECT * FROM jobq_enqueue_graph($1)", &[&held]).unwrap();
+    let again: Vec<Option<i64>> = c.query("SELECT * FROM jobq_enqueue_graph($1)", &[&held]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(again, vec![None]);
+    let after_discarded = json!([{"queue": "g", "unique_key": "u", "on_conflict": "discard"}, {"queue": "g", "after": [0]}]);
+    assert_eq!(sqlstate(&c.query("SELECT * FROM jobq_enqueue_graph($1)", &[&after_discarded]).unwrap_err()), "22023");
+    assert_job_tables_consistent(&mut c);
+}
+
+/// A reap pass and a suspension of the same job, many times, in every isolation level: one of
+/// them wins. Either the job is snoozed (its attempt given back) and the pass finds nothing of
+/// it to requeue, or the pass requeues it (the attempt interrupted) and the snooze, the job no
+/// longer its worker's, returns false; never both, never neither.
+#[test]
+fn a_reap_pass_and_a_suspension_of_one_job_leave_one_outcome() {
+    let (cluster, db, mut c) = db();
+    for iso in LEVELS {
+        let rounds = 40;
+        let queue = format!("reap-race-{iso:?}");
+        let mut pairs = Vec::new();
+        for _ in 0..rounds {
+            let w = register(&mut c);
+            let id: i64 = one(&mut c, "SELECT jobq_enqueue($1)", &[&queue]);
+            assert_eq!(checkout(&mut c, w, &queue, 1), vec![id]);
+            pairs.push((id, w));
+        }
+        let snoozed = Arc::new(Mutex::new(Vec::new()));
+        let (jobs, got) = (pairs.clone(), snoozed.clone());
+        race(cluster.url(&db), 2, rounds as usize, move |s, side, round| {
+            let (id, w) = jobs[round];
+            if side == 0 {
+                let ok = retrying(s, iso, |tx| tx.query_one("SELECT jobq_snooze($1, $2, now())", &[&id, &w]).map(|r| r.get::<_, bool>(0)));
+                got.lock().unwrap().push((id, ok));
+            } else {
+                // The worker dies (its heartbeat an hour old) and a pass reaps it, in one transaction.
+                retrying(s, iso, |tx| {
+                    tx.execute("UPDATE jobq.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", &[&w])?;
+                    tx.query("SELECT * FROM jobq_reap()", &[]).map(|_| ())
+                });
+            }
+        });
+        c.execute("SELECT jobq_reap()", &[]).unwrap();
+        for (id, ok) in snoozed.lock().unwrap().iter() {
+            let r = c.query_one("SELECT state, attempt, interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[id]).unwrap();
+            let (state, attempt, interrupted): (String, i32, bool) = (r.get(0), r.get(1), r.get(2));
+            assert_eq!(state, "ready", "{iso:?}: job {id}");
+            if *ok {
+                assert_eq!((attempt, interrupted), (0, false), "{iso:?}: job {id} snoozed: its attempt given back");
+            } else {
+                assert_eq!((attempt, interrupted), (1, true), "{iso:?}: job {id} requeued by the pass");
+            }
+        }
+        assert_job_tables_consistent(&mut c);
+    }
+}

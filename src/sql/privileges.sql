@@ -73,7 +73,8 @@ GRANT EXECUTE ON FUNCTION
     jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer),
     jobq_cancel(bigint),
     jobq_retry(bigint),
-    jobq_emit_event(text, jsonb)
+    jobq_emit_event(text, jsonb),
+    jobq_enqueue_graph(jsonb)
 TO jobq_producer;
 
 -- jobq_worker (and what jobq_producer may: a worker enqueues follow-up jobs).
