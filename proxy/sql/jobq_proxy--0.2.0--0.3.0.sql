@@ -74,6 +74,39 @@ BEGIN
                          depends_on, on_parent_failure);
 END $$;
 
+-- A graph in one call (beyond SPEC): on the node of its queues, which must be one node, as
+-- must its depends_on jobs (0A000 otherwise). Input the node would refuse goes to node 0,
+-- which refuses it with its own error.
+CREATE FUNCTION jobq._enqueue_graph(node integer, jobs jsonb) RETURNS SETOF bigint
+LANGUAGE plproxy SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
+    CLUSTER 'jobq'; RUN ON node;
+    SELECT id FROM jobq_enqueue_graph(jobs) AS id;
+$$;
+CREATE FUNCTION jobq_enqueue_graph(jobs jsonb) RETURNS SETOF bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
+DECLARE
+    v_nodes integer[];
+BEGIN
+    IF jobs IS NOT NULL AND jsonb_typeof(jobs) = 'array' THEN
+        v_nodes := ARRAY(SELECT DISTINCT jobq.queue_node(e ->> 'queue') FROM jsonb_array_elements(jobs) e
+                          WHERE jsonb_typeof(e) = 'object');
+    END IF;
+    IF cardinality(v_nodes) > 1 THEN
+        RAISE EXCEPTION 'jobq_proxy: a graph''s queues live on nodes %', v_nodes
+            USING ERRCODE = '0A000',
+                  DETAIL = 'Dependencies hold among the jobs of one node.',
+                  HINT = 'Place the queues of one workflow on one node (jobq.placements).';
+    END IF;
+    IF cardinality(v_nodes) = 1 THEN
+        PERFORM jobq._same_node(v_nodes[1], ARRAY(
+            SELECT (d::text)::numeric::bigint
+              FROM jsonb_array_elements(jobs) e, jsonb_array_elements(e -> 'depends_on') d
+             WHERE jsonb_typeof(e) = 'object' AND jsonb_typeof(e -> 'depends_on') = 'array' AND jsonb_typeof(d) = 'number'),
+            'depends_on');
+    END IF;
+    RETURN QUERY SELECT * FROM jobq._enqueue_graph(coalesce(v_nodes[1], 0), jobs);
+END $$;
+
 -- A job's calls: on the node its id names.
 CREATE FUNCTION jobq_checkpoint(job_id bigint, worker uuid, step text, value jsonb) RETURNS boolean
 LANGUAGE plproxy SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
@@ -161,7 +194,9 @@ GRANT EXECUTE ON FUNCTION
     jobq._enqueue(integer, text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text),
     jobq._same_node(integer, bigint[], text),
     jobq_emit_event(text, jsonb),
-    jobq._emit_event(text, jsonb)
+    jobq._emit_event(text, jsonb),
+    jobq_enqueue_graph(jsonb),
+    jobq._enqueue_graph(integer, jsonb)
 TO jobq_producer;
 GRANT EXECUTE ON FUNCTION
     jobq_checkpoint(bigint, uuid, text, jsonb),

@@ -592,6 +592,13 @@ fn workflows_run_on_the_node_of_their_jobs() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(rows, vec![(far, "ready".to_string()), (parent, "completed".to_string()), (child, "ready".to_string())]);
+    // A graph in one call: on its queues' node; queues of two nodes are refused.
+    let graph = serde_json::json!([{"queue": "wf0"}, {"queue": "wf0", "after": [0]}]);
+    let ids: Vec<i64> = p.query("SELECT * FROM jobq_enqueue_graph($1)", &[&graph]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(ids.iter().map(|i| i % 1024).collect::<Vec<_>>(), vec![0, 0]);
+    assert_eq!(state(0, ids[1]), "blocked");
+    let split = serde_json::json!([{"queue": "wf0"}, {"queue": "wf1", "after": [0]}]);
+    assert_eq!(sqlstate(&p.query("SELECT * FROM jobq_enqueue_graph($1)", &[&split]).unwrap_err()), "0A000");
     // A reader may gather results; a producer may emit; neither may checkpoint.
     let mut nobody = f.proxy_as("nobody");
     assert_eq!(sqlstate(&nobody.query("SELECT * FROM jobq_results(ARRAY[1::bigint])", &[]).unwrap_err()), "42501");

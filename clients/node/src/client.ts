@@ -425,6 +425,20 @@ export async function retry(db: Queryable, jobId: JobId): Promise<boolean> {
 // Workflows
 
 /**
+ * A whole graph of jobs in one call and one transaction (`jobq_enqueue_graph`): each element
+ * has `jobq_enqueue`'s arguments by their SQL names (`queue`, `payload`, `kind`, `priority`,
+ * `run_at`, `unique_key`, ..., `depends_on`, `on_parent_failure`) and `after`, the 0-based
+ * positions of earlier elements it depends on. Returns the ids in order (null where a unique
+ * key's conflict discarded the job).
+ *
+ * @param db - the connection (or transaction) to run it on
+ * @param jobs - the graph's jobs, parents before children
+ */
+export async function enqueueGraph(db: Queryable, jobs: Record<string, unknown>[]): Promise<(string | null)[]> {
+  return (await run<{ id: string | null }>(db, 'SELECT id FROM jobq_enqueue_graph($1::jsonb) AS id', [JSON.stringify(jobs)])).map((r) => r.id);
+}
+
+/**
  * The state and outcome of each listed job that exists (`jobq_results`), in the order of
  * `jobIds`: what parents or awaited jobs produced (fan-in). At most 10,000 ids.
  *

@@ -14,7 +14,7 @@ export {
   checkout, complete, fail, completeMany, failMany, completeAndCheckout, failAndCheckout,
   acquireLock, releaseLock, lockHolder,
   schedule, unschedule, setRateLimit, reap, queueStats,
-  results, emitEvent, checkpoint, snooze, awaitJobs, awaitEvent,
+  results, enqueueGraph, emitEvent, checkpoint, snooze, awaitJobs, awaitEvent,
 } from './client';
 export type {
   Queryable, JobId, Duration, Timestamp, JobState, FailState, UniqueStrategy, OnConflict,

@@ -52,6 +52,17 @@ describe('workflows', () => {
   });
 });
 
+describe('graphs', () => {
+  test('a graph in one call', async () => {
+    const q = queueName('graph');
+    const ids = await jobq.enqueueGraph(app, [{ queue: q, kind: 'a' }, { queue: q, kind: 'b', after: [0] }]);
+    assert.equal(ids.length, 2);
+    const rows = await jobq.results(app, ids.map((i) => i!));
+    assert.deepEqual(rows.map((r) => r.state), ['ready', 'blocked']);
+    await assert.rejects(jobq.enqueueGraph(app, [{ queue: q, after: [0] }]), jobq.InvalidArgument);
+  });
+});
+
 describe('durable steps', () => {
   test('a workflow of steps, a sleep, fan-out and gather, and an event, replayed across suspensions', async () => {
     const q = queueName('durable');

@@ -104,3 +104,12 @@ def test_durable_steps_in_an_async_handler(start_worker: Start, conn: Any, admin
     [row] = wait_state(admin, [fid], "completed", timeout=30)  # type: ignore[list-item]
     assert row["result"] == {"answer": 42, "timed_out": True}
     assert computed == [1]
+
+
+def test_a_graph_in_one_call(conn: Any, queue: str) -> None:
+    ids = jobq.enqueue_graph(conn, [{"queue": queue, "kind": "a"}, {"queue": queue, "kind": "b", "after": [0]}])
+    assert len(ids) == 2 and all(i is not None for i in ids)
+    [a, b] = jobq.results(conn, [i for i in ids if i is not None])
+    assert (a.state, b.state) == ("ready", "blocked")
+    with pytest.raises(jobq.InvalidArgument):
+        jobq.enqueue_graph(conn, [{"queue": queue, "after": [0]}])

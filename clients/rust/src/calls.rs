@@ -1184,6 +1184,22 @@ pub async fn results<C: GenericClient>(
         .collect()
 }
 
+/// A whole graph of jobs in one call and one transaction (`jobq_enqueue_graph`): `jobs` is a
+/// JSON array whose elements have `jobq_enqueue`'s arguments by their SQL names (`queue`,
+/// `payload`, `kind`, `priority`, `run_at`, `unique_key`, ..., `depends_on`,
+/// `on_parent_failure`) and `after`, the 0-based positions of earlier elements each depends
+/// on. Returns the ids in order (`None` where a unique key's conflict discarded the job).
+///
+/// Role: `jobq_producer`.
+pub async fn enqueue_graph<C: GenericClient>(
+    client: &C,
+    jobs: &Value,
+) -> Result<Vec<Option<i64>>, Error> {
+    let args = Args::new().arg(&jobs, Type::JSONB);
+    let rows = query(client, "SELECT id FROM jobq_enqueue_graph($1) AS id", &args).await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
 /// Emits the event `name` (`jobq_emit_event`): every job awaiting it becomes ready, with the
 /// payload in its checkpoints. The first emit of a name wins; a later one changes nothing.
 /// Returns how many jobs it woke.

@@ -56,7 +56,7 @@ mod worker;
 
 pub use calls::{
     acquire_lock, await_event, await_jobs, cancel, checkout, checkpoint, complete,
-    complete_and_checkout, complete_many, emit_event, enqueue, enqueue_batch, fail,
+    complete_and_checkout, complete_many, emit_event, enqueue, enqueue_batch, enqueue_graph, fail,
     fail_and_checkout, fail_many, heartbeat, heartbeat_timeout, lock_holder, pause, queue_stats,
     reap, register_worker, release_lock, results, resume, retry, schedule, set_rate_limit, snooze,
     unregister_worker, unschedule, BatchOptions, CheckoutOptions, EnqueueOptions, FailOptions,

@@ -179,6 +179,19 @@ def retry(job_id: int) -> Call[bool]:
     return _scalar_call("jobq_retry", _Args().pos(job_id, "bigint"), bool)
 
 
+def enqueue_graph(jobs: Sequence[Mapping[str, Any]]) -> Call[list[int | None]]:
+    """A whole graph of jobs in one call and one transaction (``jobq_enqueue_graph``): each
+    element has :func:`enqueue`'s arguments by their SQL names (``queue``, ``payload``,
+    ``kind``, ``priority``, ``run_at`` as ISO text, ``unique_key``, ..., ``depends_on``,
+    ``on_parent_failure``) and ``after``, the 0-based positions of earlier elements it depends
+    on. Returns the ids in order (None where a unique key's conflict discarded the job)."""
+    return Call(
+        "SELECT v FROM jobq_enqueue_graph(%s::jsonb) AS v",
+        (Jsonb(list(jobs)),),
+        lambda rows: [_opt_int(r["v"]) for r in rows],
+    )
+
+
 def results(ids: Sequence[int]) -> Call[list[JobResult]]:
     """The state and outcome of each listed job that exists (``jobq_results``), in the order
     of ``ids``: what parents or awaited jobs produced (fan-in). At most 10,000 ids."""

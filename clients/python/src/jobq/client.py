@@ -34,7 +34,7 @@ __all__ = [
     "register_worker", "heartbeat", "unregister_worker",
     "checkout", "complete", "fail", "complete_many", "fail_many",
     "complete_and_checkout", "fail_and_checkout", "heartbeat_timeout",
-    "results", "emit_event", "checkpoint", "snooze", "await_jobs", "await_event",
+    "results", "enqueue_graph", "emit_event", "checkpoint", "snooze", "await_jobs", "await_event",
 ]
 
 #: What the synchronous functions run on: a psycopg connection or a cursor of one.
@@ -84,6 +84,7 @@ enqueue_batch = _bind(_calls.enqueue_batch)
 cancel = _bind(_calls.cancel)
 retry = _bind(_calls.retry)
 results = _bind(_calls.results)
+enqueue_graph = _bind(_calls.enqueue_graph)
 emit_event = _bind(_calls.emit_event)
 pause = _bind(_calls.pause)
 resume = _bind(_calls.resume)

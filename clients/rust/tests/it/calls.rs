@@ -783,3 +783,27 @@ async fn the_workflow_calls() {
     .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
 }
+
+#[tokio::test]
+async fn a_graph_in_one_call() {
+    let app = app().await;
+    let queue = unique("graph");
+    let ids = enqueue_graph(
+        &app,
+        &json!([{"queue": queue, "kind": "a"}, {"queue": queue, "kind": "b", "after": [0]}]),
+    )
+    .await
+    .unwrap();
+    let ids: Vec<i64> = ids.into_iter().map(|i| i.expect("enqueued")).collect();
+    let states: Vec<JobState> = results(&app, &ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.state)
+        .collect();
+    assert_eq!(states, [JobState::Ready, JobState::Blocked]);
+    let e = enqueue_graph(&app, &json!([{"queue": queue, "after": [0]}]))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+}
