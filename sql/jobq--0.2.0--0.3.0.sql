@@ -447,6 +447,23 @@ BEGIN
     END LOOP;
 END $$;
 
+-- The fence of the awaits, before they change anything: locks job `job`'s row when it is
+-- executing under `worker`, a worker the caller may act for, and says so; otherwise false, or
+-- 42501 for another role's worker, as jobq_complete.
+CREATE FUNCTION jobq._lock_executing(job bigint, worker uuid) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM jobq.live_jobs x
+      WHERE x.id = job AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+        FOR NO KEY UPDATE OF x;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    PERFORM jobq._refuse_foreign_worker(worker);
+    RETURN false;
+END $$;
+
 -- The suspension of job `job`, executing under `worker`: the job goes to `to_state`
 -- ('ready' due at `due`, or 'blocked'), gives back its slots and while_executing key (its
 -- other keys as for a waiting job), and its attempt does not count. A job whose cancellation
@@ -508,12 +525,7 @@ BEGIN
     -- A compaction of the hot tables in progress is waited for (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
     -- The fence first, without changing anything: NULL for a job not executing under worker.
-    PERFORM 1 FROM jobq.live_jobs x
-      WHERE x.id = job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
-        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
-        FOR NO KEY UPDATE OF x;
-    IF NOT FOUND THEN
-        PERFORM jobq._refuse_foreign_worker(worker);
+    IF NOT jobq._lock_executing(job_id, worker) THEN
         RETURN NULL;
     END IF;
     v_live := jobq._lock_unfinished(jobs, 'jobs', 10000);
@@ -554,12 +566,7 @@ BEGIN
         RAISE EXCEPTION 'jobq: timeout must be between 0 and 100000 years, got %', timeout USING ERRCODE = '22023';
     END IF;
     PERFORM jobq._hold_hot_tables();  -- src/compact.rs
-    PERFORM 1 FROM jobq.live_jobs x
-      WHERE x.id = job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
-        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
-        FOR NO KEY UPDATE OF x;
-    IF NOT FOUND THEN
-        PERFORM jobq._refuse_foreign_worker(worker);
+    IF NOT jobq._lock_executing(job_id, worker) THEN
         RETURN NULL;
     END IF;
     -- The event's row, written either way (jobq.event_log): an emit in progress is waited
@@ -842,9 +849,10 @@ END $$;
 CREATE OR REPLACE FUNCTION jobq_cancel(job_id bigint) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    j        record;
-    v_ready  tid;
-    v_state  text;
+    j          record;
+    v_ready    tid;
+    v_waiting  boolean;
+    v_state    text;
 BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
@@ -853,22 +861,19 @@ BEGIN
     -- transaction ends (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
     LOOP
-        -- A blocked job: its jobq.blocked row first (as whoever wakes it takes it), then the
-        -- job row (src/sql/workflows.sql).
+        -- A job not started yet: its jobq.blocked row (a blocked job, src/sql/workflows.sql) or
+        -- its ready row (a waiting job, jobq._lock_ready) first, as whoever wakes or claims it
+        -- takes them, then the job row.
         DELETE FROM jobq.blocked b WHERE b.job_id = jobq_cancel.job_id;
-        IF FOUND THEN
-            UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
-             WHERE x.id = jobq_cancel.job_id
-            RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
-            PERFORM jobq._archive(ARRAY[job_id]);
-            PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
-                                       j.concurrency_key, NULL);
-            RETURN 'cancelled';
+        v_waiting := FOUND;
+        IF NOT v_waiting THEN
+            v_ready := jobq._lock_ready(job_id);
+            IF v_ready IS NOT NULL THEN
+                DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
+                v_waiting := true;
+            END IF;
         END IF;
-        -- A waiting job: its ready row first, then the job row (jobq._lock_ready).
-        v_ready := jobq._lock_ready(job_id);
-        IF v_ready IS NOT NULL THEN
-            DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
+        IF v_waiting THEN
             UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
             RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
@@ -1330,6 +1335,7 @@ REVOKE ALL ON FUNCTION
     jobq._lock_unfinished(bigint[], text, integer),
     jobq._depend(bigint, bigint[], text),
     jobq._reblock(bigint),
+    jobq._lock_executing(bigint, uuid),
     jobq._suspend(bigint, uuid, text, timestamptz),
     jobq_snooze(bigint, uuid, timestamptz),
     jobq_await_jobs(bigint, uuid, bigint[]),

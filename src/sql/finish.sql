@@ -132,9 +132,10 @@ END $$;
 CREATE FUNCTION jobq_cancel(job_id bigint) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    j        record;
-    v_ready  tid;
-    v_state  text;
+    j          record;
+    v_ready    tid;
+    v_waiting  boolean;
+    v_state    text;
 BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
@@ -143,22 +144,19 @@ BEGIN
     -- transaction ends (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
     LOOP
-        -- A blocked job: its jobq.blocked row first (as whoever wakes it takes it), then the
-        -- job row (src/sql/workflows.sql).
+        -- A job not started yet: its jobq.blocked row (a blocked job, src/sql/workflows.sql) or
+        -- its ready row (a waiting job, jobq._lock_ready) first, as whoever wakes or claims it
+        -- takes them, then the job row.
         DELETE FROM jobq.blocked b WHERE b.job_id = jobq_cancel.job_id;
-        IF FOUND THEN
-            UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
-             WHERE x.id = jobq_cancel.job_id
-            RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
-            PERFORM jobq._archive(ARRAY[job_id]);
-            PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
-                                       j.concurrency_key, NULL);
-            RETURN 'cancelled';
+        v_waiting := FOUND;
+        IF NOT v_waiting THEN
+            v_ready := jobq._lock_ready(job_id);
+            IF v_ready IS NOT NULL THEN
+                DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
+                v_waiting := true;
+            END IF;
         END IF;
-        -- A waiting job: its ready row first, then the job row (jobq._lock_ready).
-        v_ready := jobq._lock_ready(job_id);
-        IF v_ready IS NOT NULL THEN
-            DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
+        IF v_waiting THEN
             UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
             RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;

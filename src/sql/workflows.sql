@@ -223,6 +223,23 @@ BEGIN
     END LOOP;
 END $$;
 
+-- The fence of the awaits, before they change anything: locks job `job`'s row when it is
+-- executing under `worker`, a worker the caller may act for, and says so; otherwise false, or
+-- 42501 for another role's worker, as jobq_complete.
+CREATE FUNCTION jobq._lock_executing(job bigint, worker uuid) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM jobq.live_jobs x
+      WHERE x.id = job AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+        FOR NO KEY UPDATE OF x;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    PERFORM jobq._refuse_foreign_worker(worker);
+    RETURN false;
+END $$;
+
 -- The suspension of job `job`, executing under `worker`: the job goes to `to_state`
 -- ('ready' due at `due`, or 'blocked'), gives back its slots and while_executing key (its
 -- other keys as for a waiting job), and its attempt does not count. A job whose cancellation
@@ -284,12 +301,7 @@ BEGIN
     -- A compaction of the hot tables in progress is waited for (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
     -- The fence first, without changing anything: NULL for a job not executing under worker.
-    PERFORM 1 FROM jobq.live_jobs x
-      WHERE x.id = job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
-        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
-        FOR NO KEY UPDATE OF x;
-    IF NOT FOUND THEN
-        PERFORM jobq._refuse_foreign_worker(worker);
+    IF NOT jobq._lock_executing(job_id, worker) THEN
         RETURN NULL;
     END IF;
     v_live := jobq._lock_unfinished(jobs, 'jobs', 10000);
@@ -330,12 +342,7 @@ BEGIN
         RAISE EXCEPTION 'jobq: timeout must be between 0 and 100000 years, got %', timeout USING ERRCODE = '22023';
     END IF;
     PERFORM jobq._hold_hot_tables();  -- src/compact.rs
-    PERFORM 1 FROM jobq.live_jobs x
-      WHERE x.id = job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
-        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
-        FOR NO KEY UPDATE OF x;
-    IF NOT FOUND THEN
-        PERFORM jobq._refuse_foreign_worker(worker);
+    IF NOT jobq._lock_executing(job_id, worker) THEN
         RETURN NULL;
     END IF;
     -- The event's row, written either way (jobq.event_log): an emit in progress is waited
