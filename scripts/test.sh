@@ -23,6 +23,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Every relative link and anchor of README.md, CHANGELOG.md and docs/ resolves (the docs' SQL
 # examples run in tests/docs.rs, with each version's suite).
 python3 scripts/check-docs.py
+# The upgrade script carries the current text of every function it re-creates.
+python3 scripts/sync-upgrade.py --check
 # cargo pgrx test initdb's as `postgres` under this directory, so postgres must own it; it
 # lives under /tmp so that postgres can reach it whatever the permissions above the clone.
 PGDATA_PARENT=/tmp/jobq-pgrx-test

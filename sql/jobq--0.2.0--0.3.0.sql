@@ -277,6 +277,14 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.blocked', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.edges', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.event_log', '');
 
+-- 40001 for a finishing transaction whose snapshot cannot see a dependent's edge (src/edges.rs).
+CREATE  FUNCTION jobq."_refuse_unseen_edges"(
+	"parents" bigint[] /* Vec < i64 > */
+) RETURNS void
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'refuse_unseen_edges_wrapper';
+
 -- Makes blocked job `job` ready, its jobq.blocked row already deleted by the caller (which
 -- is what makes this happen once). A suspended job is due now; a dependent one at its run_at.
 CREATE FUNCTION jobq._unblock(job bigint, suspended boolean) RETURNS void
@@ -332,7 +340,12 @@ DECLARE
     e       record;
     b       record;
 BEGIN
-    IF parents IS NULL OR NOT EXISTS (SELECT 1 FROM jobq.edges x WHERE x.parent = ANY (parents) AND NOT x.settled) THEN
+    IF parents IS NULL THEN
+        RETURN;
+    END IF;
+    -- 40001 under REPEATABLE READ or SERIALIZABLE for an edge this snapshot cannot see.
+    PERFORM jobq._refuse_unseen_edges(parents);
+    IF NOT EXISTS (SELECT 1 FROM jobq.edges x WHERE x.parent = ANY (parents) AND NOT x.settled) THEN
         RETURN;
     END IF;
     FOR e IN
@@ -754,7 +767,6 @@ CREATE FUNCTION jobq._workflow_pass(now timestamptz, cutoff timestamptz) RETURNS
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     b record;
-    r record;
 BEGIN
     FOR b IN
         DELETE FROM jobq.blocked x
@@ -764,14 +776,6 @@ BEGIN
         RETURNING x.job_id
     LOOP
         PERFORM jobq._unblock(b.job_id, true);
-    END LOOP;
-    FOR r IN
-        SELECT e.parent, coalesce(f.state, 'completed') AS state
-          FROM (SELECT DISTINCT x.parent FROM jobq.edges x WHERE NOT x.settled) e
-          LEFT JOIN jobq.finished_jobs f ON f.id = e.parent
-         WHERE NOT EXISTS (SELECT 1 FROM jobq.live_jobs l WHERE l.id = e.parent)
-    LOOP
-        PERFORM jobq._settle(ARRAY[r.parent], ARRAY[r.state]);
     END LOOP;
     DELETE FROM jobq.event_log l
      WHERE (l.emitted_at < cutoff)
@@ -840,9 +844,7 @@ BEGIN
                                       j.concurrency_key, j.concurrency_slot);
     END IF;
     -- The jobs that depend on or await this one (src/sql/workflows.sql).
-    IF EXISTS (SELECT 1 FROM jobq.edges e WHERE e.parent = job_id AND NOT e.settled) THEN
-        PERFORM jobq._settle(ARRAY[job_id], ARRAY['completed']);
-    END IF;
+    PERFORM jobq._settle(ARRAY[job_id], ARRAY['completed']);
     RETURN true;
 END $$;
 
@@ -1326,6 +1328,7 @@ END $$;
 
 -- Nothing for PUBLIC (src/sql/privileges.sql); the roles' rows of SPEC.
 REVOKE ALL ON FUNCTION
+    jobq._refuse_unseen_edges(bigint[]),
     jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text),
     jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text),
     jobq._insert_job(bigint, text, jsonb, text, integer, timestamptz, integer, text, text, text, integer, text, bigint[], text),

@@ -134,7 +134,7 @@ unsafe fn fast(job: i64, worker: pg_sys::Datum, result: Option<pg_sys::Datum>) -
     pg_sys::PopActiveSnapshot();
     if done.is_some() {
         pg_sys::CommandCounterIncrement();
-        if awaited(nsp, job) {
+        if crate::edges::awaited(nsp, job) {
             kept::<bool>(
                 "SELECT jobq._settle(ARRAY[$1], ARRAY['completed']) IS NULL",
                 &[pg_sys::INT8OID],
@@ -143,27 +143,6 @@ unsafe fn fast(job: i64, worker: pg_sys::Datum, result: Option<pg_sys::Datum>) -
         }
     }
     done
-}
-
-/// Whether a job depends on or awaits job `job` (an edge of src/sql/workflows.sql names it),
-/// so that jobq._settle must tell it. Looked up in the newest snapshot: a dependent's enqueue
-/// that locked this job's row before our delete waited for it has committed, and its edge is
-/// seen. An empty jobq.edges (no workflow ever ran here) costs no index probe.
-unsafe fn awaited(nsp: pg_sys::Oid, job: i64) -> bool {
-    let edges_id = pg_sys::get_relname_relid(c"edges".as_ptr(), nsp);
-    if edges_id == pg_sys::InvalidOid {
-        return false;
-    }
-    let edges = pg_sys::table_open(edges_id, pg_sys::AccessShareLock as i32);
-    let found = pg_sys::RelationGetNumberOfBlocksInFork(edges, pg_sys::ForkNumber::MAIN_FORKNUM) > 0 && {
-        let latest = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
-        let edge = crate::rows::column((*edges).rd_att, "parent")
-            .and_then(|c| fetch(edges, (c + 1) as i16, pg_sys::F_INT8EQ, pg_sys::Datum::from(job), latest));
-        pg_sys::UnregisterSnapshot(latest);
-        edge.is_some()
-    };
-    pg_sys::table_close(edges, pg_sys::NoLock as i32);
-    found
 }
 
 unsafe fn claim_end(

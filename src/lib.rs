@@ -24,6 +24,8 @@
 //! - `src/counters.rs`: per-queue, per-minute counts of what jobs did (enqueued, started,
 //!   completed, failed, dead; wait and run time histograms), noted as jobs move, published at
 //!   commit to shared memory and moved to `jobq.queue_minutes` by every reap pass.
+//! - `src/edges.rs`: what a transaction finishing a job must know of the workflow edges
+//!   committed after its snapshot (the completion's probe; `40001` under REPEATABLE READ).
 //! - `src/compact.rs`: what makes the compaction of the hot tables under a held horizon
 //!   (`jobq._compact`, src/sql/compact.sql) safe for every other transaction.
 //! - `src/bgworker.rs`: the background workers: a launcher, and a reaper in every database
@@ -36,6 +38,7 @@ mod checkout;
 mod compact;
 mod complete;
 mod counters;
+mod edges;
 mod enqueue;
 mod floors;
 mod gucs;
@@ -93,7 +96,7 @@ extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/node.sql", name = "node", requires = ["stats"]);
 extension_sql_file!("sql/observe.sql", name = "observe", requires = ["node", health::jobq::last_pass]);
 extension_sql_file!("sql/compact.sql", name = "compact", requires = ["observe", compact::jobq::note_compaction, gucs::jobq::compact_after]);
-extension_sql_file!("sql/workflows.sql", name = "workflows", requires = ["compact"]);
+extension_sql_file!("sql/workflows.sql", name = "workflows", requires = ["compact", edges::jobq::refuse_unseen_edges]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["workflows"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

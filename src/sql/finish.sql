@@ -59,9 +59,7 @@ BEGIN
                                       j.concurrency_key, j.concurrency_slot);
     END IF;
     -- The jobs that depend on or await this one (src/sql/workflows.sql).
-    IF EXISTS (SELECT 1 FROM jobq.edges e WHERE e.parent = job_id AND NOT e.settled) THEN
-        PERFORM jobq._settle(ARRAY[job_id], ARRAY['completed']);
-    END IF;
+    PERFORM jobq._settle(ARRAY[job_id], ARRAY['completed']);
     RETURN true;
 END $$;
 

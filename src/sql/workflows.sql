@@ -108,7 +108,12 @@ DECLARE
     e       record;
     b       record;
 BEGIN
-    IF parents IS NULL OR NOT EXISTS (SELECT 1 FROM jobq.edges x WHERE x.parent = ANY (parents) AND NOT x.settled) THEN
+    IF parents IS NULL THEN
+        RETURN;
+    END IF;
+    -- 40001 under REPEATABLE READ or SERIALIZABLE for an edge this snapshot cannot see.
+    PERFORM jobq._refuse_unseen_edges(parents);
+    IF NOT EXISTS (SELECT 1 FROM jobq.edges x WHERE x.parent = ANY (parents) AND NOT x.settled) THEN
         RETURN;
     END IF;
     FOR e IN
@@ -523,14 +528,12 @@ BEGIN
 END $$;
 
 -- The reap pass's share (src/sql/reap.sql): awaits of events past their timeout wake up
--- (without the checkpoint); edges a finishing transaction could not see (a REPEATABLE READ
--- completion whose snapshot predates a dependent's enqueue) are settled; events past
--- retention, and placeholders no job awaits any more, are removed.
+-- (without the checkpoint); events past retention, and placeholders no job awaits any more,
+-- are removed.
 CREATE FUNCTION jobq._workflow_pass(now timestamptz, cutoff timestamptz) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     b record;
-    r record;
 BEGIN
     FOR b IN
         DELETE FROM jobq.blocked x
@@ -540,14 +543,6 @@ BEGIN
         RETURNING x.job_id
     LOOP
         PERFORM jobq._unblock(b.job_id, true);
-    END LOOP;
-    FOR r IN
-        SELECT e.parent, coalesce(f.state, 'completed') AS state
-          FROM (SELECT DISTINCT x.parent FROM jobq.edges x WHERE NOT x.settled) e
-          LEFT JOIN jobq.finished_jobs f ON f.id = e.parent
-         WHERE NOT EXISTS (SELECT 1 FROM jobq.live_jobs l WHERE l.id = e.parent)
-    LOOP
-        PERFORM jobq._settle(ARRAY[r.parent], ARRAY[r.state]);
     END LOOP;
     DELETE FROM jobq.event_log l
      WHERE (l.emitted_at < cutoff)
