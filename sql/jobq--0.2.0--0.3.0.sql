@@ -259,6 +259,21 @@ CREATE TABLE jobq.edges (
 CREATE INDEX edges_by_child ON jobq.edges (child);
 CREATE INDEX edges_unsettled ON jobq.edges (parent) WHERE NOT settled;
 
+-- Whatever inserts edges notes its database in shared memory (src/edges.rs).
+CREATE  FUNCTION jobq."_note_edges"() RETURNS void
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_edges_wrapper';
+CREATE FUNCTION jobq._edges_written() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._note_edges();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER edges_written AFTER INSERT ON jobq.edges
+    FOR EACH STATEMENT EXECUTE FUNCTION jobq._edges_written();
+ALTER TABLE jobq.edges ENABLE ALWAYS TRIGGER edges_written;
+
 -- Events by name. A row with emitted_at NULL is an await's placeholder: jobq_await_event and
 -- jobq_emit_event both write the name's row (INSERT ... ON CONFLICT DO UPDATE), so the two
 -- are ordered by its row lock in every isolation level and no wake-up falls between them.
@@ -1329,6 +1344,8 @@ END $$;
 -- Nothing for PUBLIC (src/sql/privileges.sql); the roles' rows of SPEC.
 REVOKE ALL ON FUNCTION
     jobq._refuse_unseen_edges(bigint[]),
+    jobq._note_edges(),
+    jobq._edges_written(),
     jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text),
     jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text),
     jobq._insert_job(bigint, text, jsonb, text, integer, timestamptz, integer, text, text, text, integer, text, bigint[], text),

@@ -75,6 +75,7 @@ pub extern "C-unwind" fn _PG_init() {
         health::init();
         counters::init();
         compact::init();
+        edges::init();
         bgworker::init();
     }
 }
@@ -96,7 +97,7 @@ extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/node.sql", name = "node", requires = ["stats"]);
 extension_sql_file!("sql/observe.sql", name = "observe", requires = ["node", health::jobq::last_pass]);
 extension_sql_file!("sql/compact.sql", name = "compact", requires = ["observe", compact::jobq::note_compaction, gucs::jobq::compact_after]);
-extension_sql_file!("sql/workflows.sql", name = "workflows", requires = ["compact", edges::jobq::refuse_unseen_edges]);
+extension_sql_file!("sql/workflows.sql", name = "workflows", requires = ["compact", edges::jobq::refuse_unseen_edges, edges::jobq::note_edges]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["workflows"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

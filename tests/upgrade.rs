@@ -60,7 +60,7 @@ fn cluster_with_old_database(name: &str, version: &str) -> Cluster {
 }
 
 /// Every object of the extension as text: relations with their columns, options and
-/// privileges, indexes, constraints, views, functions (signature, body, settings, privileges),
+/// privileges, indexes, constraints, views, triggers, functions (signature, body, settings, privileges),
 /// the schema's privileges, what pg_dump keeps, and the extension's members.
 fn catalog(c: &mut Client) -> Vec<String> {
     let rows = c
@@ -80,6 +80,9 @@ fn catalog(c: &mut Client) -> Vec<String> {
                SELECT format('con %s %s', conname, pg_get_constraintdef(oid)) FROM pg_constraint WHERE connamespace = 'jobq'::regnamespace
                UNION ALL
                SELECT format('view %s %s', relname, pg_get_viewdef(oid)) FROM rels WHERE relkind = 'v'
+               UNION ALL
+               SELECT format('trigger %s %s', pg_get_triggerdef(t.oid), t.tgenabled)
+                 FROM pg_trigger t JOIN rels r ON r.oid = t.tgrelid WHERE NOT t.tgisinternal
                UNION ALL
                SELECT format('fn %s %s %s %s %s %s %s', p.oid::regprocedure, md5(p.prosrc), p.prosecdef, p.proconfig,
                              p.provolatile, p.proacl, pg_get_function_result(p.oid))

@@ -109,6 +109,26 @@ fn a_child_becomes_ready_once_its_last_parent_completes() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// A database whose completions found no edge to look for (noted in shared memory, so that
+/// plain jobs skip the look: src/edges.rs) still tells the dependents enqueued afterwards,
+/// from another session, when their parent completes on the common (Rust) path.
+#[test]
+fn dependents_are_told_in_a_database_that_ran_plain_jobs_first() {
+    let (cluster, db, mut c) = db();
+    let w = register(&mut c);
+    let plain: i64 = one(&mut c, "SELECT jobq_enqueue('plain')", &[]);
+    assert_eq!(checkout(&mut c, w, "plain", 1), vec![plain]);
+    assert!(complete(&mut c, plain, w));
+    let parent: i64 = one(&mut c, "SELECT jobq_enqueue('steps')", &[]);
+    assert_eq!(checkout(&mut c, w, "steps", 1), vec![parent]);
+    let mut other = cluster.connect(&db);
+    let child: i64 = one(&mut other, "SELECT jobq_enqueue('steps', depends_on => ARRAY[$1::bigint])", &[&parent]);
+    assert_eq!(state(&mut c, child), "blocked");
+    assert!(complete(&mut c, parent, w));
+    assert_eq!(state(&mut c, child), "ready");
+    assert_job_tables_consistent(&mut c);
+}
+
 #[test]
 fn a_failed_parent_cancels_its_children_and_a_retry_brings_them_back() {
     let (_, _, mut c) = db();

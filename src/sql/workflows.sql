@@ -35,6 +35,19 @@ CREATE TABLE jobq.edges (
 CREATE INDEX edges_by_child ON jobq.edges (child);
 CREATE INDEX edges_unsettled ON jobq.edges (parent) WHERE NOT settled;
 
+-- Whatever inserts edges notes its database in shared memory before it commits, so that a
+-- completion in a database that never wrote one skips looking (src/edges.rs). ALWAYS: also
+-- when rows arrive by logical replication.
+CREATE FUNCTION jobq._edges_written() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._note_edges();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER edges_written AFTER INSERT ON jobq.edges
+    FOR EACH STATEMENT EXECUTE FUNCTION jobq._edges_written();
+ALTER TABLE jobq.edges ENABLE ALWAYS TRIGGER edges_written;
+
 -- Events by name. A row with emitted_at NULL is an await's placeholder: jobq_await_event and
 -- jobq_emit_event both write the name's row (INSERT ... ON CONFLICT DO UPDATE), so the two
 -- are ordered by its row lock in every isolation level and no wake-up falls between them.
