@@ -1341,8 +1341,84 @@ BEGIN
      ORDER BY k.ord;
 END $$;
 
+-- ==== Counters for monitoring (src/sql/counters.sql) ====
+-- The histograms' sums, and per-queue totals that only go up, started from the minutes kept.
+ALTER TABLE jobq.queue_minutes ADD COLUMN wait_us bigint NOT NULL DEFAULT 0,
+                               ADD COLUMN run_us bigint NOT NULL DEFAULT 0;
+CREATE TABLE jobq.queue_totals (
+    queue      text     PRIMARY KEY,
+    enqueued   bigint   NOT NULL,
+    started    bigint   NOT NULL,
+    completed  bigint   NOT NULL,
+    failed     bigint   NOT NULL,
+    dead       bigint   NOT NULL,
+    wait_ms    bigint[] NOT NULL,
+    run_ms     bigint[] NOT NULL,
+    wait_us    bigint   NOT NULL,
+    run_us     bigint   NOT NULL
+);
+SELECT pg_catalog.pg_extension_config_dump('jobq.queue_totals', '');
+INSERT INTO jobq.queue_totals
+SELECT m.queue, sum(m.enqueued), sum(m.started), sum(m.completed), sum(m.failed), sum(m.dead),
+       jobq.histogram_sum(m.wait_ms), jobq.histogram_sum(m.run_ms), 0, 0
+  FROM jobq.queue_minutes m
+ GROUP BY m.queue;
+DROP FUNCTION jobq._take_tallies();
+CREATE  FUNCTION jobq."_take_tallies"() RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"minute" timestamp with time zone,  /* TimestampWithTimeZone */
+	"enqueued" bigint,  /* i64 */
+	"started" bigint,  /* i64 */
+	"completed" bigint,  /* i64 */
+	"failed" bigint,  /* i64 */
+	"dead" bigint,  /* i64 */
+	"wait_ms" bigint[],  /* Vec < i64 > */
+	"run_ms" bigint[],  /* Vec < i64 > */
+	"wait_us" bigint,  /* i64 */
+	"run_us" bigint  /* i64 */
+)
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_tallies_wrapper';
+CREATE OR REPLACE FUNCTION jobq._flush_tallies(now timestamptz, keep interval) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    -- A transaction-level advisory lock of class 'jobq', as in jobq._take_slot.
+    IF NOT pg_try_advisory_xact_lock(1785684593, hashtext('jobq.queue_minutes')) THEN
+        RETURN;
+    END IF;
+    WITH t AS (
+        SELECT * FROM jobq._take_tallies()
+    ), minutes AS (
+        INSERT INTO jobq.queue_minutes AS m
+        SELECT * FROM t
+        ON CONFLICT (queue, minute) DO UPDATE
+           SET enqueued = m.enqueued + excluded.enqueued, started = m.started + excluded.started,
+               completed = m.completed + excluded.completed, failed = m.failed + excluded.failed,
+               dead = m.dead + excluded.dead,
+               wait_ms = jobq._histogram_add(m.wait_ms, excluded.wait_ms),
+               run_ms = jobq._histogram_add(m.run_ms, excluded.run_ms),
+               wait_us = m.wait_us + excluded.wait_us, run_us = m.run_us + excluded.run_us
+    )
+    INSERT INTO jobq.queue_totals AS q
+    SELECT t.queue, sum(t.enqueued), sum(t.started), sum(t.completed), sum(t.failed), sum(t.dead),
+           jobq.histogram_sum(t.wait_ms), jobq.histogram_sum(t.run_ms), sum(t.wait_us), sum(t.run_us)
+      FROM t
+     GROUP BY t.queue
+    ON CONFLICT (queue) DO UPDATE
+       SET enqueued = q.enqueued + excluded.enqueued, started = q.started + excluded.started,
+           completed = q.completed + excluded.completed, failed = q.failed + excluded.failed,
+           dead = q.dead + excluded.dead,
+           wait_ms = jobq._histogram_add(q.wait_ms, excluded.wait_ms),
+           run_ms = jobq._histogram_add(q.run_ms, excluded.run_ms),
+           wait_us = q.wait_us + excluded.wait_us, run_us = q.run_us + excluded.run_us;
+    DELETE FROM jobq.queue_minutes m WHERE m.minute < now - greatest(keep, interval '1 hour');
+END $$;
+GRANT SELECT ON jobq.queue_totals TO jobq_reader, jobq_admin;
+
 -- Nothing for PUBLIC (src/sql/privileges.sql); the roles' rows of SPEC.
 REVOKE ALL ON FUNCTION
+    jobq._take_tallies(),
     jobq._refuse_unseen_edges(bigint[]),
     jobq._note_edges(),
     jobq._edges_written(),

@@ -42,15 +42,19 @@ pub struct Counts {
     n: [i64; 5], // in the order of EVENTS
     wait: [i64; BUCKETS],
     run: [i64; BUCKETS],
+    wait_us: i64, // the histograms' sums, in microseconds
+    run_us: i64,
 }
 
 impl Counts {
-    const ZERO: Counts = Counts { n: [0; 5], wait: [0; BUCKETS], run: [0; BUCKETS] };
+    const ZERO: Counts = Counts { n: [0; 5], wait: [0; BUCKETS], run: [0; BUCKETS], wait_us: 0, run_us: 0 };
 
     fn add(&mut self, o: &Counts) {
         for i in 0..5 {
             self.n[i] += o.n[i];
         }
+        self.wait_us += o.wait_us;
+        self.run_us += o.run_us;
         for i in 0..BUCKETS {
             self.wait[i] += o.wait[i];
             self.run[i] += o.run[i];
@@ -223,10 +227,11 @@ pub mod jobq {
         let mut counts = Counts::ZERO;
         counts.n[e] = 1;
         if let Some(since) = since {
-            let ms = ((at_us - i64::from(since)) as f64 / 1000.0).max(0.0);
+            let us = (at_us - i64::from(since)).max(0);
+            let ms = us as f64 / 1000.0;
             match e {
-                1 => counts.wait[bucket_of(ms)] = 1,
-                2 | 3 => counts.run[bucket_of(ms)] = 1,
+                1 => (counts.wait[bucket_of(ms)], counts.wait_us) = (1, us),
+                2 | 3 => (counts.run[bucket_of(ms)], counts.run_us) = (1, us),
                 _ => {}
             }
         }
@@ -235,7 +240,7 @@ pub mod jobq {
     }
 
     /// Takes this database's counts out of shared memory, for the reap pass to add to
-    /// jobq.queue_minutes (src/sql/counters.sql). They go back if this transaction does not
+    /// jobq.queue_minutes and jobq.queue_totals (src/sql/counters.sql). They go back if this transaction does not
     /// commit.
     #[allow(clippy::type_complexity)]
     #[pg_extern(volatile, parallel_unsafe, name = "_take_tallies")]
@@ -251,6 +256,8 @@ pub mod jobq {
             name!(dead, i64),
             name!(wait_ms, Vec<i64>),
             name!(run_ms, Vec<i64>),
+            name!(wait_us, i64),
+            name!(run_us, i64),
         ),
     > {
         let mut rows = Vec::new();
@@ -269,7 +276,7 @@ pub mod jobq {
                 note(&queue, minute, counts, true);
                 let Ok(at) = TimestampWithTimeZone::try_from(minute) else { continue };
                 let c = counts;
-                rows.push((queue, at, c.n[0], c.n[1], c.n[2], c.n[3], c.n[4], c.wait.to_vec(), c.run.to_vec()));
+                rows.push((queue, at, c.n[0], c.n[1], c.n[2], c.n[3], c.n[4], c.wait.to_vec(), c.run.to_vec(), c.wait_us, c.run_us));
             }
         }
         TableIterator::new(rows)

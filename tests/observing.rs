@@ -140,6 +140,20 @@ fn totals(r: &mut Client, queue: &str) -> (i64, i64, i64, i64, i64) {
     (x.get(0), x.get(1), x.get(2), x.get(3), x.get(4))
 }
 
+/// The queue's counts in jobq.queue_totals (never pruned): (enqueued, started, completed,
+/// failed, dead).
+fn lifetime(r: &mut Client, queue: &str) -> (i64, i64, i64, i64, i64) {
+    let x = r
+        .query_one(
+            "SELECT coalesce(sum(enqueued), 0)::bigint, coalesce(sum(started), 0)::bigint, coalesce(sum(completed), 0)::bigint,
+                    coalesce(sum(failed), 0)::bigint, coalesce(sum(dead), 0)::bigint
+               FROM jobq.queue_totals WHERE queue = $1",
+            &[&queue],
+        )
+        .unwrap();
+    (x.get(0), x.get(1), x.get(2), x.get(3), x.get(4))
+}
+
 #[test]
 fn counters_count_what_committed_per_queue_and_minute_with_wait_and_run_times() {
     let cluster = Cluster::start("counters", &["jobq.reap_interval = '100ms'"]);
@@ -194,6 +208,14 @@ fn counters_count_what_committed_per_queue_and_minute_with_wait_and_run_times() 
     wait_until("the counters to show every move", PATIENCE, || totals(&mut r, "c").3 >= want.3 && totals(&mut r, "c").1 >= want.1);
     assert_eq!(totals(&mut r, "c"), want);
     assert_eq!(totals(&mut r, "other"), (1, 0, 0, 0, 0));
+    // The same in the totals that are never pruned, with the histograms' sums: 6 completed runs
+    // of 300 ms or more, 12 short waits.
+    assert_eq!(lifetime(&mut r, "c"), want);
+    let x = r.query_one("SELECT run_us, wait_us, (SELECT sum(x) FROM unnest(run_ms) x)::bigint FROM jobq.queue_totals WHERE queue = 'c'", &[]).unwrap();
+    let (run_us, wait_us, runs): (i64, i64, i64) = (x.get(0), x.get(1), x.get(2));
+    assert_eq!(runs, 8 + 3);
+    assert!(run_us >= 6 * 300_000, "run_us {run_us}");
+    assert!(wait_us < 12 * 200_000, "wait_us {wait_us}");
 
     // Times: the 12 starts waited little; the completed runs took 300 ms or more (the bucket
     // (200, 500] ms holds 6 of them, the 2 quick reruns are below).
@@ -239,8 +261,11 @@ fn counters_count_what_committed_per_queue_and_minute_with_wait_and_run_times() 
         su.query_one("SELECT count(*) FROM jobq.queue_minutes WHERE queue = 'old'", &[]).unwrap().get::<_, i64>(0) == 0
     });
     assert_eq!(totals(&mut r, "recent"), (1, 0, 0, 0, 0));
+    // The totals do not lose what was pruned.
+    assert_eq!(lifetime(&mut r, "c"), want);
     // The reader may not write them.
     assert_eq!(sqlstate(&r.execute("DELETE FROM jobq.queue_minutes", &[]).unwrap_err()), "42501");
+    assert_eq!(sqlstate(&r.execute("DELETE FROM jobq.queue_totals", &[]).unwrap_err()), "42501");
     cluster.pg_ctl_stop("fast");
 }
 
@@ -329,6 +354,7 @@ fn counters_stay_exact_while_many_sessions_move_jobs_and_passes_flush() {
             t.0 >= want.0 && t.1 >= want.1 && t.2 >= want.2 && t.3 >= want.3 && t.4 >= want.4
         });
         assert_eq!(totals(&mut su, q), want, "{q}: counters vs the job tables");
+        assert_eq!(lifetime(&mut su, q), want, "{q}: totals vs the job tables");
     }
     assert_job_tables_consistent(&mut su);
     cluster.pg_ctl_stop("fast");

@@ -135,6 +135,7 @@ const READER_RELATIONS: &[&str] = &[
     "jobq.queue_depths",
     "jobq.queue_minutes",
     "jobq.queue_stats",
+    "jobq.queue_totals",
     "jobq.rate_windows",
     "jobq.schedules",
     "jobq.table_stats",

@@ -7,7 +7,8 @@
 -- happened (the end of the attempt for completed, failed and dead; the start for started).
 -- wait_ms and run_ms are histograms: the number of jobs per bucket of
 -- jobq.histogram_bounds() (milliseconds), of the wait from due (run_at) to started and of
--- the run from started to completed or failed.
+-- the run from started to completed or failed; wait_us and run_us are their sums, in
+-- microseconds.
 CREATE TABLE jobq.queue_minutes (
     queue      text        NOT NULL,
     minute     timestamptz NOT NULL,
@@ -18,10 +19,28 @@ CREATE TABLE jobq.queue_minutes (
     dead       bigint      NOT NULL,  -- jobs that became dead
     wait_ms    bigint[]    NOT NULL,
     run_ms     bigint[]    NOT NULL,
+    wait_us    bigint      NOT NULL DEFAULT 0,
+    run_us     bigint      NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, minute)
 );
 CREATE INDEX queue_minutes_by_minute ON jobq.queue_minutes (minute);
 SELECT pg_catalog.pg_extension_config_dump('jobq.queue_minutes', '');
+
+-- The same counts per queue since it was first counted, never pruned: counters that only go
+-- up, for monitoring systems (Prometheus' counters and histograms, jobq-dash's /metrics).
+CREATE TABLE jobq.queue_totals (
+    queue      text     PRIMARY KEY,
+    enqueued   bigint   NOT NULL,
+    started    bigint   NOT NULL,
+    completed  bigint   NOT NULL,
+    failed     bigint   NOT NULL,
+    dead       bigint   NOT NULL,
+    wait_ms    bigint[] NOT NULL,
+    run_ms     bigint[] NOT NULL,
+    wait_us    bigint   NOT NULL,
+    run_us     bigint   NOT NULL
+);
+SELECT pg_catalog.pg_extension_config_dump('jobq.queue_totals', '');
 
 -- The sum of histograms, bucket by bucket.
 CREATE AGGREGATE jobq.histogram_sum(bigint[]) (
@@ -29,7 +48,7 @@ CREATE AGGREGATE jobq.histogram_sum(bigint[]) (
 );
 
 -- The reap pass's part (jobq._reap): adds what shared memory counted since the last pass to
--- jobq.queue_minutes, and prunes minutes older than jobq.retention, or than an hour when
+-- jobq.queue_minutes and jobq.queue_totals, and prunes minutes older than jobq.retention, or than an hour when
 -- retention is shorter (the dashboard's hour chart). One pass at a time: two would wait on
 -- each other's rows until their commits (and a pass never waits, see reap.sql), so a pass that
 -- finds another one flushing leaves the counts in shared memory for its next turn. A pass
@@ -41,14 +60,31 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(1785684593, hashtext('jobq.queue_minutes')) THEN
         RETURN;
     END IF;
-    INSERT INTO jobq.queue_minutes AS m
-    SELECT * FROM jobq._take_tallies()
-    ON CONFLICT (queue, minute) DO UPDATE
-       SET enqueued = m.enqueued + excluded.enqueued, started = m.started + excluded.started,
-           completed = m.completed + excluded.completed, failed = m.failed + excluded.failed,
-           dead = m.dead + excluded.dead,
-           wait_ms = jobq._histogram_add(m.wait_ms, excluded.wait_ms),
-           run_ms = jobq._histogram_add(m.run_ms, excluded.run_ms);
+    WITH t AS (
+        SELECT * FROM jobq._take_tallies()
+    ), minutes AS (
+        INSERT INTO jobq.queue_minutes AS m
+        SELECT * FROM t
+        ON CONFLICT (queue, minute) DO UPDATE
+           SET enqueued = m.enqueued + excluded.enqueued, started = m.started + excluded.started,
+               completed = m.completed + excluded.completed, failed = m.failed + excluded.failed,
+               dead = m.dead + excluded.dead,
+               wait_ms = jobq._histogram_add(m.wait_ms, excluded.wait_ms),
+               run_ms = jobq._histogram_add(m.run_ms, excluded.run_ms),
+               wait_us = m.wait_us + excluded.wait_us, run_us = m.run_us + excluded.run_us
+    )
+    INSERT INTO jobq.queue_totals AS q
+    SELECT t.queue, sum(t.enqueued), sum(t.started), sum(t.completed), sum(t.failed), sum(t.dead),
+           jobq.histogram_sum(t.wait_ms), jobq.histogram_sum(t.run_ms), sum(t.wait_us), sum(t.run_us)
+      FROM t
+     GROUP BY t.queue
+    ON CONFLICT (queue) DO UPDATE
+       SET enqueued = q.enqueued + excluded.enqueued, started = q.started + excluded.started,
+           completed = q.completed + excluded.completed, failed = q.failed + excluded.failed,
+           dead = q.dead + excluded.dead,
+           wait_ms = jobq._histogram_add(q.wait_ms, excluded.wait_ms),
+           run_ms = jobq._histogram_add(q.run_ms, excluded.run_ms),
+           wait_us = q.wait_us + excluded.wait_us, run_us = q.run_us + excluded.run_us;
     DELETE FROM jobq.queue_minutes m WHERE m.minute < now - greatest(keep, interval '1 hour');
 END $$;
 

@@ -58,7 +58,7 @@ GRANT SELECT ON jobq.blocked, jobq.edges TO jobq_reader;
 GRANT SELECT ON jobq.concurrency_slots, jobq.rate_windows, jobq.table_stats, jobq.health TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq._last_pass(), jobq._oldest_horizon() TO jobq_reader;
 -- The per-minute counters (src/sql/counters.sql) and what reads them.
-GRANT SELECT ON jobq.queue_minutes, jobq.queue_depths TO jobq_reader;
+GRANT SELECT ON jobq.queue_minutes, jobq.queue_totals, jobq.queue_depths TO jobq_reader;
 -- The two tables behind jobq.jobs (the same rows): a dashboard that looks for waiting or
 -- executing jobs reads jobq.live_jobs and never walks the history.
 GRANT SELECT ON jobq.live_jobs, jobq.finished_jobs TO jobq_reader;
