@@ -34,6 +34,13 @@ if [ "$TEST_TOOLS" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
 fi
+# Prometheus and promtool: /metrics is linted and scraped by the real tools, and the alert
+# rules in deploy/prometheus are checked and unit-tested (dash/tests, scripts/test.sh).
+if [ "$TEST_TOOLS" = 1 ] && ! command -v promtool >/dev/null; then
+  echo "setup: installing prometheus"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+fi
 
 if ! cargo pgrx --version 2>/dev/null | grep -q "0.18.0"; then
   echo "setup: installing cargo-pgrx 0.18.0 (several minutes)"

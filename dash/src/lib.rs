@@ -86,6 +86,7 @@ fn table() -> Vec<(&'static str, MethodRouter<Arc<App>>)> {
         ("/rate-limits", get(rate_limits::page)),
         ("/events", get(events::page)),
         ("/health", get(health::page)),
+        ("/metrics", get(metrics::page)),
     ]
 }
 

@@ -875,3 +875,178 @@ async fn workflows_are_shown() {
     let events = hidden.ok("/events").await;
     assert!(events.contains("done-ev") && !events.contains("s3cr3t-ev"), "{events}");
 }
+
+/// The value of the sample `series` (its name and labels exactly as written) in a scrape.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// `promtool check metrics` on a scrape: its exit status and what it printed.
+fn promtool_check(metrics: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut p = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; scripts/setup.sh installs it)");
+    p.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// /metrics in the Prometheus text format, as a jobq_reader: every family the docs list, the
+/// fixture's figures, and a scrape that `promtool check metrics` accepts without a lint;
+/// behind basic auth like every page.
+#[tokio::test]
+async fn metrics_are_prometheus_text_that_promtool_accepts() {
+    let f = fixture().await;
+    let s = cluster().connect(&f.db, "postgres").await;
+    s.batch_execute("SELECT jobq_enqueue('odd \"queue\"\\name')").await.unwrap();
+    // The counters reach jobq.queue_totals at the background worker's next pass.
+    wait_until("totals of queue mail", Duration::from_secs(30), || async {
+        s.query_one("SELECT count(*) FROM jobq.queue_totals WHERE queue = 'mail' AND dead = 1", &[]).await.unwrap().get::<_, i64>(0) == 1
+    })
+    .await;
+    let d = start(&f.db, "dash_reader", &[]).await;
+    let resp = d.http.get(format!("{}/metrics", d.base)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+    let m = resp.text().await.unwrap();
+    let failed = format!("jobq_reaper_last_pass_failed{{database=\"{}\"}}", f.db);
+    for (series, want) in [
+        (failed.as_str(), 0.0),
+        ("jobq_queue_jobs{queue=\"mail\",state=\"ready\"}", 3.0),
+        ("jobq_queue_jobs{queue=\"mail\",state=\"dead\"}", 1.0),
+        ("jobq_queue_jobs{queue=\"reports\",state=\"executing\"}", 1.0),
+        ("jobq_jobs_enqueued_total{queue=\"mail\"}", 4.0),
+        ("jobq_jobs_started_total{queue=\"mail\"}", 1.0),
+        ("jobq_jobs_dead_total{queue=\"mail\"}", 1.0),
+        ("jobq_job_wait_seconds_count{queue=\"mail\"}", 1.0),
+        ("jobq_job_wait_seconds_bucket{queue=\"mail\",le=\"+Inf\"}", 1.0),
+        ("jobq_job_run_seconds_count{queue=\"mail\"}", 1.0),
+        ("jobq_workers{state=\"alive\"}", 1.0),
+        ("jobq_workers_jobs_held{state=\"alive\"}", 1.0),
+        ("jobq_concurrency_slots_in_use{kind=\"concurrency\"}", 1.0),
+        ("jobq_rate_window_max_starts{key=\"partner-api\"}", 100.0),
+        ("jobq_schedule_lateness_seconds{schedule=\"nightly-report\"}", 0.0),
+        ("jobq_queue_jobs{queue=\"odd \\\"queue\\\"\\\\name\",state=\"ready\"}", 1.0),
+    ]
+    {
+        assert_eq!(sample(&m, series), Some(want), "{series} in:\n{m}");
+    }
+    let age = sample(&m, &format!("jobq_reaper_last_pass_age_seconds{{database=\"{}\"}}", f.db)).unwrap();
+    assert!((0.0..30.0).contains(&age), "last pass age {age}");
+    assert!(sample(&m, "jobq_queue_oldest_ready_age_seconds{queue=\"mail\"}").unwrap() > 0.0);
+    assert!(m.contains("jobq_table_dead_rows_ratio{table=\"live_jobs\"}"), "{m}");
+    assert!(m.contains("jobq_horizon_transaction_age_seconds{database="), "{m}");
+    let (ok, said) = promtool_check(&m);
+    assert!(ok && said.trim().is_empty(), "promtool check metrics: {said}\n{m}");
+    // Off loopback with basic auth, /metrics asks for it like every page.
+    let d = start(&f.db, "dash_reader", &["--basic-auth", "prom:secret"]).await;
+    assert_eq!(d.get("/metrics").await.status, StatusCode::UNAUTHORIZED);
+}
+
+/// A real Prometheus (Debian's package), started for the test on a free port, scraping
+/// `target` every second; killed when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    url: String,
+    _dir: harness_dir::TempDir,
+}
+
+mod harness_dir {
+    /// A directory removed when dropped.
+    pub struct TempDir(pub std::path::PathBuf);
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Prometheus {
+    fn start(target: &str, auth: (&str, &str)) -> Prometheus {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(format!("jobq-prometheus-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: jobq\n    \
+                 basic_auth:\n      username: {}\n      password: {}\n    static_configs:\n      - targets: ['{target}']\n",
+                auth.0, auth.1
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .expect("prometheus (Debian's prometheus package; scripts/setup.sh installs it)");
+        Prometheus { child, url: format!("http://127.0.0.1:{port}"), _dir: harness_dir::TempDir(dir) }
+    }
+
+    /// The value of the instant query `q`, when it has exactly one series.
+    async fn value(&self, http: &reqwest::Client, q: &str) -> Option<f64> {
+        let resp = http.get(format!("{}/api/v1/query", self.url)).query(&[("query", q)]).send().await.ok()?;
+        let v: serde_json::Value = serde_json::from_str(&resp.text().await.ok()?).ok()?;
+        let result = v["data"]["result"].as_array()?;
+        if result.len() != 1 {
+            return None;
+        }
+        result[0]["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real Prometheus scrapes /metrics (with basic auth) and, through its HTTP API, sees a
+/// counter move after jobs completed.
+#[tokio::test]
+async fn a_real_prometheus_scrapes_a_counter_that_moves() {
+    let c = cluster();
+    let db = c.fresh_db().await;
+    let s = c.connect(&db, "postgres").await;
+    s.batch_execute("SELECT jobq_enqueue('scraped') FROM generate_series(1, 5)").await.unwrap();
+    // The dashboard on a free port of its own (the router as `start` makes it, with auth).
+    let url = c.url(&db, "dash_reader");
+    let cfg = Config::try_parse_from(["jobq-dash", "--database-url", &url, "--basic-auth", "prom:s3cret"]).unwrap();
+    let router = jobq_dash::router(cfg).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let prom = Prometheus::start(&addr.to_string(), ("prom", "s3cret"));
+    let http = reqwest::Client::new();
+    let completed = "jobq_jobs_completed_total{queue=\"scraped\"}";
+    let within = Duration::from_secs(60);
+    wait_until("Prometheus to scrape 5 enqueued, 0 completed", within, || async {
+        prom.value(&http, "jobq_jobs_enqueued_total{queue=\"scraped\"}").await == Some(5.0) && prom.value(&http, completed).await == Some(0.0)
+    })
+    .await;
+    let w: String = s.query_one("SELECT jobq_register_worker()::text", &[]).await.unwrap().get(0);
+    let ids: Vec<i64> = s
+        .query("SELECT id FROM jobq_checkout($1::text::uuid, ARRAY['scraped'], 5)", &[&w])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len(), 5);
+    for id in ids {
+        s.execute("SELECT jobq_complete($1, $2::text::uuid)", &[&id, &w]).await.unwrap();
+    }
+    wait_until("Prometheus to see the 5 completions", within, || async { prom.value(&http, completed).await == Some(5.0) }).await;
+    // And the histograms: 5 runs counted.
+    assert_eq!(prom.value(&http, "jobq_job_run_seconds_count{queue=\"scraped\"}").await, Some(5.0));
+}

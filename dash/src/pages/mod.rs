@@ -10,13 +10,16 @@
 //! | `/locks` | `locks` |
 //! | `/schedules` | `schedules` |
 //! | `/rate-limits` | `rate_limits` |
+//! | `/events` | `events` |
 //! | `/health` | `health` |
+//! | `/metrics` | `metrics` (Prometheus) |
 
 pub mod events;
 pub mod health;
 pub mod job;
 pub mod jobs;
 pub mod locks;
+pub mod metrics;
 pub mod overview;
 pub mod queue;
 pub mod rate_limits;
