@@ -9,6 +9,8 @@
 //! - `input`: what no request may carry (a NUL in its path, query or form), refused centrally;
 //! - `layout`: the page frame, the error page, number and age formatting;
 //! - `charts`: counters from `jobq.throughput` as SVG;
+//! - `thresholds`: the health page's figures, their amber and red thresholds (the alert rules'
+//!   of deploy/prometheus) and what to do when red;
 //! - `pages::*`: one module per URL (see `table` below for the map).
 
 pub mod auth;
@@ -18,6 +20,7 @@ pub mod db;
 pub mod input;
 pub mod layout;
 pub mod pages;
+pub mod thresholds;
 
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;

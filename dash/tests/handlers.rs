@@ -943,6 +943,17 @@ async fn metrics_are_prometheus_text_that_promtool_accepts() {
     assert!(m.contains("jobq_horizon_transaction_age_seconds{database="), "{m}");
     let (ok, said) = promtool_check(&m);
     assert!(ok && said.trim().is_empty(), "promtool check metrics: {said}\n{m}");
+    // Every metric the shipped alert rules and Grafana dashboard query is one served here.
+    for file in ["prometheus/jobq-alerts.yml", "prometheus/jobq-alerts.test.yml", "grafana/jobq.json"] {
+        let text = std::fs::read_to_string(format!("{}/../deploy/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        for (i, _) in text.match_indices("jobq_") {
+            let name: String = text[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
+            if name.starts_with("jobq_") && !["jobq_admin", "jobq_reader"].contains(&family) {
+                assert!(m.contains(&format!("# TYPE {family} ")), "{file} queries {name}, which /metrics does not serve");
+            }
+        }
+    }
     // Off loopback with basic auth, /metrics asks for it like every page.
     let d = start(&f.db, "dash_reader", &["--basic-auth", "prom:secret"]).await;
     assert_eq!(d.get("/metrics").await.status, StatusCode::UNAUTHORIZED);

@@ -211,7 +211,7 @@ async fn scrape(app: &App) -> Result<String, AppError> {
         &mut out,
         "jobq_horizon_transaction_age_seconds",
         "gauge",
-        "Age of the oldest transaction holding back the vacuum horizon (any database of the server); 0 when none.",
+        "Age of the oldest transaction of this database (or prepared transaction) holding back the vacuum horizon; 0 when none.",
     )
     .sample("jobq_horizon_transaction_age_seconds", &db, h.get(4));
     Family::new(&mut out, "jobq_horizon_xmin_age_transactions", "gauge", "Transactions since the oldest snapshot still held began (age of the horizon's xmin).")
