@@ -10,6 +10,8 @@ pub enum Unit {
     Seconds,
     Ratio,
     Jobs,
+    /// 1 or 0: shown as yes or no.
+    Flag,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -79,7 +81,7 @@ pub const REAPER_PASS_FAILED: Check = Check {
     alert: "JobqReaperFailing",
     metric: "jobq_reaper_last_pass_failed",
     label: "Background worker: last pass failed",
-    unit: Unit::Jobs,
+    unit: Unit::Flag,
     meaning: "1 when the worker's last pass ended in an error (shown below), else 0.",
     amber: 0.0,
     red: 0.5,

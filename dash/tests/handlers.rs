@@ -270,7 +270,7 @@ async fn every_page_answers_and_shows_what_it_should() {
     assert!(d.ok("/rate-limits").await.contains("partner-api"));
     let health = d.ok("/health").await;
     assert!(
-        health.contains("live_jobs") && health.contains("notify_queue_usage"),
+        health.contains("live_jobs") && health.contains("notify_queue_usage") && health.contains("Background worker: time since its last pass"),
         "{health}"
     );
 }
@@ -1060,4 +1060,38 @@ async fn a_real_prometheus_scrapes_a_counter_that_moves() {
     wait_until("Prometheus to see the 5 completions", within, || async { prom.value(&http, completed).await == Some(5.0) }).await;
     // And the histograms: 5 runs counted.
     assert_eq!(prom.value(&http, "jobq_job_run_seconds_count{queue=\"scraped\"}").await, Some(5.0));
+}
+
+/// The health page for people: each figure labelled, coloured against its thresholds, and,
+/// when it is not green, what to do; the session holding the horizon named with the query
+/// that ends it.
+#[tokio::test]
+async fn the_health_page_says_what_is_wrong_and_what_to_do() {
+    use jobq_dash::thresholds::{QUEUE_WAIT, REAPER_PASS_AGE};
+    let c = cluster();
+    let db = c.fresh_db().await;
+    let s = c.connect(&db, "postgres").await;
+    s.batch_execute("SELECT jobq_enqueue('late', run_at => now() - interval '10 minutes')").await.unwrap();
+    // A session in a transaction that holds a snapshot: the horizon's holder.
+    let holder = c.connect(&db, "postgres").await;
+    holder.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1").await.unwrap();
+    let pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    wait_until("a pass of the background worker", Duration::from_secs(30), || async {
+        s.query_one("SELECT last_pass_at IS NOT NULL FROM jobq.health", &[]).await.unwrap().get::<_, bool>(0)
+    })
+    .await;
+    let d = start(&db, "dash_reader", &[]).await;
+    let page = d.ok("/health").await;
+    let row = |label: &str| -> String {
+        let at = page.find(label).unwrap_or_else(|| panic!("{label} in {page}"));
+        let start = page[..at].rfind("<tr").unwrap();
+        page[start..at + page[at..].find("</tr>").unwrap()].to_string()
+    };
+    let late = row(QUEUE_WAIT.label);
+    assert!(late.starts_with("<tr class=\"bad\"") && late.contains(">red<") && late.contains("10 min"), "{late}");
+    assert!(late.contains("What to do: ") && late.contains(QUEUE_WAIT.when_red) && late.contains("/queues/late"), "{late}");
+    let reaper = row(REAPER_PASS_AGE.label);
+    assert!(reaper.contains(">green<") && !reaper.contains("What to do"), "{reaper}");
+    assert!(page.contains(&format!("pg_terminate_backend({pid});")), "{page}");
+    holder.batch_execute("COMMIT").await.unwrap();
 }

@@ -1,12 +1,51 @@
-//! `/health`: the background worker's last pass, the oldest holder of the vacuum horizon, the
-//! NOTIFY queue (jobq.health), and jobq's tables (jobq.table_stats).
+//! `/health`: the figures a person on call reads first, each with its label, unit and meaning,
+//! green, amber or red against the thresholds of `crate::thresholds` (the alert rules' of
+//! deploy/prometheus) and, when it is not green, what to do; then every column of jobq.health
+//! and jobq's tables (jobq.table_stats).
 
 use crate::db::AppError;
-use crate::layout::{self, age, num};
+use crate::layout::{self, age, dur, num};
+use crate::thresholds::{self, Check, Level, Unit};
 use crate::App;
 use axum::extract::State;
 use maud::{html, Markup};
 use std::sync::Arc;
+
+/// A figure's value as its unit says.
+fn shown(c: &Check, v: f64) -> String {
+    match c.unit {
+        _ if v.is_infinite() => "never".into(),
+        Unit::Seconds => dur(v),
+        Unit::Ratio => format!("{:.1} %", v * 100.0),
+        Unit::Jobs => num(v as i64),
+        Unit::Flag => if v > 0.5 { "yes" } else { "no" }.into(),
+    }
+}
+
+fn threshold(c: &Check) -> String {
+    match c.unit {
+        Unit::Flag => "red when yes".into(),
+        _ => format!("amber above {}, red above {}", shown(c, c.amber), shown(c, c.red)),
+    }
+}
+
+/// One figure: its badge, label, value, thresholds, meaning, and what to do unless green.
+fn figure(c: &Check, v: f64, detail: Option<Markup>) -> Markup {
+    let level = c.level(v);
+    html! {
+        tr.bad[level == Level::Red] .warn[level == Level::Amber] {
+            td { span.badge.(level.class()) { (level.word()) } }
+            th { (c.label) }
+            td.n { (shown(c, v)) }
+            td {
+                (c.meaning)
+                br; span.muted { (threshold(c)) " (alert " code { (c.alert) } ")" }
+                @if let Some(d) = &detail { br; (d) }
+                @if level != Level::Green { br; strong { "What to do: " } (c.when_red) }
+            }
+        }
+    }
+}
 
 pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
     let access = app.db.access().await?;
@@ -37,6 +76,53 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
             &[],
         )
         .await?;
+    let f = client
+        .query_one(
+            "SELECT extract(epoch FROM now() - h.last_pass_at)::float8, h.last_pass_error IS NOT NULL,
+                    coalesce(extract(epoch FROM h.horizon_xact_age)::float8, 0), h.horizon_holder, h.horizon_pid,
+                    h.horizon_role, h.horizon_state, coalesce(h.dead_share, 0)::float8, coalesce(h.notify_queue_usage, 0),
+                    (SELECT extract(epoch FROM d.oldest_ready_age)::float8 FROM jobq.queue_depths d
+                      WHERE d.oldest_ready_age IS NOT NULL ORDER BY d.oldest_ready_age DESC LIMIT 1),
+                    (SELECT d.queue FROM jobq.queue_depths d
+                      WHERE d.oldest_ready_age IS NOT NULL ORDER BY d.oldest_ready_age DESC LIMIT 1),
+                    (SELECT coalesce(sum(m.dead), 0)::bigint FROM jobq.queue_minutes m
+                      WHERE m.minute >= date_trunc('minute', now()) - interval '10 minutes'),
+                    (SELECT max(greatest(extract(epoch FROM now() - s.next_run_at), 0))::float8 FROM jobq.schedules s),
+                    (SELECT s.name FROM jobq.schedules s ORDER BY s.next_run_at LIMIT 1)
+               FROM jobq.health h",
+            &[],
+        )
+        .await?;
+    let horizon_pid: Option<i32> = f.get(4);
+    let worst_queue: Option<String> = f.get(10);
+    let figures = [
+        figure(&thresholds::REAPER_PASS_AGE, f.get::<_, Option<f64>>(0).unwrap_or(f64::INFINITY), None),
+        figure(&thresholds::REAPER_PASS_FAILED, if f.get::<_, bool>(1) { 1.0 } else { 0.0 }, None),
+        figure(
+            &thresholds::QUEUE_WAIT,
+            f.get::<_, Option<f64>>(9).unwrap_or(0.0),
+            worst_queue.map(|q| html! { "Queue: " a href=(app.link(&format!("/queues/{}", layout::seg(&q)))) { (q) } }),
+        ),
+        figure(&thresholds::JOBS_DYING, f.get::<_, i64>(11) as f64, Some(html! { a href=(app.link("/jobs?state=dead")) { "Dead jobs" } })),
+        figure(
+            &thresholds::SCHEDULE_LATENESS,
+            f.get::<_, Option<f64>>(12).unwrap_or(0.0),
+            f.get::<_, Option<String>>(13).map(|n| html! { "Next due: " (n) }),
+        ),
+        figure(
+            &thresholds::HORIZON_AGE,
+            f.get(2),
+            f.get::<_, Option<String>>(3).map(|holder| html! {
+                "Held by " (holder)
+                @if let Some(pid) = horizon_pid { ", pid " (pid) }
+                @if let Some(role) = f.get::<_, Option<String>>(5) { ", role " (role) }
+                @if let Some(st) = f.get::<_, Option<String>>(6) { ", " (st) }
+                @if let Some(pid) = horizon_pid { ". To end it: " code { "SELECT pg_terminate_backend(" (pid) ");" } }
+            }),
+        ),
+        figure(&thresholds::DEAD_ROWS, f.get(7), None),
+        figure(&thresholds::NOTIFY_QUEUE, f.get(8), None),
+    ];
     let error = health.get("last_pass_error").is_some_and(|v| !v.is_null());
     let trs: Vec<Markup> = tables
         .iter()
@@ -52,6 +138,8 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
         })
         .collect();
     let body = html! {
+        table.figures { tbody { @for fig in &figures { (fig) } } }
+        h2 { "Background worker" }
         p {
             "Background worker: "
             @match pass_age {
@@ -60,6 +148,7 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
                 Some(a) => { span.badge.ok { "last pass " (age(Some(a))) } },
             }
         }
+        details { summary { "Every column of jobq.health" }
         table.kv { tbody {
             @for (k, v) in &health {
                 tr.bad[k == "last_pass_error" && !v.is_null()] {
@@ -67,7 +156,7 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
                     td { @match v { serde_json::Value::Null => { span.muted { "—" } }, serde_json::Value::String(s) => { (s) }, v => { (v.to_string()) } } }
                 }
             }
-        } }
+        } } }
         h2 { "jobq's tables" }
         (super::table(&["table", "#live rows", "#dead rows", "#dead share", "#size", "last vacuum"], trs, "No statistics yet."))
     };
