@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# jobq-dash at scale: every page's response time with 10,000,000 finished jobs in
+# jobq-dash at scale: every page's response time (and a Prometheus scrape of /metrics) with
+# 10,000,000 finished jobs in
 # history (1% dead, 0.5% cancelled, over the last 23 hours, 20 queues) and 100,000 ready, a day
 # of per-minute counters for each queue, a few workers, locks, schedules and rate limits. The
 # dashboard (release build) connects as a role granted jobq_reader only, and as one granted
@@ -43,6 +44,11 @@ INSERT INTO jobq.queue_minutes
 SELECT 'q' || q, date_trunc('minute', now()) - m * interval '1 minute', 430, 430, 425, 5, 1,
        '{300,100,20,5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0}', '{0,0,0,0,0,400,25,5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0}'
   FROM generate_series(0, 19) q, generate_series(0, 1439) m;
+-- And the totals that only go up (/metrics reads them), as the same passes would have added.
+INSERT INTO jobq.queue_totals
+SELECT queue, sum(enqueued), sum(started), sum(completed), sum(failed), sum(dead),
+       jobq.histogram_sum(wait_ms), jobq.histogram_sum(run_ms), sum(wait_us), sum(run_us)
+  FROM jobq.queue_minutes GROUP BY queue;
 -- Workers with jobs in hand, locks, schedules, rate limits.
 SELECT count(*) FROM (SELECT jobq_register_worker('w' || g) AS w FROM generate_series(1, 20) g) w,
        LATERAL jobq_checkout(w.w, NULL, 5) j;
@@ -55,7 +61,7 @@ JOB=$("${PSQL[@]}" -d bench -c "SELECT max(id) FROM jobq.finished_jobs WHERE sta
 PAGES=(
   "/" "/fragments/overview" "/queues/q7" "/jobs" "/jobs?state=dead" "/jobs?state=ready&queue=q3"
   "/jobs?queue=q7" "/jobs?state=cancelled&queue=q11" "/jobs?kind=kind3&state=completed" "/jobs/$JOB"
-  "/workers" "/locks" "/schedules" "/rate-limits" "/health"
+  "/workers" "/locks" "/schedules" "/rate-limits" "/health" "/metrics"
   # Payload containment (no index on payloads): one job in 1,000 matches; then none.
   "/jobs?payload=%7B%22n%22%3A5%7D" "/jobs?payload=%7B%22x%22%3A1%7D"
 )
