@@ -30,10 +30,10 @@ CREATE ROLE dash_admin LOGIN; GRANT jobq_admin TO dash_admin;
 -- History: straight into the table (the functions would take an hour), as jobq_complete,
 -- jobq_fail and jobq_cancel leave them.
 INSERT INTO jobq.finished_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, attempt,
-                                max_attempts, worker_id, started_at, finished_at, last_error, result)
+                                max_attempts, worker_id, started_at, finished_at, last_error, result, checkpoints)
 SELECT nextval('jobq.jobs_id_seq'), 'q' || (g % 20), 'kind' || (g % 7), jsonb_build_object('n', g % 1000),
        0, t, t, s, 1, 25, '00000000-0000-0000-0000-000000000001', t + interval '5 ms', t + interval '40 ms',
-       CASE WHEN s = 'dead' THEN '{"error": "boom"}'::jsonb END, CASE WHEN s = 'completed' THEN '{"ok": true}'::jsonb END
+       CASE WHEN s = 'dead' THEN '{"error": "boom"}'::jsonb END, CASE WHEN s = 'completed' THEN '{"ok": true}'::jsonb END, '{}'
   FROM generate_series(1, $JOBS) g,
        LATERAL (SELECT now() - interval '23 hours' + g * (interval '23 hours' / $JOBS) AS t,
                        CASE WHEN g % 100 = 0 THEN 'dead' WHEN g % 200 = 1 THEN 'cancelled' ELSE 'completed' END AS s) x;

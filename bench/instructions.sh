@@ -66,7 +66,7 @@ rm -rf "$SNAP"; cp -a "$DATA" "$SNAP"
 # complete's fence (the job executing under this worker), and its move to the history (rows
 # statements and layout).
 FENCE="x.id = \$1 AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = '$W'"
-HISTORY="INSERT INTO jobq.finished_jobs SELECT id, queue, kind, payload, priority, run_at, enqueued_at, 'completed', attempt, max_attempts, unique_key, unique_strategy, concurrency_key, concurrency_limit, worker_id, started_at, clock_timestamp(), interrupted_at, cancel_requested_at, concurrency_slot, last_error, NULL, rate_key, errors FROM d"
+HISTORY="INSERT INTO jobq.finished_jobs SELECT id, queue, kind, payload, priority, run_at, enqueued_at, 'completed', attempt, max_attempts, unique_key, unique_strategy, concurrency_key, concurrency_limit, worker_id, started_at, clock_timestamp(), interrupted_at, cancel_requested_at, concurrency_slot, last_error, NULL, rate_key, errors, depends_on, checkpoints FROM d"
 script() {
   local row=$1 n=$2
   case $row in

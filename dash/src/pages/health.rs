@@ -81,15 +81,16 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
             "SELECT extract(epoch FROM now() - h.last_pass_at)::float8, h.last_pass_error IS NOT NULL,
                     coalesce(extract(epoch FROM h.horizon_xact_age)::float8, 0), h.horizon_holder, h.horizon_pid,
                     h.horizon_role, h.horizon_state, coalesce(h.dead_share, 0)::float8, coalesce(h.notify_queue_usage, 0),
-                    (SELECT extract(epoch FROM d.oldest_ready_age)::float8 FROM jobq.queue_depths d
-                      WHERE d.oldest_ready_age IS NOT NULL ORDER BY d.oldest_ready_age DESC LIMIT 1),
-                    (SELECT d.queue FROM jobq.queue_depths d
-                      WHERE d.oldest_ready_age IS NOT NULL ORDER BY d.oldest_ready_age DESC LIMIT 1),
+                    extract(epoch FROM now() - o.run_at)::float8, o.queue,
                     (SELECT coalesce(sum(m.dead), 0)::bigint FROM jobq.queue_minutes m
                       WHERE m.minute >= date_trunc('minute', now()) - interval '10 minutes'),
                     (SELECT max(greatest(extract(epoch FROM now() - s.next_run_at), 0))::float8 FROM jobq.schedules s),
                     (SELECT s.name FROM jobq.schedules s ORDER BY s.next_run_at LIMIT 1)
-               FROM jobq.health h",
+               FROM jobq.health h
+               -- The oldest due job (the jobs not yet finished only, never the history).
+               LEFT JOIN LATERAL (SELECT j.queue, j.run_at FROM jobq.live_jobs j
+                                   WHERE j.state = 'ready' AND j.run_at <= now()
+                                   ORDER BY j.run_at LIMIT 1) o ON true",
             &[],
         )
         .await?;

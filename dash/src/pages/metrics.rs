@@ -1,7 +1,7 @@
 //! `/metrics`: what the extension keeps, in the Prometheus text format (version 0.0.4), for a
 //! Prometheus server to scrape. Every figure comes from a view or table the extension keeps
 //! up to date (docs/monitoring.md names each one's source); nothing reads the job history
-//! beyond the jobs not yet completed, so a scrape costs the same at 10 million finished jobs
+//! beyond the jobs not yet finished and the index of dead ones, so a scrape costs the same at 10 million finished jobs
 //! (bench/metrics.sh). Counters and histograms come from `jobq.queue_totals`, which only goes
 //! up, across restarts of this exporter and of the server. Served like every page: as the
 //! dashboard's role (jobq_reader suffices), behind basic auth off loopback.
@@ -86,16 +86,26 @@ async fn scrape(app: &App) -> Result<String, AppError> {
     let client = app.db.client().await?;
     let mut out = String::new();
 
-    // Queues now: jobs by state, oldest due job's wait (jobq.queue_depths reads the jobs not
-    // yet finished and the dead ones, never the completed history).
+    // Queues now: jobs by state and the oldest due job's wait, from one pass over the jobs not
+    // yet finished and the index of dead ones (jobs_finished_unusual); never the completed
+    // history. (jobq.queue_depths has these but blocked, in two passes.)
     let depths = client
         .query(
-            "SELECT d.queue, d.ready, d.scheduled, d.executing, d.dead,
-                    coalesce(b.blocked, 0), extract(epoch FROM d.oldest_ready_age)::float8
-               FROM jobq.queue_depths d
-               LEFT JOIN (SELECT queue, count(*) AS blocked FROM jobq.live_jobs WHERE state = 'blocked' GROUP BY queue) b
-                 ON b.queue = d.queue
-              ORDER BY d.queue",
+            "WITH t AS MATERIALIZED (SELECT now() AS now),
+                  live AS (
+                      SELECT j.queue,
+                             count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS ready,
+                             count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now) AS scheduled,
+                             count(*) FILTER (WHERE j.state = 'executing') AS executing,
+                             count(*) FILTER (WHERE j.state = 'blocked') AS blocked,
+                             extract(epoch FROM t.now - min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now))::float8 AS oldest
+                        FROM jobq.live_jobs j CROSS JOIN t GROUP BY j.queue),
+                  dead AS (
+                      SELECT f.queue, count(*) AS dead FROM jobq.finished_jobs f WHERE f.state = 'dead' GROUP BY f.queue)
+             SELECT coalesce(l.queue, d.queue), coalesce(l.ready, 0), coalesce(l.scheduled, 0), coalesce(l.executing, 0),
+                    coalesce(d.dead, 0), coalesce(l.blocked, 0), l.oldest
+               FROM live l FULL JOIN dead d ON d.queue = l.queue
+              ORDER BY 1",
             &[],
         )
         .await?;
