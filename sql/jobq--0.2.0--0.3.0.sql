@@ -349,6 +349,49 @@ END $$;
 -- parent failed and its on_parent_failure is 'cancel'. Called by every path that finishes a
 -- job (jobq._archive, jobq._complete, src/complete.rs), so it costs a job without dependents
 -- one index probe. Children in id order, so two finishers never lock them in opposite orders.
+CREATE FUNCTION jobq._lock_children(job_ids bigint[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM jobq.edges e WHERE e.parent = ANY (job_ids) AND NOT e.settled) THEN
+        -- The hot tables in their one lock order before any row (src/compact.rs).
+        PERFORM jobq._hold_hot_tables();
+        PERFORM 1 FROM jobq.blocked b
+          WHERE b.job_id IN (SELECT e.child FROM jobq.edges e WHERE e.parent = ANY (job_ids) AND NOT e.settled)
+          ORDER BY b.job_id
+            FOR UPDATE;
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_complete_many(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL)
+RETURNS bigint[] LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_done  bigint[] := '{}';
+    r       record;
+BEGIN
+    PERFORM jobq._check_batch(worker, job_ids, results);
+    PERFORM jobq._lock_children(job_ids);  -- src/sql/workflows.sql
+    FOR r IN SELECT i.id, i.ord FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.id, i.ord LOOP
+        IF @extschema@.jobq_complete(r.id, worker, results[r.ord]) THEN
+            v_done := v_done || r.id;
+        END IF;
+    END LOOP;
+    RETURN ARRAY(SELECT d FROM unnest(job_ids) d WHERE d = ANY (v_done));
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_fail_many(worker uuid, job_ids bigint[], errors jsonb[] DEFAULT NULL)
+RETURNS text[] LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_states  text[] := array_fill(NULL::text, ARRAY[cardinality(job_ids)]);
+    r         record;
+BEGIN
+    PERFORM jobq._check_batch(worker, job_ids, errors);
+    PERFORM jobq._lock_children(job_ids);  -- src/sql/workflows.sql
+    FOR r IN SELECT i.id, i.ord FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.id, i.ord LOOP
+        v_states[r.ord] := @extschema@.jobq_fail(r.id, worker, errors[r.ord]);
+    END LOOP;
+    RETURN v_states;
+END $$;
+
 CREATE FUNCTION jobq._settle(parents bigint[], states text[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -560,7 +603,8 @@ BEGIN
     -- Every awaited job gets an edge (a finished one keeps it from pruning while this job
     -- may still read its result); the unfinished ones are what the job waits for.
     INSERT INTO jobq.edges AS e (parent, child, cancel, settled)
-    SELECT DISTINCT p, job_id, false, p <> ALL (v_live) FROM unnest(jobs) p
+    SELECT DISTINCT a.id, job_id, false, l.id IS NULL
+      FROM unnest(jobs) AS a(id) LEFT JOIN unnest(v_live) AS l(id) ON l.id = a.id
     ON CONFLICT (parent, child) DO UPDATE SET settled = excluded.settled, cancel = false;
     IF cardinality(v_live) = 0 THEN
         RETURN 'finished';
@@ -1029,7 +1073,7 @@ BEGIN
     -- jobq.queue_minutes (src/sql/counters.sql).
     PERFORM jobq._flush_tallies(v_now, jobq._retention());
 
-    -- Workflows: timed-out awaits, missed wake-ups, old events (src/sql/workflows.sql).
+    -- Workflows: timed-out awaits, old events (src/sql/workflows.sql).
     PERFORM jobq._workflow_pass(v_now, v_cutoff);
 
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
@@ -1428,6 +1472,7 @@ REVOKE ALL ON FUNCTION
     jobq._unblock(bigint, boolean),
     jobq._cancel_blocked(bigint, bigint, text),
     jobq._settle(bigint[], text[]),
+    jobq._lock_children(bigint[]),
     jobq._lock_unfinished(bigint[], text, integer),
     jobq._depend(bigint, bigint[], text),
     jobq._reblock(bigint),

@@ -384,6 +384,129 @@ fn a_finished_parent_is_kept_while_a_dependent_is_unfinished() {
     assert_eq!(one::<i64>(&mut c, "SELECT count(*) FROM jobq.edges", &[]), 0, "a pruned job's edges go with it");
 }
 
+/// Large fan-ins hammered in every isolation level: a job awaiting 300 jobs and a job depending
+/// on 150 of them (with 'cancel'), while 8 sessions finish those jobs in batches of 1 to 5 in
+/// shuffled orders: the awaiting job becomes ready exactly once,
+/// the dependent is cancelled exactly once by the one parent that dies, and no session meets a
+/// deadlock (under READ COMMITTED, no 40001 either).
+#[test]
+fn large_fan_ins_are_released_once_by_many_finishers() {
+    let (cluster, db, mut c) = db();
+    for iso in LEVELS {
+        let w = register(&mut c);
+        let queue = format!("fan-{iso:?}");
+        let awaiter: i64 = one(&mut c, "SELECT jobq_enqueue($1)", &[&format!("{queue}-a")]);
+        assert_eq!(checkout(&mut c, w, &format!("{queue}-a"), 1), vec![awaiter]);
+        let jobs: Vec<i64> = c
+            .query("SELECT * FROM jobq_enqueue_batch($1, array_fill('{}'::jsonb, ARRAY[300]))", &[&queue])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let dependent: i64 = one(&mut c, "SELECT jobq_enqueue($1, depends_on => $2)", &[&format!("{queue}-d"), &jobs[..150].to_vec()]);
+        assert_eq!(one::<String>(&mut c, "SELECT jobq_await_jobs($1, $2, $3)", &[&awaiter, &w, &jobs]), "waiting");
+        assert_eq!(checkout(&mut c, w, &queue, 300).len(), 300);
+        // 8 sessions, each with every 8th job, shuffled, finished in batches of 1 to 5; job 77
+        // (a parent of the dependent) dies.
+        let dies = jobs[77];
+        let threads: Vec<_> = (0..8usize)
+            .map(|side| {
+                let url = cluster.url(&db);
+                let mut mine: Vec<i64> = jobs.iter().copied().skip(side).step_by(8).collect();
+                let mut seed = side as u64 + 1;
+                for i in (1..mine.len()).rev() {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    mine.swap(i, (seed >> 33) as usize % (i + 1));
+                }
+                std::thread::spawn(move || {
+                    let mut s = Client::connect(&url, postgres::NoTls).unwrap();
+                    for (k, batch) in mine.chunks(1 + side % 5).enumerate() {
+                        let finish = |tx: &mut postgres::Transaction| -> Result<(), postgres::Error> {
+                            if batch.contains(&dies) {
+                                tx.execute("SELECT jobq_fail($1, $2, discard => true)", &[&dies, &w])?;
+                            }
+                            let rest: Vec<i64> = batch.iter().copied().filter(|j| *j != dies).collect();
+                            let done: Vec<i64> = tx.query_one("SELECT jobq_complete_many($1, $2)", &[&w, &rest])?.get(0);
+                            assert_eq!(done.len(), rest.len(), "batch {k} of side {side}");
+                            Ok(())
+                        };
+                        if matches!(iso, IsolationLevel::ReadCommitted) {
+                            // No 40001 and no 40P01 to retry: any error fails the test.
+                            let mut tx = s.transaction().unwrap();
+                            finish(&mut tx).unwrap();
+                            tx.commit().unwrap();
+                        } else {
+                            retrying(&mut s, iso, finish);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(state(&mut c, awaiter), "ready", "{iso:?}");
+        assert_eq!(one::<i64>(&mut c, "SELECT count(*) FROM jobq.ready WHERE id = $1", &[&awaiter]), 1);
+        assert_eq!(state(&mut c, dependent), "cancelled", "{iso:?}");
+        let last_error: Value = one(&mut c, "SELECT last_error FROM jobq.jobs WHERE id = $1", &[&dependent]);
+        assert_eq!(last_error, json!({"parent": dies, "parent_state": "dead"}));
+        assert_eq!(one::<i64>(&mut c, "SELECT count(*) FROM jobq.blocked WHERE job_id = ANY ($1)", &[&vec![awaiter, dependent]]), 0);
+        assert_eq!(checkout(&mut c, w, &format!("{queue}-a"), 1), vec![awaiter]);
+        assert!(complete(&mut c, awaiter, w));
+        c.execute("SELECT jobq_unregister_worker($1)", &[&w]).unwrap();
+        assert_job_tables_consistent(&mut c);
+    }
+}
+
+/// Parents of two children finished in crossing orders, many times, in every isolation level:
+/// one session completes q0 (a parent of the second child only) and q (of the first only) in
+/// one batch, in id order, while another completes p (a parent of both): the first locks the
+/// second child's count before the first's, the other in child order. Neither deadlocks, and
+/// both children become ready once.
+#[test]
+fn parents_of_two_children_finished_in_crossing_orders_never_deadlock() {
+    let (cluster, db, mut c) = db();
+    for iso in LEVELS {
+        let w = register(&mut c);
+        let rounds = 80;
+        let mut sets = Vec::new();
+        for _ in 0..rounds {
+            let q0: i64 = one(&mut c, "SELECT jobq_enqueue('cross')", &[]);
+            let q: i64 = one(&mut c, "SELECT jobq_enqueue('cross')", &[]);
+            let p: i64 = one(&mut c, "SELECT jobq_enqueue('cross')", &[]);
+            let c1: i64 = one(&mut c, "SELECT jobq_enqueue('cross-child', depends_on => ARRAY[$1::bigint, $2::bigint])", &[&p, &q]);
+            let c2: i64 = one(&mut c, "SELECT jobq_enqueue('cross-child', depends_on => ARRAY[$1::bigint, $2::bigint])", &[&p, &q0]);
+            sets.push((q0, q, p, c1, c2));
+        }
+        assert_eq!(checkout(&mut c, w, "cross", 3 * rounds).len(), 3 * rounds as usize);
+        let s2 = sets.clone();
+        race(cluster.url(&db), 2, rounds as usize, move |s, side, round| {
+            let (q0, q, p, _, _) = s2[round];
+            let finish = |tx: &mut postgres::Transaction| -> Result<(), postgres::Error> {
+                if side == 0 {
+                    let done: Vec<i64> = tx.query_one("SELECT jobq_complete_many($1, ARRAY[$2::bigint, $3::bigint])", &[&w, &q0, &q])?.get(0);
+                    assert_eq!(done, vec![q0, q]);
+                } else {
+                    assert!(tx.query_one("SELECT jobq_complete($1, $2)", &[&p, &w])?.get::<_, bool>(0));
+                }
+                Ok(())
+            };
+            if matches!(iso, IsolationLevel::ReadCommitted) {
+                let mut tx = s.transaction().unwrap();
+                finish(&mut tx).unwrap();
+                tx.commit().unwrap();
+            } else {
+                retrying(s, iso, finish);
+            }
+        });
+        let children: Vec<i64> = sets.iter().flat_map(|x| [x.3, x.4]).collect();
+        let ready: i64 = one(&mut c, "SELECT count(*) FROM jobq.ready WHERE id = ANY ($1)", &[&children]);
+        assert_eq!(ready, 2 * rounds as i64, "{iso:?}: every child ready, once");
+        c.execute("SELECT jobq_unregister_worker($1)", &[&w]).unwrap();
+        assert_job_tables_consistent(&mut c);
+    }
+}
+
 /// Two parents of one child completed at once from two sessions, many times, in every
 /// isolation level: the child becomes ready exactly once.
 #[test]

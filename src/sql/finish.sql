@@ -238,6 +238,7 @@ DECLARE
     r       record;
 BEGIN
     PERFORM jobq._check_batch(worker, job_ids, results);
+    PERFORM jobq._lock_children(job_ids);  -- src/sql/workflows.sql
     FOR r IN SELECT i.id, i.ord FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.id, i.ord LOOP
         IF @extschema@.jobq_complete(r.id, worker, results[r.ord]) THEN
             v_done := v_done || r.id;
@@ -257,6 +258,7 @@ DECLARE
     r         record;
 BEGIN
     PERFORM jobq._check_batch(worker, job_ids, errors);
+    PERFORM jobq._lock_children(job_ids);  -- src/sql/workflows.sql
     FOR r IN SELECT i.id, i.ord FROM unnest(job_ids) WITH ORDINALITY AS i(id, ord) ORDER BY i.id, i.ord LOOP
         v_states[r.ord] := @extschema@.jobq_fail(r.id, worker, errors[r.ord]);
     END LOOP;

@@ -115,7 +115,7 @@ BEGIN
     -- jobq.queue_minutes (src/sql/counters.sql).
     PERFORM jobq._flush_tallies(v_now, jobq._retention());
 
-    -- Workflows: timed-out awaits, missed wake-ups, old events (src/sql/workflows.sql).
+    -- Workflows: timed-out awaits, old events (src/sql/workflows.sql).
     PERFORM jobq._workflow_pass(v_now, v_cutoff);
 
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left

@@ -152,6 +152,25 @@ BEGIN
     END LOOP;
 END $$;
 
+-- Batch calls (jobq_complete_many, jobq_fail_many, and the fused calls through them) finish
+-- several jobs, each telling its dependents in child order. Two of them telling the same
+-- children in crossing orders (a parent of the second child only, then one of the first;
+-- against a parent of both) would each hold one child's jobq.blocked row and wait for the
+-- other's. So a batch locks the blocked rows of all its jobs' waiting children first, in child
+-- order, as one jobq._settle does.
+CREATE FUNCTION jobq._lock_children(job_ids bigint[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM jobq.edges e WHERE e.parent = ANY (job_ids) AND NOT e.settled) THEN
+        -- The hot tables in their one lock order before any row (src/compact.rs).
+        PERFORM jobq._hold_hot_tables();
+        PERFORM 1 FROM jobq.blocked b
+          WHERE b.job_id IN (SELECT e.child FROM jobq.edges e WHERE e.parent = ANY (job_ids) AND NOT e.settled)
+          ORDER BY b.job_id
+            FOR UPDATE;
+    END IF;
+END $$;
+
 -- The jobs of `ids` (distinct, at most `most`, each existing, else 22023) that are not
 -- finished, locked FOR KEY SHARE: compatible with their claim and checkpoints, not with their
 -- finishing, which waits for this transaction and then sees the edges it wrote. Ids not in
@@ -326,7 +345,8 @@ BEGIN
     -- Every awaited job gets an edge (a finished one keeps it from pruning while this job
     -- may still read its result); the unfinished ones are what the job waits for.
     INSERT INTO jobq.edges AS e (parent, child, cancel, settled)
-    SELECT DISTINCT p, job_id, false, p <> ALL (v_live) FROM unnest(jobs) p
+    SELECT DISTINCT a.id, job_id, false, l.id IS NULL
+      FROM unnest(jobs) AS a(id) LEFT JOIN unnest(v_live) AS l(id) ON l.id = a.id
     ON CONFLICT (parent, child) DO UPDATE SET settled = excluded.settled, cancel = false;
     IF cardinality(v_live) = 0 THEN
         RETURN 'finished';
