@@ -48,7 +48,11 @@ SELECT 'q' || q, date_trunc('minute', now()) - m * interval '1 minute', 430, 430
 INSERT INTO jobq.queue_totals
 SELECT queue, sum(enqueued), sum(started), sum(completed), sum(failed), sum(dead),
        jobq.histogram_sum(wait_ms), jobq.histogram_sum(run_ms), sum(wait_us), sum(run_us)
-  FROM jobq.queue_minutes GROUP BY queue;
+  FROM jobq.queue_minutes GROUP BY queue
+ON CONFLICT (queue) DO UPDATE
+   SET enqueued = excluded.enqueued, started = excluded.started, completed = excluded.completed,
+       failed = excluded.failed, dead = excluded.dead, wait_ms = excluded.wait_ms, run_ms = excluded.run_ms,
+       wait_us = excluded.wait_us, run_us = excluded.run_us;
 -- Workers with jobs in hand, locks, schedules, rate limits.
 SELECT count(*) FROM (SELECT jobq_register_worker('w' || g) AS w FROM generate_series(1, 20) g) w,
        LATERAL jobq_checkout(w.w, NULL, 5) j;

@@ -6,7 +6,8 @@
 #                                         (sql/jobq--A--B.sql); depends on postgresql-NN
 #   postgresql-NN-jobq-proxy_V_amd64.deb  jobq_proxy, the scale-out extension (SQL only, proxy/);
 #                                         depends on postgresql-NN and postgresql-NN-plproxy
-#   jobq-dash_V_amd64.deb                 the dashboard, /usr/bin/jobq-dash (one for every NN)
+#   jobq-dash_V_amd64.deb                 the dashboard, /usr/bin/jobq-dash (one for every NN), and
+#                                         /usr/share/jobq-dash: alert rules, a Grafana dashboard
 # Files go where Debian's postgresql-NN looks for them (/usr/lib/postgresql/NN/lib,
 # /usr/share/postgresql/NN/extension), whatever prefix the build's PostgreSQL has (17 and 18
 # are built under /opt/jobq-pg by scripts/build-postgres.sh). V is the workspace's version.
@@ -85,6 +86,9 @@ cargo build --release -q -p jobq-dash
 root=$work/jobq-dash
 mkdir -p "$root/usr/bin"
 install -m 755 target/release/jobq-dash "$root/usr/bin/jobq-dash"
+# The alert rules and the Grafana dashboard for its /metrics (docs/monitoring.md).
+install -D -m 644 deploy/prometheus/jobq-alerts.yml "$root/usr/share/jobq-dash/prometheus/jobq-alerts.yml"
+install -D -m 644 deploy/grafana/jobq.json "$root/usr/share/jobq-dash/grafana/jobq.json"
 build_deb "$root" jobq-dash "$(shlibs "$root/usr/bin/jobq-dash")" \
   "web dashboard for the jobq job queue" \
-  "jobq-dash serves queues, jobs, workers, locks, schedules, rate limits and health of a database with jobq, read from the extension's views, as a login role granted jobq_reader (read-only) or jobq_admin (with actions). Basic auth is required off loopback."
+  "jobq-dash serves queues, jobs, workers, locks, schedules, rate limits and health of a database with jobq, read from the extension's views, as a login role granted jobq_reader (read-only) or jobq_admin (with actions), and its metrics for Prometheus at /metrics, with alert rules and a Grafana dashboard in /usr/share/jobq-dash. Basic auth is required off loopback."

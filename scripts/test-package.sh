@@ -124,6 +124,17 @@ PY
 done
 grep -q "mail" <<<"${page:-}" || fail "jobq-dash did not serve an overview naming queue mail ($(cat "$tmp/dash.log"))"
 ok "/usr/bin/jobq-dash serves the overview"
+metrics=$(python3 - "$dash_port" <<'PY'
+import sys, urllib.request
+print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode())
+PY
+) || fail "jobq-dash did not serve /metrics"
+grep -q '^jobq_queue_jobs{queue="mail",state=' <<<"$metrics" || fail "/metrics has no depth of queue mail"
+ok "/usr/bin/jobq-dash serves /metrics"
+for f in prometheus/jobq-alerts.yml grafana/jobq.json; do
+  [ -s "/usr/share/jobq-dash/$f" ] || fail "jobq-dash did not install /usr/share/jobq-dash/$f"
+done
+ok "/usr/share/jobq-dash has the alert rules and the Grafana dashboard"
 
 # 5. Leave the machine as it was.
 kill "$dash_pid"; dash_pid=

@@ -82,33 +82,91 @@ fn histogram(f: &mut Family, name: &str, queue: &str, bounds_ms: &[f64], counts:
     f.sample(&format!("{name}_count"), &[("queue", queue)], cumulative as f64);
 }
 
+/// The jobs not yet finished, by queue: due, scheduled, executing, blocked, and the oldest due
+/// job's wait in seconds.
+const LIVE: &str = "WITH t AS MATERIALIZED (SELECT now() AS now)
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now),
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now),
+           count(*) FILTER (WHERE j.state = 'executing'),
+           count(*) FILTER (WHERE j.state = 'blocked'),
+           extract(epoch FROM t.now - min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now))::float8
+      FROM jobq.live_jobs j CROSS JOIN t GROUP BY j.queue, t.now";
+
+/// The dead jobs kept, by queue, from the index of unusual finished jobs (jobs_finished_unusual),
+/// never the completed history.
+const DEAD: &str = "SELECT f.queue, count(*) FROM jobq.finished_jobs f WHERE f.state = 'dead' GROUP BY f.queue";
+
+/// A queue's jobs by state (ready, scheduled, blocked, executing, dead) and its oldest due job's wait.
+type Depth = ([i64; 5], Option<f64>);
+
 async fn scrape(app: &App) -> Result<String, AppError> {
-    let client = app.db.client().await?;
+    // Three connections: the two passes over jobs (the ones not yet finished, the index of dead
+    // ones) run beside the small reads, so a scrape takes about as long as the longest of them.
+    let (a, b, client) = tokio::try_join!(app.db.client(), app.db.client(), app.db.client())?;
+    let small = async {
+        let bounds: Vec<f64> = client.query_one("SELECT jobq.histogram_bounds()", &[]).await?.get(0);
+        let totals = client
+            .query(
+                "SELECT queue, enqueued, started, completed, failed, dead, wait_ms, run_ms, wait_us, run_us
+                   FROM jobq.queue_totals ORDER BY queue",
+                &[],
+            )
+            .await?;
+        let workers = client
+            .query(
+                "SELECT coalesce(w.heartbeat_at > now() - current_setting('jobq.heartbeat_timeout', true)::interval, true) AS alive,
+                        count(*), coalesce(sum((SELECT count(*) FROM jobq.live_jobs j
+                                                 WHERE j.worker_id = w.id AND j.state = 'executing')), 0)::bigint
+                   FROM jobq.workers w GROUP BY 1",
+                &[],
+            )
+            .await?;
+        // jobq.health's sources, without its dead-row share (read per table below).
+        let health = client
+            .query_one(
+                "SELECT current_database()::text, extract(epoch FROM now() - p.ended_at)::float8, p.took_ms,
+                        p.error IS NOT NULL, coalesce(extract(epoch FROM h.xact_age)::float8, 0),
+                        coalesce(h.xmin_age, 0)::float8, pg_notification_queue_usage()
+                   FROM (SELECT) one
+                   LEFT JOIN jobq._last_pass() p ON true
+                   LEFT JOIN jobq._oldest_horizon() h ON true",
+                &[],
+            )
+            .await?;
+        let tables = client
+            .query("SELECT table_name, coalesce(dead_share, 0)::float8 FROM jobq.table_stats ORDER BY table_name", &[])
+            .await?;
+        let slots = client
+            .query(
+                "SELECT k.kind, coalesce(sum(s.executing), 0)::bigint, count(*) FILTER (WHERE s.executing >= s.max_limit)
+                   FROM (VALUES ('concurrency'), ('while_executing')) k(kind)
+                   LEFT JOIN jobq.concurrency_slots s ON s.kind = k.kind GROUP BY k.kind ORDER BY k.kind",
+                &[],
+            )
+            .await?;
+        let rates = client.query("SELECT key, starts_in_window, max_starts FROM jobq.rate_windows ORDER BY key", &[]).await?;
+        let schedules = client
+            .query("SELECT name, greatest(extract(epoch FROM now() - next_run_at), 0)::float8 FROM jobq.schedules ORDER BY name", &[])
+            .await?;
+        Ok::<_, tokio_postgres::Error>((bounds, totals, workers, health, tables, slots, rates, schedules))
+    };
+    let (live, dead, (bounds, totals, workers, h, tables, slots, rates, schedules)) =
+        tokio::try_join!(a.query(LIVE, &[]), b.query(DEAD, &[]), small)?;
+    let mut depths: std::collections::BTreeMap<String, Depth> = std::collections::BTreeMap::new();
+    for r in &live {
+        let d = depths.entry(r.get(0)).or_default();
+        d.0[0] = r.get(1);
+        d.0[1] = r.get(2);
+        d.0[3] = r.get(3);
+        d.0[2] = r.get(4);
+        d.1 = r.get(5);
+    }
+    for r in &dead {
+        depths.entry(r.get(0)).or_default().0[4] = r.get(1);
+    }
     let mut out = String::new();
 
-    // Queues now: jobs by state and the oldest due job's wait, from one pass over the jobs not
-    // yet finished and the index of dead ones (jobs_finished_unusual); never the completed
-    // history. (jobq.queue_depths has these but blocked, in two passes.)
-    let depths = client
-        .query(
-            "WITH t AS MATERIALIZED (SELECT now() AS now),
-                  live AS (
-                      SELECT j.queue,
-                             count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS ready,
-                             count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now) AS scheduled,
-                             count(*) FILTER (WHERE j.state = 'executing') AS executing,
-                             count(*) FILTER (WHERE j.state = 'blocked') AS blocked,
-                             extract(epoch FROM t.now - min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now))::float8 AS oldest
-                        FROM jobq.live_jobs j CROSS JOIN t GROUP BY j.queue),
-                  dead AS (
-                      SELECT f.queue, count(*) AS dead FROM jobq.finished_jobs f WHERE f.state = 'dead' GROUP BY f.queue)
-             SELECT coalesce(l.queue, d.queue), coalesce(l.ready, 0), coalesce(l.scheduled, 0), coalesce(l.executing, 0),
-                    coalesce(d.dead, 0), coalesce(l.blocked, 0), l.oldest
-               FROM live l FULL JOIN dead d ON d.queue = l.queue
-              ORDER BY 1",
-            &[],
-        )
-        .await?;
     {
         let mut f = Family::new(
             &mut out,
@@ -116,10 +174,9 @@ async fn scrape(app: &App) -> Result<String, AppError> {
             "gauge",
             "Jobs of the queue now, by state: ready (due), scheduled (ready, not yet due), blocked, executing, dead (kept until pruned).",
         );
-        for r in &depths {
-            let q: String = r.get(0);
-            for (state, col) in [("ready", 1), ("scheduled", 2), ("blocked", 5), ("executing", 3), ("dead", 4)] {
-                f.sample("jobq_queue_jobs", &[("queue", &q), ("state", state)], r.get::<_, i64>(col) as f64);
+        for (q, (n, _)) in &depths {
+            for (state, count) in ["ready", "scheduled", "blocked", "executing", "dead"].iter().zip(n) {
+                f.sample("jobq_queue_jobs", &[("queue", q), ("state", state)], *count as f64);
             }
         }
     }
@@ -130,21 +187,12 @@ async fn scrape(app: &App) -> Result<String, AppError> {
             "gauge",
             "How long the oldest due ready job of the queue has waited since it was due; 0 when none waits.",
         );
-        for r in &depths {
-            let q: String = r.get(0);
-            f.sample("jobq_queue_oldest_ready_age_seconds", &[("queue", &q)], r.get::<_, Option<f64>>(6).unwrap_or(0.0));
+        for (q, (_, oldest)) in &depths {
+            f.sample("jobq_queue_oldest_ready_age_seconds", &[("queue", q)], oldest.unwrap_or(0.0));
         }
     }
 
     // What jobs did, ever: counters and histograms (jobq.queue_totals).
-    let bounds: Vec<f64> = client.query_one("SELECT jobq.histogram_bounds()", &[]).await?.get(0);
-    let totals = client
-        .query(
-            "SELECT queue, enqueued, started, completed, failed, dead, wait_ms, run_ms, wait_us, run_us
-               FROM jobq.queue_totals ORDER BY queue",
-            &[],
-        )
-        .await?;
     for (i, (event, help)) in [
         ("enqueued", "Jobs enqueued."),
         ("started", "Attempts started (checkouts)."),
@@ -175,15 +223,6 @@ async fn scrape(app: &App) -> Result<String, AppError> {
 
     // Workers: alive (heartbeat within jobq.heartbeat_timeout) or stale (to be reaped), and
     // the jobs they hold.
-    let workers = client
-        .query(
-            "SELECT coalesce(w.heartbeat_at > now() - current_setting('jobq.heartbeat_timeout', true)::interval, true) AS alive,
-                    count(*), coalesce(sum((SELECT count(*) FROM jobq.live_jobs j
-                                             WHERE j.worker_id = w.id AND j.state = 'executing')), 0)::bigint
-               FROM jobq.workers w GROUP BY 1",
-            &[],
-        )
-        .await?;
     let by_state = |alive: bool, col: usize| -> f64 {
         workers.iter().find(|r| r.get::<_, bool>(0) == alive).map(|r| r.get::<_, i64>(col) as f64).unwrap_or(0.0)
     };
@@ -194,16 +233,7 @@ async fn scrape(app: &App) -> Result<String, AppError> {
         .sample("jobq_workers_jobs_held", &[("state", "alive")], by_state(true, 2))
         .sample("jobq_workers_jobs_held", &[("state", "stale")], by_state(false, 2));
 
-    // This database's background worker and vacuum horizon (jobq.health).
-    let h = client
-        .query_one(
-            "SELECT current_database()::text, extract(epoch FROM now() - last_pass_at)::float8, last_pass_ms,
-                    last_pass_error IS NOT NULL, coalesce(extract(epoch FROM horizon_xact_age)::float8, 0),
-                    coalesce(horizon_xmin_age, 0)::float8, notify_queue_usage
-               FROM jobq.health",
-            &[],
-        )
-        .await?;
+    // This database's background worker and vacuum horizon (what jobq.health shows).
     let db: String = h.get(0);
     let db = [("database", db.as_str())];
     Family::new(
@@ -230,9 +260,6 @@ async fn scrape(app: &App) -> Result<String, AppError> {
         .sample("jobq_notify_queue_usage_ratio", &db, h.get::<_, Option<f64>>(6).unwrap_or(0.0));
 
     // jobq's tables: dead rows' share (statistics the server keeps).
-    let tables = client
-        .query("SELECT table_name, coalesce(dead_share, 0)::float8 FROM jobq.table_stats ORDER BY table_name", &[])
-        .await?;
     {
         let mut f = Family::new(&mut out, "jobq_table_dead_rows_ratio", "gauge", "Share of dead row versions in each of jobq's tables (0 to 1), from the server's statistics.");
         for r in &tables {
@@ -241,14 +268,6 @@ async fn scrape(app: &App) -> Result<String, AppError> {
     }
 
     // Concurrency slots in use and keys at their limit (keys may be many: not one series each).
-    let slots = client
-        .query(
-            "SELECT k.kind, coalesce(sum(s.executing), 0)::bigint, count(*) FILTER (WHERE s.executing >= s.max_limit)
-               FROM (VALUES ('concurrency'), ('while_executing')) k(kind)
-               LEFT JOIN jobq.concurrency_slots s ON s.kind = k.kind GROUP BY k.kind ORDER BY k.kind",
-            &[],
-        )
-        .await?;
     {
         let mut f = Family::new(&mut out, "jobq_concurrency_slots_in_use", "gauge", "Concurrency slots held by executing jobs, by kind of key.");
         for r in &slots {
@@ -263,7 +282,6 @@ async fn scrape(app: &App) -> Result<String, AppError> {
     }
 
     // Rate limits (set by an administrator: few keys): starts in the current window.
-    let rates = client.query("SELECT key, starts_in_window, max_starts FROM jobq.rate_windows ORDER BY key", &[]).await?;
     {
         let mut f = Family::new(&mut out, "jobq_rate_window_starts", "gauge", "Starts in the rate key's current window.");
         for r in &rates {
@@ -278,9 +296,6 @@ async fn scrape(app: &App) -> Result<String, AppError> {
     }
 
     // Schedules: how late the next tick is (0 while it is in the future).
-    let schedules = client
-        .query("SELECT name, greatest(extract(epoch FROM now() - next_run_at), 0)::float8 FROM jobq.schedules ORDER BY name", &[])
-        .await?;
     {
         let mut f = Family::new(&mut out, "jobq_schedule_lateness_seconds", "gauge", "How far the schedule's next tick is past due (0 while it is in the future).");
         for r in &schedules {
