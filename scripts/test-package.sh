@@ -129,7 +129,8 @@ import sys, urllib.request
 print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode())
 PY
 ) || fail "jobq-dash did not serve /metrics"
-grep -q '^jobq_queue_jobs{queue="mail",state=' <<<"$metrics" || fail "/metrics has no depth of queue mail"
+grep -q '^# TYPE jobq_jobs_completed_total counter' <<<"$metrics" || fail "/metrics has no completed counter"
+grep -q '^jobq_reaper_last_pass_age_seconds{database="app"} ' <<<"$metrics" || fail "/metrics has no reaper figure for database app"
 ok "/usr/bin/jobq-dash serves /metrics"
 for f in prometheus/jobq-alerts.yml grafana/jobq.json; do
   [ -s "/usr/share/jobq-dash/$f" ] || fail "jobq-dash did not install /usr/share/jobq-dash/$f"
