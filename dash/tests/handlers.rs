@@ -941,6 +941,7 @@ async fn metrics_are_prometheus_text_that_promtool_accepts() {
     assert!(sample(&m, "jobq_queue_oldest_ready_age_seconds{queue=\"mail\"}").unwrap() > 0.0);
     assert!(m.contains("jobq_table_dead_rows_ratio{table=\"live_jobs\"}"), "{m}");
     assert!(m.contains("jobq_horizon_transaction_age_seconds{database="), "{m}");
+    assert!(m.contains("# TYPE jobq_horizon_holder_info gauge"), "{m}");
     let (ok, said) = promtool_check(&m);
     assert!(ok && said.trim().is_empty(), "promtool check metrics: {said}\n{m}");
     // Every metric the shipped alert rules and Grafana dashboard query is one served here.
@@ -1093,5 +1094,8 @@ async fn the_health_page_says_what_is_wrong_and_what_to_do() {
     let reaper = row(REAPER_PASS_AGE.label);
     assert!(reaper.contains(">green<") && !reaper.contains("What to do"), "{reaper}");
     assert!(page.contains(&format!("pg_terminate_backend({pid});")), "{page}");
+    // /metrics names it too.
+    let m = d.ok("/metrics").await;
+    assert!(m.contains(&format!("jobq_horizon_holder_info{{database=\"{db}\",holder=\"session\",pid=\"{pid}\",role=\"postgres\",state=")), "{m}");
     holder.batch_execute("COMMIT").await.unwrap();
 }

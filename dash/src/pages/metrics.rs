@@ -127,7 +127,8 @@ async fn scrape(app: &App) -> Result<String, AppError> {
             .query_one(
                 "SELECT current_database()::text, extract(epoch FROM now() - p.ended_at)::float8, p.took_ms,
                         p.error IS NOT NULL, coalesce(extract(epoch FROM h.xact_age)::float8, 0),
-                        coalesce(h.xmin_age, 0)::float8, pg_notification_queue_usage()
+                        coalesce(h.xmin_age, 0)::float8, pg_notification_queue_usage(),
+                        h.holder, h.pid::text, h.role, h.state
                    FROM (SELECT) one
                    LEFT JOIN jobq._last_pass() p ON true
                    LEFT JOIN jobq._oldest_horizon() h ON true",
@@ -256,6 +257,19 @@ async fn scrape(app: &App) -> Result<String, AppError> {
     .sample("jobq_horizon_transaction_age_seconds", &db, h.get(4));
     Family::new(&mut out, "jobq_horizon_xmin_age_transactions", "gauge", "Transactions since the oldest snapshot still held began (age of the horizon's xmin).")
         .sample("jobq_horizon_xmin_age_transactions", &db, h.get(5));
+    {
+        let mut f = Family::new(
+            &mut out,
+            "jobq_horizon_holder_info",
+            "gauge",
+            "1 for what holds the vacuum horizon: a session (its pid, role and state), a replication slot or a prepared transaction; no sample when nothing does.",
+        );
+        if let Some(holder) = h.get::<_, Option<String>>(7) {
+            let text = |i: usize| h.get::<_, Option<String>>(i).unwrap_or_default();
+            let (pid, role, state) = (text(8), text(9), text(10));
+            f.sample("jobq_horizon_holder_info", &[db[0], ("holder", &holder), ("pid", &pid), ("role", &role), ("state", &state)], 1.0);
+        }
+    }
     Family::new(&mut out, "jobq_notify_queue_usage_ratio", "gauge", "Share of the server's NOTIFY queue in use (0 to 1).")
         .sample("jobq_notify_queue_usage_ratio", &db, h.get::<_, Option<f64>>(6).unwrap_or(0.0));
 
