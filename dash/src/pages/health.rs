@@ -102,21 +102,21 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
         figure(
             &thresholds::QUEUE_WAIT,
             f.get::<_, Option<f64>>(9).unwrap_or(0.0),
-            worst_queue.map(|q| html! { "Queue: " a href=(app.link(&format!("/queues/{}", layout::seg(&q)))) { (q) } }),
+            worst_queue.map(|q| html! { "Queue: " a href=(app.link(&format!("/queues/{}", layout::seg(&q)))) { (layout::name(&q)) } }),
         ),
         figure(&thresholds::JOBS_DYING, f.get::<_, i64>(11) as f64, Some(html! { a href=(app.link("/jobs?state=dead")) { "Dead jobs" } })),
         figure(
             &thresholds::SCHEDULE_LATENESS,
             f.get::<_, Option<f64>>(12).unwrap_or(0.0),
-            f.get::<_, Option<String>>(13).map(|n| html! { "Next due: " (n) }),
+            f.get::<_, Option<String>>(13).map(|n| html! { "Next due: " (layout::name(&n)) }),
         ),
         figure(
             &thresholds::HORIZON_AGE,
             f.get(2),
             f.get::<_, Option<String>>(3).map(|holder| html! {
-                "Held by " (holder)
+                "Held by " (layout::name(&holder))
                 @if let Some(pid) = horizon_pid { ", pid " (pid) }
-                @if let Some(role) = f.get::<_, Option<String>>(5) { ", role " (role) }
+                @if let Some(role) = f.get::<_, Option<String>>(5) { ", role " (layout::name(&role)) }
                 @if let Some(st) = f.get::<_, Option<String>>(6) { ", " (st) }
                 @if let Some(pid) = horizon_pid { ". To end it: " code { "SELECT pg_terminate_backend(" (pid) ");" } }
             }),
