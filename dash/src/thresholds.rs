@@ -99,12 +99,16 @@ pub const HORIZON_AGE: Check = Check {
     when_red: "Find the session below (pid, role, state); if it should not be open, end it: SELECT pg_terminate_backend(pid). idle in transaction sessions are the usual cause (set idle_in_transaction_session_timeout).",
 };
 
+/// Dead rows count only in a table with more than this many: a quiet queue's small tables
+/// may be mostly dead rows that autovacuum has no reason to remove yet.
+pub const DEAD_ROWS_MIN: i64 = 10_000;
+
 pub const DEAD_ROWS: Check = Check {
     alert: "JobqDeadRowsHigh",
     metric: "jobq_table_dead_rows_ratio",
     label: "Dead row versions in jobq's tables",
     unit: Unit::Ratio,
-    meaning: "The share of row versions vacuum has not removed yet, over jobq's tables (per table below).",
+    meaning: "The share of row versions vacuum has not removed yet, in the worst of jobq's tables with more than 10,000 of them (per table below).",
     amber: 0.2,
     red: 0.5,
     when_red: "Usually the horizon is held (above): end the session holding it. Otherwise autovacuum lags: VACUUM (VERBOSE) jobq.<table> and check autovacuum_max_workers.",

@@ -3,7 +3,7 @@
 //! every metric they and the Grafana dashboard query is one /metrics serves is checked in
 //! handlers.rs, against a real scrape.)
 
-use jobq_dash::thresholds::ALL;
+use jobq_dash::thresholds::{ALL, DEAD_ROWS, DEAD_ROWS_MIN};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -40,6 +40,10 @@ fn each_alert_fires_at_the_health_pages_red_threshold() {
         let at = rules.find(&format!("- alert: {}\n", c.alert)).unwrap_or_else(|| panic!("no rule {}", c.alert));
         let expr = rules[at..].lines().find_map(|l| l.trim().strip_prefix("expr: ")).unwrap();
         assert!(expr.contains(c.metric) && expr.ends_with(&format!("> {}", c.red)), "{}: {expr} against {} > {}", c.alert, c.metric, c.red);
+        // Dead rows count, there as on the health page, only in tables with many of them.
+        if c.alert == DEAD_ROWS.alert {
+            assert!(expr.starts_with(&format!("jobq_table_dead_rows > {DEAD_ROWS_MIN} and ")), "{expr}");
+        }
     }
 }
 

@@ -80,7 +80,9 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
         .query_one(
             "SELECT extract(epoch FROM now() - h.last_pass_at)::float8, h.last_pass_error IS NOT NULL,
                     coalesce(extract(epoch FROM h.horizon_xact_age)::float8, 0), h.horizon_holder, h.horizon_pid,
-                    h.horizon_role, h.horizon_state, coalesce(h.dead_share, 0)::float8, coalesce(h.notify_queue_usage, 0),
+                    h.horizon_role, h.horizon_state,
+                    (SELECT coalesce(max(t.dead_share) FILTER (WHERE t.dead_rows > $1), 0)::float8 FROM jobq.table_stats t),
+                    coalesce(h.notify_queue_usage, 0),
                     extract(epoch FROM now() - o.run_at)::float8, o.queue,
                     (SELECT coalesce(sum(m.dead), 0)::bigint FROM jobq.queue_minutes m
                       WHERE m.minute >= date_trunc('minute', now()) - interval '10 minutes'),
@@ -91,7 +93,7 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
                LEFT JOIN LATERAL (SELECT j.queue, j.run_at FROM jobq.live_jobs j
                                    WHERE j.state = 'ready' AND j.run_at <= now()
                                    ORDER BY j.run_at LIMIT 1) o ON true",
-            &[],
+            &[&thresholds::DEAD_ROWS_MIN],
         )
         .await?;
     let horizon_pid: Option<i32> = f.get(4);

@@ -136,7 +136,7 @@ async fn scrape(app: &App) -> Result<String, AppError> {
             )
             .await?;
         let tables = client
-            .query("SELECT table_name, coalesce(dead_share, 0)::float8 FROM jobq.table_stats ORDER BY table_name", &[])
+            .query("SELECT table_name, coalesce(dead_share, 0)::float8, coalesce(dead_rows, 0) FROM jobq.table_stats ORDER BY table_name", &[])
             .await?;
         let slots = client
             .query(
@@ -278,6 +278,12 @@ async fn scrape(app: &App) -> Result<String, AppError> {
         let mut f = Family::new(&mut out, "jobq_table_dead_rows_ratio", "gauge", "Share of dead row versions in each of jobq's tables (0 to 1), from the server's statistics.");
         for r in &tables {
             f.sample("jobq_table_dead_rows_ratio", &[("table", &r.get::<_, String>(0))], r.get(1));
+        }
+    }
+    {
+        let mut f = Family::new(&mut out, "jobq_table_dead_rows", "gauge", "Dead row versions in each of jobq's tables, from the server's statistics.");
+        for r in &tables {
+            f.sample("jobq_table_dead_rows", &[("table", &r.get::<_, String>(0))], r.get::<_, i64>(2) as f64);
         }
     }
 
