@@ -61,13 +61,6 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
     let health: serde_json::Map<String, serde_json::Value> = health
         .and_then(|h| serde_json::from_str(&h).ok())
         .unwrap_or_default();
-    let pass_age: Option<f64> = client
-        .query_one(
-            "SELECT extract(epoch FROM now() - last_pass_at)::float8 FROM jobq.health",
-            &[],
-        )
-        .await?
-        .get(0);
     let tables = client
         .query(
             "SELECT table_name, live_rows, dead_rows, dead_share::float8, approx_bytes,
@@ -96,10 +89,11 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
             &[&thresholds::DEAD_ROWS_MIN],
         )
         .await?;
+    let pass_age: Option<f64> = f.get(0);
     let horizon_pid: Option<i32> = f.get(4);
     let worst_queue: Option<String> = f.get(10);
     let figures = [
-        figure(&thresholds::REAPER_PASS_AGE, f.get::<_, Option<f64>>(0).unwrap_or(f64::INFINITY), None),
+        figure(&thresholds::REAPER_PASS_AGE, pass_age.unwrap_or(f64::INFINITY), None),
         figure(&thresholds::REAPER_PASS_FAILED, if f.get::<_, bool>(1) { 1.0 } else { 0.0 }, None),
         figure(
             &thresholds::QUEUE_WAIT,
