@@ -46,9 +46,16 @@ cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 cargo test -p jobq-dash
 echo "test: the client libraries (PostgreSQL 15)"
 ./scripts/test-clients.sh python node rust
-# Each typed as its ecosystem checks it, and packaged as its registry expects.
+# Each typed as its ecosystem checks it, and packaged as its registry expects, with the
+# project's version (the workspace's, which the Debian packages also carry).
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
+for manifest in dash/Cargo.toml proxy/Cargo.toml clients/rust/Cargo.toml clients/python/pyproject.toml; do
+  grep -q "^version = \"$version\"$" "$manifest" || { echo "test: $manifest is not at version $version" >&2; exit 1; }
+done
+grep -q "^__version__ = \"$version\"$" clients/python/src/jobq/__init__.py || { echo "test: jobq.__version__ is not $version" >&2; exit 1; }
+rm -rf target/clients target/package/jobq-client-*
 mkdir -p target/clients
 (cd clients/python && python3 -m mypy --strict src && python3 -m build --no-isolation --outdir ../../target/clients/python >/dev/null)
 (cd clients/node && npm pack --silent --pack-destination ../../target/clients >/dev/null)
 cargo package -q -p jobq-client --allow-dirty
-ls target/clients/python/jobq-*.whl target/clients/python/jobq-*.tar.gz target/clients/jobq-*.tgz target/package/jobq-client-*.crate
+ls "target/clients/python/jobq-$version-py3-none-any.whl" "target/clients/python/jobq-$version.tar.gz" "target/clients/jobq-$version.tgz" "target/package/jobq-client-$version.crate"

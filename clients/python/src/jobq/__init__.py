@@ -60,7 +60,7 @@ from .durable import Durable, DurableAsync, EventTimeout, Suspended
 from .types import Job, JobResult, QueueStats, ReapResult
 from .worker import Handler, Worker
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "aio",
