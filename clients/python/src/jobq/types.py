@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Job", "JobResult", "QueueStats", "ReapResult"]
 
+# Guards the making of a job's cancel event: a handler's thread and the worker may ask at once.
+_CANCEL_EVENTS = threading.Lock()
+
 
 @dataclass(eq=False)
 class Job:
@@ -66,7 +69,7 @@ class Job:
     depends_on: list[int] | None = None
     checkpoints: dict[str, Any] = field(default_factory=dict)
     worker_id: uuid.UUID | None = None
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _cancel: threading.Event | None = field(default=None, repr=False)  # made on first use: _cancel_event()
     _runner: Any = field(default=None, repr=False)  # set by jobq.Worker: runs durable steps' calls
     _arunner: Any = field(default=None, repr=False)
 
@@ -113,27 +116,39 @@ class Job:
             raise RuntimeError("durable steps need a job run by a jobq.Worker")
         return DurableAsync(self, self._arunner)
 
+    def _cancel_event(self) -> threading.Event:
+        """The job's cancel event, made on first use (most jobs never need one: a
+        ``threading.Event`` per job was a tenth of the worker's own cost per no-op job)."""
+        event = self._cancel
+        if event is None:
+            with _CANCEL_EVENTS:
+                if self._cancel is None:
+                    self._cancel = threading.Event()
+                event = self._cancel
+        return event
+
     @property
     def cancelled(self) -> bool:
         """True once the worker was asked to stop this job: its cancellation was requested
         (``jobq_cancel``), or the worker lost it (reaped: the job runs again elsewhere, and
         whatever this handler returns is not reported)."""
-        return self._cancel.is_set()
+        event = self._cancel
+        return event is not None and event.is_set()
 
     @property
     def cancel_event(self) -> threading.Event:
         """The :class:`threading.Event` behind :attr:`cancelled`, to wait on."""
-        return self._cancel
+        return self._cancel_event()
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Sleeps up to ``timeout`` seconds, returning early (True) when the job is cancelled.
 
         For handlers that pace themselves: ``if job.wait_cancelled(1.0): raise Cancelled``."""
-        return self._cancel.wait(timeout)
+        return self._cancel_event().wait(timeout)
 
     def raise_if_cancelled(self) -> None:
         """Raises :class:`jobq.Cancelled` when :attr:`cancelled` is set."""
-        if self._cancel.is_set():
+        if self.cancelled:
             raise Cancelled(f"job {self.id} was cancelled")
 
 

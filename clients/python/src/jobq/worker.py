@@ -408,7 +408,7 @@ class Worker:
         dropped = sorted(self._in_hand)
         for slot in self._in_hand.values():
             slot.dropped = True
-            slot.job._cancel.set()
+            slot.job._cancel_event().set()
             if slot.inner is not None and isinstance(slot.inner, asyncio.Task):
                 slot.inner.cancel()
         self._in_hand.clear()
@@ -802,7 +802,7 @@ class Worker:
                     if slot is not None and not slot.cancel_requested:
                         log.info("jobq worker %s: job %d: cancellation requested", self.name, job_id)
                         slot.cancel_requested = True
-                        slot.job._cancel.set()
+                        slot.job._cancel_event().set()
                         if isinstance(slot.inner, asyncio.Task):
                             slot.inner.cancel()
             except WorkerLost:
