@@ -12,7 +12,7 @@ import {
   type Job, type Queryable,
 } from './client';
 import { Cancelled, JobqError, RetryIn, WorkerLost, fromDriverError } from './errors';
-import { Durable, Suspended } from './durable';
+import { Durable, Suspended, type StepRunner } from './durable';
 
 /** A job as its handler sees it: the job's columns, plus what the handler needs to stop. */
 export interface JobContext extends Job {
@@ -119,6 +119,33 @@ function signalOf(r: Running): AbortSignal {
     if (r.aborted) r.controller.abort(r.aborted.reason);
   }
   return r.controller.signal;
+}
+
+/**
+ * The {@link JobContext} a handler receives: the job's columns copied onto an instance whose
+ * `signal` and `durable` live on the prototype. An object literal with a getter and a method
+ * per job cost 9 µs where this costs under 1 (Node 20).
+ */
+interface Context extends Job {}
+class Context implements JobContext {
+  readonly workerId: string;
+  readonly #run: Running;
+  readonly #steps: StepRunner;
+
+  constructor(run: Running, steps: StepRunner) {
+    Object.assign(this, run.job);
+    this.workerId = run.workerId;
+    this.#run = run;
+    this.#steps = steps;
+  }
+
+  get signal(): AbortSignal {
+    return signalOf(this.#run);
+  }
+
+  durable(): Durable {
+    return new Durable(this, this.#steps);
+  }
 }
 
 const WARNINGS = new Set(['disconnected', 'heartbeat_error', 'report_error']);
@@ -753,13 +780,7 @@ export class Worker {
       error = undefined;
     } else {
       try {
-        const runSteps = this.runSteps;
-        value = await handler({
-          ...job,
-          workerId: r.workerId,
-          get signal() { return signalOf(r); },
-          durable() { return new Durable(this, runSteps); },
-        });
+        value = await handler(new Context(r, this.runSteps));
         ok = !(value instanceof RetryIn);
         if (!ok) error = value;
       } catch (e) {
