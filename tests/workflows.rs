@@ -43,9 +43,8 @@ fn retrying<T>(c: &mut Client, iso: IsolationLevel, mut f: impl FnMut(&mut postg
 
 /// `f` in one transaction at `iso`: under READ COMMITTED once, where no jobq call may raise
 /// 40001 or 40P01, so any error fails the test; under the other two levels through `retrying`.
-fn strictly(c: &mut Client, iso: IsolationLevel, f: impl FnMut(&mut postgres::Transaction) -> Result<(), postgres::Error>) {
+fn strictly(c: &mut Client, iso: IsolationLevel, mut f: impl FnMut(&mut postgres::Transaction) -> Result<(), postgres::Error>) {
     if matches!(iso, IsolationLevel::ReadCommitted) {
-        let mut f = f;
         let mut tx = c.transaction().unwrap();
         f(&mut tx).unwrap();
         tx.commit().unwrap();
