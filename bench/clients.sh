@@ -12,6 +12,11 @@
 #            jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C) in a loop: the C jobs
 #            a call returns run with a no-op and are completed by the next call (one round trip
 #            and one commit per C jobs), a heartbeat every heartbeat_timeout / 3;
+#   shaped   (Python and Node) the raw loop in the library's shape, none of its machinery: the
+#            job columns the library reads, and in Python psycopg's asyncio connection on an
+#            asyncio event loop. library / shaped is what the library's own work costs;
+#            shaped / raw what its model costs (the columns, asyncio), which any worker built
+#            that way pays;
 #   library  the library's Worker with concurrency C and one no-op handler for the queue.
 # Each run: a fresh jobq (DROP/CREATE EXTENSION) and a CHECKPOINT; the worker process starts
 # and, once it waits inside the server (bench/clients/watch.py), N no-op jobs are enqueued in
@@ -20,8 +25,8 @@
 # registration and shutdown are left out. Every job must end completed at its first attempt.
 # Also per run: jobs per call (N over the distinct started_at of the jobs: the mean number of
 # jobs each checkout call that found work returned) and the worker process's CPU time per job
-# between the enqueue and the drain (/proc/PID/stat, all its threads). Runs alternate raw and
-# library; each figure is the median of 3 runs.
+# between the enqueue and the drain (/proc/PID/stat, all its threads). Runs alternate the
+# modes; each figure is the median of 3 runs.
 #
 # Its own throwaway PostgreSQL 15 on a free loopback port (jobq preloaded, synchronous_commit =
 # on, fsync = on), stopped and removed at exit. Output: bench/results/clients.md (the figures;
@@ -140,8 +145,8 @@ SQL
   local rc=0
   wait "$worker_pid" || rc=$?
   worker_pid=
-  # The library drains and exits 0; the raw loop has no handler for SIGTERM (143).
-  if [ $rc != 0 ] && { [ "$mode" != raw ] || [ $rc != 143 ]; }; then
+  # The library drains and exits 0; the raw loops have no handler for SIGTERM (143).
+  if [ $rc != 0 ] && { [ "$mode" = library ] || [ $rc != 143 ]; }; then
     echo "clients: $q exited $rc" >&2; cat "$log" >&2; exit 1
   fi
   local res total ok
@@ -160,13 +165,14 @@ SQL
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "-" }'; }
 
+modes() { case $1 in rust) echo raw library ;; *) echo raw shaped library ;; esac; }
 declare -A RATE PERCALL CPU
 start=$(date +%s)
 for lang in $LANGS; do
   for c in $INFLIGHT; do
     n=$(jobs_for "$c")
     for r in $(seq "$RUNS"); do
-      for mode in raw library; do
+      for mode in $(modes "$lang"); do
         run "$lang" "$mode" "$c" "$n" "$r"
         RATE[$lang,$mode,$c]="${RATE[$lang,$mode,$c]:-} $RUN_RATE"
         PERCALL[$lang,$mode,$c]="${PERCALL[$lang,$mode,$c]:-} $RUN_PER_CALL"
@@ -193,23 +199,27 @@ versions() {
   echo
   echo "One worker process, a no-op handler, C jobs in flight. **raw**: a hand-written loop on the"
   echo "same driver, \`jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C)\` (one round"
-  echo "trip and one commit per C jobs); **library**: the library's \`Worker\` with concurrency C."
+  echo "trip and one commit per C jobs); **shaped** (Python, Node): that loop in the library's shape"
+  echo "without its machinery (the job columns the library reads; in Python, psycopg's asyncio"
+  echo "connection on an asyncio loop); **library**: the library's \`Worker\` with concurrency C."
   echo "jobs/s = N jobs / (last finished_at - first started_at), N = $(jobs_for 1), $(jobs_for 4), $(jobs_for 16) at 1, 4, 16 in"
-  echo "flight; ratio = library / raw; jobs per call: the mean number of jobs a checkout call that"
-  echo "found work returned; worker CPU: the worker process's CPU time per job (user + system, all"
-  echo "threads), from the enqueue to the drain. Medians of $RUNS run(s), raw and library alternating."
+  echo "flight; library / raw is the goal's ratio, library / shaped what the library's own work"
+  echo "costs; jobs per call: the mean number of jobs a checkout call that found work returned;"
+  echo "worker CPU: the worker process's CPU time per job (user + system, all threads), from the"
+  echo "enqueue to the drain. Medians of $RUNS run(s), the modes alternating."
   for lang in $LANGS; do
     echo
     echo "## $(label "$lang")"
     echo
     echo "$(versions "$lang")."
     echo
-    echo "| in flight | raw jobs/s | library jobs/s | library / raw | jobs per call, raw / library | worker CPU µs per job, raw / library |"
-    echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| in flight | raw jobs/s | shaped jobs/s | library jobs/s | library / raw | library / shaped | jobs per call, raw / library | worker CPU µs per job, raw / shaped / library |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for c in $INFLIGHT; do
       raw_m=$(echo "${RATE[$lang,raw,$c]}" | median)
       lib_m=$(echo "${RATE[$lang,library,$c]}" | median)
-      echo "| $c | $raw_m | $lib_m | $(ratio "$lib_m" "$raw_m") | $(echo "${PERCALL[$lang,raw,$c]}" | median) / $(echo "${PERCALL[$lang,library,$c]}" | median) | $(echo "${CPU[$lang,raw,$c]}" | median) / $(echo "${CPU[$lang,library,$c]}" | median) |"
+      shp_m=$(echo "${RATE[$lang,shaped,$c]:-}" | median || true); shp_cpu=$(echo "${CPU[$lang,shaped,$c]:-}" | median || true)
+      echo "| $c | $raw_m | ${shp_m:--} | $lib_m | $(ratio "$lib_m" "$raw_m") | $([ -n "$shp_m" ] && ratio "$lib_m" "$shp_m" || echo -) | $(echo "${PERCALL[$lang,raw,$c]}" | median) / $(echo "${PERCALL[$lang,library,$c]}" | median) | $(echo "${CPU[$lang,raw,$c]}" | median) / ${shp_cpu:--} / $(echo "${CPU[$lang,library,$c]}" | median) |"
     done
   done
   echo
@@ -217,11 +227,11 @@ versions() {
   echo
   echo "jobs/s of each run, in the order they ran."
   echo
-  echo "| language | in flight | raw | library |"
-  echo "| --- | ---: | --- | --- |"
+  echo "| language | in flight | raw | shaped | library |"
+  echo "| --- | ---: | --- | --- | --- |"
   for lang in $LANGS; do
     for c in $INFLIGHT; do
-      echo "| $(label "$lang") | $c |${RATE[$lang,raw,$c]} |${RATE[$lang,library,$c]} |"
+      echo "| $(label "$lang") | $c |${RATE[$lang,raw,$c]} |${RATE[$lang,shaped,$c]:- -} |${RATE[$lang,library,$c]} |"
     done
   done
 } > "$OUT"

@@ -1,6 +1,7 @@
 // bench/clients.sh, Node: one worker process over one queue of no-op jobs, C jobs in flight.
 //
 //   node bench/clients/node/worker.js raw     DSN QUEUE C
+//   node bench/clients/node/worker.js shaped  DSN QUEUE C
 //   node bench/clients/node/worker.js library DSN QUEUE C
 //
 // raw: the hand-written loop on pg (the copy clients/node installs, found through NODE_PATH):
@@ -10,6 +11,10 @@
 // connection). When a call returns nothing, back to the waiting checkout. A heartbeat every
 // heartbeat_timeout / 3 between calls.
 //
+// shaped: the raw loop reading the job columns the library reads (JOB_COLUMNS in
+// clients/node/src/client.ts, copied below): what a worker that hands its handlers the whole
+// job costs before any of the library's own work.
+//
 // library: the jobq package's Worker (clients/node/dist, built by `npm run build`) with
 // concurrency C and one no-op async handler for the queue.
 //
@@ -17,7 +22,13 @@
 'use strict';
 const path = require('path');
 
-async function raw(dsn, queue, c) {
+const RAW_COLUMNS = 'id, queue, kind, payload, attempt';
+// As JOB_COLUMNS in clients/node/src/client.ts.
+const LIBRARY_COLUMNS =
+  'id, queue, kind, payload, priority, attempt, max_attempts, run_at, enqueued_at, unique_key, ' +
+  'concurrency_key, interrupted_at, last_error, depends_on, checkpoints';
+
+async function raw(dsn, queue, c, columns = RAW_COLUMNS) {
   const { Client } = require('pg');
   const db = new Client({ connectionString: dsn });
   await db.connect();
@@ -35,7 +46,7 @@ async function raw(dsn, queue, c) {
     if (done.length > 0) {
       ({ rows } = await db.query({
         name: 'fused',
-        text: `SELECT id, queue, kind, payload, attempt
+        text: `SELECT ${columns}
                  FROM jobq_complete_and_checkout($1, $2::bigint[], NULL, $3::text[], $4)`,
         values: [worker, done, queues, c],
       }));
@@ -43,7 +54,7 @@ async function raw(dsn, queue, c) {
     if (rows.length === 0) {
       ({ rows } = await db.query({
         name: 'waiting',
-        text: `SELECT id, queue, kind, payload, attempt
+        text: `SELECT ${columns}
                  FROM jobq_checkout($1, $2::text[], $3, wait => interval '1 s')`,
         values: [worker, queues, c],
       }));
@@ -64,12 +75,13 @@ async function library(dsn, queue, c) {
   await worker.run();
 }
 
+const modes = { raw, shaped: (dsn, queue, c) => raw(dsn, queue, c, LIBRARY_COLUMNS), library };
 const [mode, dsn, queue, c] = process.argv.slice(2);
-if (!['raw', 'library'].includes(mode) || !dsn || !queue || !c) {
-  console.error('usage: worker.js raw|library DSN QUEUE CONCURRENCY');
+if (!(mode in modes) || !dsn || !queue || !c) {
+  console.error('usage: worker.js raw|shaped|library DSN QUEUE CONCURRENCY');
   process.exit(2);
 }
-(mode === 'raw' ? raw : library)(dsn, queue, Number(c)).then(
+modes[mode](dsn, queue, Number(c)).then(
   () => process.exit(0),
   (e) => { console.error(e); process.exit(1); },
 );

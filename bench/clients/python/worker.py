@@ -1,6 +1,7 @@
 """bench/clients.sh, Python: one worker process over one queue of no-op jobs, C jobs in flight.
 
     python3 bench/clients/python/worker.py raw     DSN QUEUE C
+    python3 bench/clients/python/worker.py shaped  DSN QUEUE C
     python3 bench/clients/python/worker.py library DSN QUEUE C
 
 raw: the hand-written loop on psycopg 3 (autocommit): register, wait inside the server for up
@@ -9,6 +10,11 @@ jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C) over and over: e
 completes the jobs in hand and takes the next C (psycopg prepares the statement server-side
 after its fifth run). When a call returns nothing, back to the waiting checkout. A heartbeat
 every heartbeat_timeout / 3 between calls.
+
+shaped: the raw loop in the library's shape, with none of its machinery: the same calls on
+psycopg's asyncio connection (an asyncio event loop, as the library runs), reading the job
+columns the library reads (jobq._calls._JOB_COLUMNS). What a worker of this model costs before
+any of the library's own work.
 
 library: the jobq package's Worker (clients/python, on PYTHONPATH) with concurrency=C and one
 no-op `async def` handler for the queue.
@@ -57,6 +63,38 @@ def raw(dsn: str, queue: str, c: int) -> None:
                 next_beat = time.monotonic() + beat
 
 
+def shaped(dsn: str, queue: str, c: int) -> None:
+    import asyncio
+
+    from jobq._calls import _JOB_COLUMNS
+
+    fused = FUSED.replace("id, queue, kind, payload, attempt", _JOB_COLUMNS)
+    waiting = WAITING.replace("id, queue, kind, payload, attempt", _JOB_COLUMNS)
+
+    async def loop() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT jobq_register_worker(%s, bind_to_session => true),"
+                " extract(epoch FROM current_setting('jobq.heartbeat_timeout')::interval)::float8",
+                (f"bench-python-shaped-{os.getpid()}",),
+            )
+            worker, timeout = await cur.fetchone()  # type: ignore[misc]
+            beat = timeout / 3
+            next_beat = time.monotonic() + beat
+            queues = [queue]
+            done: list[int] = []
+            while True:
+                rows = await (await conn.execute(fused, (worker, done, queues, c))).fetchall() if done else []
+                if not rows:
+                    rows = await (await conn.execute(waiting, (worker, queues, c))).fetchall()
+                done = [row[0] for row in rows]  # the no-op handler
+                if time.monotonic() >= next_beat:
+                    await conn.execute("SELECT jobq_heartbeat(%s)", (worker,))
+                    next_beat = time.monotonic() + beat
+
+    asyncio.run(loop())
+
+
 def library(dsn: str, queue: str, c: int) -> None:
     import jobq
 
@@ -70,7 +108,8 @@ def library(dsn: str, queue: str, c: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5 or sys.argv[1] not in ("raw", "library"):
-        sys.exit("usage: worker.py raw|library DSN QUEUE CONCURRENCY")
+    modes = {"raw": raw, "shaped": shaped, "library": library}
+    if len(sys.argv) != 5 or sys.argv[1] not in modes:
+        sys.exit("usage: worker.py raw|shaped|library DSN QUEUE CONCURRENCY")
     mode, dsn, queue, c = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    (raw if mode == "raw" else library)(dsn, queue, c)
+    modes[mode](dsn, queue, c)
