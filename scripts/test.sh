@@ -11,8 +11,8 @@
 # packages of PostgreSQL 15, built and installed (scripts/package.sh, scripts/test-package.sh),
 # and the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
 # Chromium), against PostgreSQL 15 with jobq installed; last the client libraries (clients/:
-# pytest, node --test, cargo test, through scripts/test-clients.sh), mypy --strict, and their
-# packages (wheel and sdist, npm pack, cargo package).
+# pytest, node --test, cargo test, through scripts/test-clients.sh), mypy --strict (the Python
+# library and its tests), and their packages (wheel and sdist, npm pack, cargo package).
 # Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +55,7 @@ done
 grep -q "^__version__ = \"$version\"$" clients/python/src/jobq/__init__.py || { echo "test: jobq.__version__ is not $version" >&2; exit 1; }
 rm -rf target/clients target/package/jobq-client-*
 mkdir -p target/clients
-(cd clients/python && python3 -m mypy --strict src && python3 -m build --no-isolation --outdir ../../target/clients/python >/dev/null)
+(cd clients/python && python3 -m mypy --strict src tests && python3 -m build --no-isolation --outdir ../../target/clients/python >/dev/null)
 (cd clients/node && npm pack --silent --pack-destination ../../target/clients >/dev/null)
 cargo package -q -p jobq-client --allow-dirty
 ls "target/clients/python/jobq-$version-py3-none-any.whl" "target/clients/python/jobq-$version.tar.gz" "target/clients/jobq-$version.tgz" "target/package/jobq-client-$version.crate"

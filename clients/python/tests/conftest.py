@@ -12,7 +12,7 @@ import re
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import psycopg
 import pytest
@@ -40,7 +40,7 @@ def dsn_as(role: str, dsn: str = DSN) -> str:
     return re.sub(r"^(postgresql://)[^@/]+@", rf"\g<1>{role}@", dsn)
 
 
-def wait_until(check: Callable[[], T], timeout: float = 20.0, what: str = "a condition") -> T:
+def wait_until(check: Callable[[], T | None | Literal[False]], timeout: float = 20.0, what: str = "a condition") -> T:
     """Polls ``check`` until it returns something truthy, which it returns; fails after
     ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

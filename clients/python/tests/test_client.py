@@ -40,6 +40,7 @@ def test_enqueue_sends_only_the_options_set(conn: psycopg.Connection[Any], admin
 def test_unique_conflicts_discard_and_replace(conn: psycopg.Connection[Any], admin: Any, queue: str) -> None:
     key = f"{queue}-key"
     first = jobq.enqueue(conn, queue, {"v": 1}, unique_key=key)
+    assert first is not None
     with pytest.raises(jobq.UniqueConflict) as caught:
         jobq.enqueue(conn, queue, {"v": 2}, unique_key=key)
     assert caught.value.job_id == first and caught.value.sqlstate == "23505"

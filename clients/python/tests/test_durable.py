@@ -17,6 +17,7 @@ Start = Callable[[jobq.Worker], RunningWorker]
 
 def test_the_workflow_calls(conn: Any, admin: Any, queue: str) -> None:
     parent = jobq.enqueue(conn, queue, {"n": 1})
+    assert parent is not None
     child = jobq.enqueue(conn, queue, {"n": 2}, depends_on=[parent], on_parent_failure="run")
     assert parent is not None and child is not None
     w = jobq.register_worker(conn, "calls")
@@ -58,7 +59,12 @@ def test_durable_steps_in_a_sync_handler(start_worker: Start, conn: Any, admin: 
     def order(job: jobq.Job) -> dict[str, Any]:
         steps = job.durable()
         runs.append("run")
-        charged = steps.step("charge", lambda: runs.append("charged") or "ch_1")
+
+        def charge() -> str:
+            runs.append("charged")
+            return "ch_1"
+
+        charged = steps.step("charge", charge)
         steps.sleep("cool-off", 0.2)
         ids = steps.spawn("ship", f"{queue}-kids", [{"n": n} for n in range(3)], kind="kid")
         shipped = steps.gather(ids)

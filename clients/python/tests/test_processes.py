@@ -133,7 +133,7 @@ def test_a_sigkilled_workers_jobs_run_again_elsewhere(
     assert all(r["result"] == {"pid": rescuer.pid} for r in rows)
     assert all(r["attempt"] == 2 and r["interrupted_at"] is not None for r in rows)
     assert runs_per_job(admin, ids) == {i: [doomed.pid, rescuer.pid] for i in ids}
-    assert admin.execute("SELECT count(*) AS n FROM jobq.workers WHERE id = %s", (doomed_id,)).fetchone()["n"] == 0
+    assert admin.execute("SELECT count(*) AS n FROM jobq.workers WHERE id = %s", (doomed_id,)).fetchone() == {"n": 0}
     rescuer.proc.send_signal(signal.SIGTERM)
     assert rescuer.exit_code() == 0
 
@@ -160,5 +160,5 @@ def test_sigterm_drains_and_exits_0(
     assert all(r["result"] == {"pid": worker.pid} and r["attempt"] == 1 for r in rows)
     late_row = admin.execute("SELECT state, attempt FROM jobq.jobs WHERE id = %s", (late,)).fetchone()
     assert late_row == {"state": "ready", "attempt": 0}  # never taken
-    assert admin.execute("SELECT count(*) AS n FROM jobq.workers WHERE id = %s", (wid,)).fetchone()["n"] == 0
+    assert admin.execute("SELECT count(*) AS n FROM jobq.workers WHERE id = %s", (wid,)).fetchone() == {"n": 0}
     assert any("unregistered" in line for line in worker.lines)

@@ -25,7 +25,12 @@ def test_a_committed_job_runs_and_a_rolled_back_one_never_does(
 ) -> None:
     seen: list[Any] = []
     worker = jobq.Worker(DSN, [queue], concurrency=2)
-    worker.add_handler(queue, lambda job: seen.append(job.payload) or {"ran": job.payload["n"]})
+
+    def ran(job: jobq.Job) -> dict[str, Any]:
+        seen.append(job.payload)
+        return {"ran": job.payload["n"]}
+
+    worker.add_handler(queue, ran)
     start_worker(worker)
     with psycopg.connect(DSN) as conn:
         lost = jobq.enqueue(conn, queue, {"n": "rolled back"})
@@ -106,6 +111,7 @@ def test_results_errors_no_handler_and_retry_delays(start_worker: Start, conn: A
     nobody = jobq.enqueue(conn, queue, kind="unknown")
     retried = jobq.enqueue(conn, queue, kind="flaky")
     delayed = jobq.enqueue(conn, queue, kind="later")
+    assert added is not None and failed is not None and nobody is not None and retried is not None and delayed is not None
 
     assert wait_state(admin, [added], "completed")[0]["result"] == {"sum": 3}
     dead = wait_state(admin, [failed], "dead")[0]
@@ -136,6 +142,7 @@ def test_a_job_without_kind_is_routed_by_its_queue(start_worker: Start, conn: An
     worker = jobq.Worker(DSN, [queue], concurrency=1, handlers={queue: lambda job: "by queue"})
     start_worker(worker)
     job = jobq.enqueue(conn, queue)
+    assert job is not None
     assert wait_state(admin, [job], "completed")[0]["result"] == "by queue"
 
 
