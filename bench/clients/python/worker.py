@@ -30,17 +30,14 @@ import time
 
 import psycopg
 
-FUSED = (
-    "SELECT id, queue, kind, payload, attempt"
-    " FROM jobq_complete_and_checkout(%s, %s::bigint[], NULL, %s::text[], %s)"
-)
-WAITING = (
-    "SELECT id, queue, kind, payload, attempt"
-    " FROM jobq_checkout(%s, %s::text[], %s, wait => interval '1 s')"
-)
+RAW_COLUMNS = "id, queue, kind, payload, attempt"
+# The loops' two calls, reading {columns}.
+FUSED = "SELECT {columns} FROM jobq_complete_and_checkout(%s, %s::bigint[], NULL, %s::text[], %s)"
+WAITING = "SELECT {columns} FROM jobq_checkout(%s, %s::text[], %s, wait => interval '1 s')"
 
 
 def raw(dsn: str, queue: str, c: int) -> None:
+    fused, waiting = FUSED.format(columns=RAW_COLUMNS), WAITING.format(columns=RAW_COLUMNS)
     with psycopg.connect(dsn, autocommit=True) as conn:
         worker, timeout = conn.execute(
             "SELECT jobq_register_worker(%s, bind_to_session => true),"
@@ -52,9 +49,9 @@ def raw(dsn: str, queue: str, c: int) -> None:
         queues = [queue]
         done: list[int] = []
         while True:
-            rows = conn.execute(FUSED, (worker, done, queues, c)).fetchall() if done else []
+            rows = conn.execute(fused, (worker, done, queues, c)).fetchall() if done else []
             if not rows:
-                rows = conn.execute(WAITING, (worker, queues, c)).fetchall()
+                rows = conn.execute(waiting, (worker, queues, c)).fetchall()
             done = []
             for job_id, _queue, _kind, _payload, _attempt in rows:
                 done.append(job_id)  # the no-op handler
@@ -68,8 +65,7 @@ def shaped(dsn: str, queue: str, c: int) -> None:
 
     from jobq._calls import _JOB_COLUMNS
 
-    fused = FUSED.replace("id, queue, kind, payload, attempt", _JOB_COLUMNS)
-    waiting = WAITING.replace("id, queue, kind, payload, attempt", _JOB_COLUMNS)
+    fused, waiting = FUSED.format(columns=_JOB_COLUMNS), WAITING.format(columns=_JOB_COLUMNS)
 
     async def loop() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
