@@ -19,7 +19,7 @@ def test_the_workflow_calls(conn: Any, admin: Any, queue: str) -> None:
     parent = jobq.enqueue(conn, queue, {"n": 1})
     assert parent is not None
     child = jobq.enqueue(conn, queue, {"n": 2}, depends_on=[parent], on_parent_failure="run")
-    assert parent is not None and child is not None
+    assert child is not None
     w = jobq.register_worker(conn, "calls")
     [job] = jobq.checkout(conn, w, [queue], 10)
     assert job.id == parent and job.checkpoints == {} and job.depends_on is None
