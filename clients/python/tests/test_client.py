@@ -132,6 +132,38 @@ def test_worker_calls_one_by_one(conn: psycopg.Connection[Any], admin: Any, queu
         jobq.heartbeat(conn, worker)
 
 
+def test_a_checked_out_job_carries_its_row(conn: psycopg.Connection[Any], admin: Any, queue: str) -> None:
+    """Every field of the Job a checkout returns is its row's (the rows become Jobs by
+    position: a column out of order would put one field's value in another)."""
+    worker = jobq.register_worker(conn, "fields")
+    parent = jobq.enqueue(conn, queue, {"p": 1}, kind="parent")
+    assert parent is not None
+    [first] = jobq.checkout(conn, worker, [queue])
+    assert jobq.checkpoint(conn, first.id, worker, "step-1", {"v": 2}) is True
+    assert jobq.fail(conn, first.id, worker, {"type": "E", "message": "once"}, retry_in=timedelta(0)) == "ready"
+    [job] = jobq.checkout(conn, worker, [queue])
+    assert job.id == parent and job.worker_id == worker
+    child = jobq.enqueue(
+        conn, queue, {"c": [1, 2]}, kind="child", priority=-3, max_attempts=7, unique_key=f"{queue}-u",
+        unique_strategy="until_executing", concurrency_key=f"{queue}-c", concurrency_limit=2, depends_on=[parent],
+    )
+    assert child is not None and jobq.complete(conn, parent, worker) is True
+    [got] = jobq.checkout(conn, worker, [queue])
+    for j in (job, got):
+        row = job_row(admin, j.id)
+        for name in (
+            "id", "queue", "kind", "payload", "priority", "attempt", "max_attempts", "run_at", "enqueued_at",
+            "unique_key", "concurrency_key", "interrupted_at", "last_error", "unique_strategy",
+            "concurrency_limit", "started_at", "depends_on",
+        ):
+            assert getattr(j, name) == row[name], name
+        assert j.checkpoints == (row["checkpoints"] or {})
+    assert (job.attempt, job.last_error, job.kind) == (2, {"type": "E", "message": "once"}, "parent")
+    assert job.checkpoints == {"step-1": {"v": 2}} and got.checkpoints == {}
+    assert (got.kind, got.priority, got.max_attempts, got.depends_on) == ("child", -3, 7, [parent])
+    assert (got.unique_strategy, got.concurrency_limit, got.payload) == ("until_executing", 2, {"c": [1, 2]})
+
+
 def test_holding_returns_what_the_worker_does_not_hold(conn: psycopg.Connection[Any], admin: Any, queue: str) -> None:
     worker = jobq.register_worker(conn)
     ids = jobq.enqueue_batch(conn, queue, [{}, {}])

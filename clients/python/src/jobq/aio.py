@@ -17,7 +17,6 @@ import inspect
 from typing import Any, Callable, Concatenate, Coroutine, ParamSpec, TypeVar, Union
 
 import psycopg
-from psycopg.rows import dict_row
 
 from . import _calls
 from .errors import from_psycopg
@@ -44,7 +43,7 @@ async def execute(target: AsyncTarget, call: _calls.Call[T]) -> T:
     """Runs one built call on ``target`` and decodes its rows."""
     conn = target if isinstance(target, psycopg.AsyncConnection) else target.connection
     try:
-        async with conn.cursor(row_factory=dict_row) as cur:
+        async with conn.cursor(row_factory=call.row_factory) as cur:
             await cur.execute(call.sql, call.params)
             rows = await cur.fetchall()
     except psycopg.Error as e:

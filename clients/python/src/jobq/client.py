@@ -21,7 +21,6 @@ import inspect
 from typing import Any, Callable, Concatenate, ParamSpec, TypeVar, Union
 
 import psycopg
-from psycopg.rows import dict_row
 
 from . import _calls
 from .errors import from_psycopg
@@ -48,7 +47,7 @@ def execute(target: Target, call: _calls.Call[T]) -> T:
     """Runs one built call on ``target`` and decodes its rows."""
     conn = target if isinstance(target, psycopg.Connection) else target.connection
     try:
-        with conn.cursor(row_factory=dict_row) as cur:
+        with conn.cursor(row_factory=call.row_factory) as cur:
             cur.execute(call.sql, call.params)
             rows = cur.fetchall()
     except psycopg.Error as e:
