@@ -55,7 +55,6 @@ retried).
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import json
 import logging
@@ -91,12 +90,13 @@ _MAX_BACKOFF = 30.0
 class _Slot:
     """A job in hand: checked out under registration ``wid`` and not yet reported."""
 
-    __slots__ = ("job", "wid", "inner", "cancel_requested", "dropped", "ended")
+    __slots__ = ("job", "wid", "task", "inner", "cancel_requested", "dropped", "ended")
 
     def __init__(self, job: Job, wid: uuid.UUID) -> None:
         self.job = job
         self.wid = wid
-        self.inner: asyncio.Future[Any] | None = None  # the job's task (async) or thread future
+        self.task: asyncio.Task[None] | None = None  # the job's task, which runs its handler
+        self.inner: asyncio.Future[Any] | None = None  # what a cancel cancels: the job's task (async) or thread future
         self.cancel_requested = False
         self.dropped = False
         self.ended = False  # its handler has returned or raised: its slot is free
@@ -174,9 +174,13 @@ class Worker:
         self.heartbeat_interval = heartbeat_interval
         self.connect_kwargs = dict(connect_kwargs or {})
         self.handle_signals = handle_signals
-        self._handlers: dict[str, Handler] = dict(handlers or {})
+        self._handlers: dict[str, tuple[Handler, bool]] = {}  # by kind: (handler, is a coroutine function)
+        for name, fn in (handlers or {}).items():
+            self.add_handler(name, fn)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
+        # The current registration. Each registration is its own UUID object (the one
+        # jobq_register_worker returned), so registrations are compared with ``is``.
         self._wid: uuid.UUID | None = None
 
     # -- public API --------------------------------------------------------------------
@@ -200,7 +204,7 @@ class Worker:
         queue name instead. A plain function runs in the worker's thread pool, a coroutine
         function as an asyncio task; either takes the :class:`~jobq.Job` and returns its
         result."""
-        self._handlers[name] = fn
+        self._handlers[name] = (fn, inspect.iscoroutinefunction(fn))
 
     @property
     def worker_id(self) -> uuid.UUID | None:
@@ -354,7 +358,7 @@ class Worker:
     def _take(self, jobs: list[Job], wid: uuid.UUID) -> list[_Slot]:
         """Jobs a checkout returned become jobs in hand (called with no await since the
         checkout's answer, so a heartbeat never sees the one without the other)."""
-        if self._reaped == wid or self._wid != wid:
+        if self._reaped is wid or self._wid is not wid:
             if jobs:
                 log.warning("jobq worker %s: dropped %s claimed by a lost registration", self.name, [j.id for j in jobs])
             return []
@@ -384,10 +388,9 @@ class Worker:
 
     def _start(self, slots: list[_Slot]) -> None:
         for slot in slots:
-            task = asyncio.create_task(self._run_job(slot), name=f"jobq-job-{slot.job.id}")
-            self._tasks.add(task)
+            slot.task = asyncio.create_task(self._run_job(slot), name=f"jobq-job-{slot.job.id}")
+            self._tasks.add(slot.task)
             self._running += 1
-            task.add_done_callback(lambda t, s=slot: self._task_done(t, s))  # type: ignore[misc]
 
     def _ended(self, slot: _Slot) -> None:
         """The job's handler has ended: its slot is free (once per job)."""
@@ -395,12 +398,6 @@ class Worker:
             slot.ended = True
             self._running -= 1
             self._wake_dispatcher.set()
-
-    def _task_done(self, task: asyncio.Task[None], slot: _Slot) -> None:
-        self._tasks.discard(task)
-        self._ended(slot)  # a task cancelled before it ran never reached its own _ended
-        if not task.cancelled() and task.exception() is not None:
-            log.error("jobq worker %s: %s failed", self.name, task.get_name(), exc_info=task.exception())
 
     def _drop_all(self, why: str) -> None:
         """Drops every job in hand without reporting it: the server has returned them, or
@@ -426,25 +423,32 @@ class Worker:
     # -- running one job -----------------------------------------------------------------
 
     async def _run_job(self, slot: _Slot) -> None:
+        """The job's task. (It ends itself, with no done callback: one call fewer per job on the
+        loop. A task cancelled before it ran never gets here; only the worker's own end does
+        that, and :meth:`_wait_tasks` does not wait for such a task.)"""
         try:
             await self._run_handler(slot)
+        except Exception:
+            log.exception("jobq worker %s: job %d: the worker failed running it", self.name, slot.job.id)
         finally:
             self._ended(slot)
+            self._tasks.discard(slot.task)
 
     async def _run_handler(self, slot: _Slot) -> None:
         job = slot.job
         key = job.kind if job.kind is not None else job.queue
-        fn = self._handlers.get(key)
-        if fn is None:
+        handler = self._handlers.get(key)
+        if handler is None:
             what = f"kind {job.kind!r}" if job.kind is not None else f"queue {job.queue!r} (the job has no kind)"
             self._failure(slot, {"type": "NoHandler", "message": f"no handler for {what}"}, None, discard=True)
             return
         result: Any = None
         error: BaseException | None = None
-        if self._is_async(fn):
+        fn, is_async = handler
+        if is_async:
             # Awaited in this job's own task (no task of its own: one fewer per job); a
             # cancellation request cancels this task.
-            slot.inner = asyncio.current_task()
+            slot.inner = slot.task
             try:
                 result = await fn(job)
             except asyncio.CancelledError as e:
@@ -490,12 +494,6 @@ class Worker:
             self._failure(slot, {"type": "Cancelled", "message": f"job {job.id} was cancelled"}, None)
         else:
             self._failure(slot, {"type": type(error).__name__, "message": str(error)}, None)
-
-    @staticmethod
-    @functools.lru_cache(maxsize=256)
-    def _is_async(fn: Handler) -> bool:
-        """Whether ``fn`` is a coroutine function (asked once per handler, not per job)."""
-        return inspect.iscoroutinefunction(fn)
 
     def _success(self, slot: _Slot, result: Any) -> None:
         if slot.dropped:
@@ -560,7 +558,7 @@ class Worker:
 
     async def _work(self, conn: psycopg.AsyncConnection[Any]) -> None:
         while not self._stopping.is_set():
-            if self._wid is None or self._reaped == self._wid:
+            if self._wid is None or self._reaped is self._wid:
                 self._drop_all("this worker was reaped")
                 await self._register(conn)
                 continue
@@ -579,7 +577,7 @@ class Worker:
                 self._holding_at = asyncio.get_running_loop().time()  # tried: next try one interval on
                 await self._heartbeat(wid)
                 continue  # reaped, stopping or a slot taken meanwhile: look again
-            done, self._done = [(s, r) for s, r in self._done if s.wid == wid], []
+            done, self._done = [(s, r) for s, r in self._done if s.wid is wid], []
             try:
                 if done:
                     slots = await self._complete_and_checkout(conn, wid, done, free)
@@ -589,6 +587,11 @@ class Worker:
                 self._holding_due = True  # it may have claimed jobs whose reply was lost
                 raise
             self._start(slots)
+            if slots:
+                # Let the jobs just started take their first step before looking again: a
+                # handler that ends without waiting frees its slot in this same pass of the
+                # event loop (rather than waking this loop in the next one).
+                await asyncio.sleep(0)
 
     async def _complete_and_checkout(
         self, conn: psycopg.AsyncConnection[Any], wid: uuid.UUID, done: list[tuple[_Slot, Any]], free: int
@@ -651,6 +654,7 @@ class Worker:
     async def _wait_tasks(self) -> None:
         while self._tasks:
             await asyncio.wait(set(self._tasks))
+            self._tasks = {t for t in self._tasks if not t.done()}
 
     async def _drain(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Stopping: the jobs in flight finish, their outcomes are reported, the worker
@@ -663,13 +667,13 @@ class Worker:
         wid = self._wid
         done, self._done = self._done, []
         failed, self._failed = self._failed, []
-        if wid is None or self._reaped == wid:
+        if wid is None or self._reaped is wid:
             return
         try:
             for f in failed:
-                if f.slot.wid == wid:
+                if f.slot.wid is wid:
                     await self._retrying_cancel(self._fail_one, conn, wid, f)
-            mine = [(s, r) for s, r in done if s.wid == wid]
+            mine = [(s, r) for s, r in done if s.wid is wid]
             if mine:
                 await self._retrying_cancel(self._complete_alone, conn, wid, mine)
             returned = await self._retrying_cancel(aio.unregister_worker, conn, wid)
@@ -702,11 +706,11 @@ class Worker:
             while True:
                 self._wake_reporter.clear()
                 wid = self._wid
-                failed = [f for f in self._failed if f.slot.wid == wid] if wid else []
+                failed = [f for f in self._failed if f.slot.wid is wid] if wid else []
                 self._failed = []
                 done: list[tuple[_Slot, Any]] = []
                 if self._dispatcher_waiting or self._stopping.is_set():
-                    done = [(s, r) for s, r in self._done if s.wid == wid] if wid else []
+                    done = [(s, r) for s, r in self._done if s.wid is wid] if wid else []
                     self._done = []
                 if not failed and not done:
                     if self._reporter_exit.is_set():
@@ -735,7 +739,7 @@ class Worker:
                         done = []
                     backoff = 1.0
                 except WorkerLost:
-                    if self._wid == wid:
+                    if self._wid is wid:
                         self._reaped = wid
                         self._drop_all("this worker was reaped")
                         self._wake_dispatcher.set()
@@ -772,7 +776,7 @@ class Worker:
                 except asyncio.TimeoutError:
                     pass
                 wid = self._wid
-                if wid is None or wid == self._reaped:
+                if wid is None or wid is self._reaped:
                     continue
                 await self._heartbeat(wid)
         finally:
@@ -793,7 +797,7 @@ class Worker:
                 async with self._hand_lock:
                     # No list while a checkout is on its way: its jobs are claimed but not
                     # in hand yet, and the list would give them back.
-                    holding = None if self._checkouts else sorted(i for i, s in self._in_hand.items() if s.wid == wid)
+                    holding = None if self._checkouts else sorted(i for i, s in self._in_hand.items() if s.wid is wid)
                     cancel = await aio.heartbeat(self._heartbeat_conn, wid, holding)
                     if holding is not None:
                         self._holding_at = asyncio.get_running_loop().time()
@@ -806,7 +810,7 @@ class Worker:
                         if isinstance(slot.inner, asyncio.Task):
                             slot.inner.cancel()
             except WorkerLost:
-                if self._wid == wid:
+                if self._wid is wid:
                     log.warning("jobq worker %s: %s was reaped (JQ001)", self.name, wid)
                     self._reaped = wid
                     self._drop_all("this worker was reaped")
