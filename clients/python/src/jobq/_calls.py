@@ -75,10 +75,10 @@ def _scalar_call(function: str, args: _Args, decode: Callable[[Any], T]) -> Call
     return Call(f"SELECT {args.call(function)} AS v", tuple(args.params), lambda rows: decode(_scalar(rows)))
 
 
-# The columns of ``jobq.job`` a Job reads, in the order of Job's fields (the rows of a checkout
-# become Jobs by position: tests/test_types.py checks the two orders agree). Checkpoints come as
-# NULL when there are none (nearly every job): one JSON document less to decode per job a worker
-# takes.
+# The columns of ``jobq.job`` a Job reads, in the order of Job's fields: the rows of a checkout
+# become Jobs by position (test_a_checked_out_job_carries_its_row, in tests/test_client.py,
+# checks each field against the job's row). Checkpoints come as NULL when there are none (nearly
+# every job): one JSON document less to decode per job a worker takes.
 _JOB_COLUMNS = (
     "id, queue, kind, payload, priority, attempt, max_attempts, run_at, enqueued_at, unique_key,"
     " concurrency_key, interrupted_at, last_error, unique_strategy, concurrency_limit, started_at,"

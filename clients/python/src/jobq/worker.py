@@ -175,8 +175,8 @@ class Worker:
         self.connect_kwargs = dict(connect_kwargs or {})
         self.handle_signals = handle_signals
         self._handlers: dict[str, tuple[Handler, bool]] = {}  # by kind: (handler, is a coroutine function)
-        for name, fn in (handlers or {}).items():
-            self.add_handler(name, fn)
+        for kind, fn in (handlers or {}).items():
+            self.add_handler(kind, fn)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
         # The current registration. Each registration is its own UUID object (the one
@@ -388,9 +388,11 @@ class Worker:
 
     def _start(self, slots: list[_Slot]) -> None:
         for slot in slots:
-            slot.task = asyncio.create_task(self._run_job(slot), name=f"jobq-job-{slot.job.id}")
-            self._tasks.add(slot.task)
             self._running += 1
+            task = asyncio.create_task(self._run_job(slot), name=f"jobq-job-{slot.job.id}")
+            slot.task = task
+            if not task.done():  # an eager task factory may have run it to its end already
+                self._tasks.add(task)
 
     def _ended(self, slot: _Slot) -> None:
         """The job's handler has ended: its slot is free (once per job)."""
@@ -423,9 +425,11 @@ class Worker:
     # -- running one job -----------------------------------------------------------------
 
     async def _run_job(self, slot: _Slot) -> None:
-        """The job's task. (It ends itself, with no done callback: one call fewer per job on the
-        loop. A task cancelled before it ran never gets here; only the worker's own end does
-        that, and :meth:`_wait_tasks` does not wait for such a task.)"""
+        """The job's task: runs its handler, then frees its slot and leaves ``_tasks`` itself.
+        (A task cancelled before it ran never gets here; only the worker's own end does that,
+        and :meth:`_wait_tasks` does not wait for such a task.)"""
+        if slot.task is None:  # an eager task factory runs this before create_task returns
+            slot.task = asyncio.current_task()
         try:
             await self._run_handler(slot)
         except Exception:
