@@ -90,7 +90,7 @@ _MAX_BACKOFF = 30.0
 class _Slot:
     """A job in hand: checked out under registration ``wid`` and not yet reported."""
 
-    __slots__ = ("job", "wid", "task", "inner", "cancel_requested", "dropped", "ended")
+    __slots__ = ("job", "wid", "task", "inner", "cancel_requested", "dropped")
 
     def __init__(self, job: Job, wid: uuid.UUID) -> None:
         self.job = job
@@ -99,7 +99,6 @@ class _Slot:
         self.inner: asyncio.Future[Any] | None = None  # what a cancel cancels: the job's task (async) or thread future
         self.cancel_requested = False
         self.dropped = False
-        self.ended = False  # its handler has returned or raised: its slot is free
 
 
 class _Failure:
@@ -258,8 +257,7 @@ class Worker:
         self._holding_due = False  # a checkout failed: its claims may be lost on the way
         self._checkouts = 0
         self._in_hand: dict[int, _Slot] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._running = 0  # jobs whose handlers have not ended: the slots taken
+        self._tasks: set[asyncio.Task[None]] = set()  # tasks of jobs whose handlers have not ended: the slots taken
         self._done: list[tuple[_Slot, Any]] = []
         self._failed: list[_Failure] = []
         self._reaped: uuid.UUID | None = None
@@ -388,18 +386,10 @@ class Worker:
 
     def _start(self, slots: list[_Slot]) -> None:
         for slot in slots:
-            self._running += 1
             task = asyncio.create_task(self._run_job(slot), name=f"jobq-job-{slot.job.id}")
             slot.task = task
             if not task.done():  # an eager task factory may have run it to its end already
                 self._tasks.add(task)
-
-    def _ended(self, slot: _Slot) -> None:
-        """The job's handler has ended: its slot is free (once per job)."""
-        if not slot.ended:
-            slot.ended = True
-            self._running -= 1
-            self._wake_dispatcher.set()
 
     def _drop_all(self, why: str) -> None:
         """Drops every job in hand without reporting it: the server has returned them, or
@@ -435,8 +425,8 @@ class Worker:
         except Exception:
             log.exception("jobq worker %s: job %d: the worker failed running it", self.name, slot.job.id)
         finally:
-            self._ended(slot)
-            self._tasks.discard(slot.task)
+            self._tasks.discard(slot.task)  # its slot is free
+            self._wake_dispatcher.set()
 
     async def _run_handler(self, slot: _Slot) -> None:
         job = slot.job
@@ -567,7 +557,7 @@ class Worker:
                 await self._register(conn)
                 continue
             wid = self._wid
-            free = self.concurrency - self._running
+            free = self.concurrency - len(self._tasks)
             if free <= 0:
                 self._wake_dispatcher.clear()
                 await self._wake_dispatcher.wait()
