@@ -17,6 +17,10 @@
 #            asyncio event loop. library / shaped is what the library's own work costs;
 #            shaped / raw what its model costs (the columns, asyncio), which any worker built
 #            that way pays;
+#   threads  (Python) the raw loop as a synchronous threaded worker runs it, none of its
+#            bookkeeping: the library's columns on the synchronous connection, each job handed
+#            to a pool of C threads, the next call once all C have ended: the least a worker
+#            that runs handlers in threads pays;
 #   library  the library's Worker with concurrency C and one no-op handler for the queue.
 # Each run: a fresh jobq (DROP/CREATE EXTENSION) and a CHECKPOINT; the worker process starts
 # and, once it waits inside the server (bench/clients/watch.py), N no-op jobs are enqueued in
@@ -165,7 +169,7 @@ SQL
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "-" }'; }
 
-modes() { case $1 in rust) echo raw library ;; *) echo raw shaped library ;; esac; }
+modes() { case $1 in rust) echo raw library ;; node) echo raw shaped library ;; python) echo raw shaped threads library ;; esac; }
 declare -A RATE PERCALL CPU
 start=$(date +%s)
 for lang in $LANGS; do
@@ -201,7 +205,9 @@ versions() {
   echo "same driver, \`jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C)\` (one round"
   echo "trip and one commit per C jobs); **shaped** (Python, Node): that loop in the library's shape"
   echo "without its machinery (the job columns the library reads; in Python, psycopg's asyncio"
-  echo "connection on an asyncio loop); **library**: the library's \`Worker\` with concurrency C."
+  echo "connection on an asyncio loop); **threads** (Python): that loop as a synchronous threaded"
+  echo "worker runs it (the library's columns, each job handed to a pool of C threads), none of"
+  echo "its bookkeeping; **library**: the library's \`Worker\` with concurrency C."
   echo "jobs/s = N jobs / (last finished_at - first started_at), N = $(jobs_for 1), $(jobs_for 4), $(jobs_for 16) at 1, 4, 16 in"
   echo "flight; library / raw is the goal's ratio, library / shaped what the library's own work"
   echo "costs; jobs per call: the mean number of jobs a checkout call that found work returned;"
@@ -213,13 +219,16 @@ versions() {
     echo
     echo "$(versions "$lang")."
     echo
-    echo "| in flight | raw jobs/s | shaped jobs/s | library jobs/s | library / raw | library / shaped | jobs per call, raw / library | worker CPU µs per job, raw / shaped / library |"
-    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| in flight | raw jobs/s | shaped jobs/s | threads jobs/s | library jobs/s | library / raw | library / shaped | jobs per call, raw / library | worker CPU µs per job, raw / shaped / threads / library |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for c in $INFLIGHT; do
       raw_m=$(echo "${RATE[$lang,raw,$c]}" | median)
       lib_m=$(echo "${RATE[$lang,library,$c]}" | median)
+      # A mode a language does not run (shaped in Rust, threads outside Python) has no runs:
+      # median of nothing is empty, and the cell shows "-".
       shp_m=$(echo "${RATE[$lang,shaped,$c]:-}" | median || true); shp_cpu=$(echo "${CPU[$lang,shaped,$c]:-}" | median || true)
-      echo "| $c | $raw_m | ${shp_m:--} | $lib_m | $(ratio "$lib_m" "$raw_m") | $([ -n "$shp_m" ] && ratio "$lib_m" "$shp_m" || echo -) | $(echo "${PERCALL[$lang,raw,$c]}" | median) / $(echo "${PERCALL[$lang,library,$c]}" | median) | $(echo "${CPU[$lang,raw,$c]}" | median) / ${shp_cpu:--} / $(echo "${CPU[$lang,library,$c]}" | median) |"
+      thr_m=$(echo "${RATE[$lang,threads,$c]:-}" | median || true); thr_cpu=$(echo "${CPU[$lang,threads,$c]:-}" | median || true)
+      echo "| $c | $raw_m | ${shp_m:--} | ${thr_m:--} | $lib_m | $(ratio "$lib_m" "$raw_m") | $([ -n "$shp_m" ] && ratio "$lib_m" "$shp_m" || echo -) | $(echo "${PERCALL[$lang,raw,$c]}" | median) / $(echo "${PERCALL[$lang,library,$c]}" | median) | $(echo "${CPU[$lang,raw,$c]}" | median) / ${shp_cpu:--} / ${thr_cpu:--} / $(echo "${CPU[$lang,library,$c]}" | median) |"
     done
   done
   echo
@@ -227,11 +236,11 @@ versions() {
   echo
   echo "jobs/s of each run, in the order they ran."
   echo
-  echo "| language | in flight | raw | shaped | library |"
-  echo "| --- | ---: | --- | --- | --- |"
+  echo "| language | in flight | raw | shaped | threads | library |"
+  echo "| --- | ---: | --- | --- | --- | --- |"
   for lang in $LANGS; do
     for c in $INFLIGHT; do
-      echo "| $(label "$lang") | $c |${RATE[$lang,raw,$c]} |${RATE[$lang,shaped,$c]:- -} |${RATE[$lang,library,$c]} |"
+      echo "| $(label "$lang") | $c |${RATE[$lang,raw,$c]} |${RATE[$lang,shaped,$c]:- -} |${RATE[$lang,threads,$c]:- -} |${RATE[$lang,library,$c]} |"
     done
   done
 } > "$OUT"

@@ -2,6 +2,7 @@
 
     python3 bench/clients/python/worker.py raw     DSN QUEUE C
     python3 bench/clients/python/worker.py shaped  DSN QUEUE C
+    python3 bench/clients/python/worker.py threads DSN QUEUE C
     python3 bench/clients/python/worker.py library DSN QUEUE C
 
 raw: the hand-written loop on psycopg 3 (autocommit): register, wait inside the server for up
@@ -15,6 +16,11 @@ shaped: the raw loop in the library's shape, with none of its machinery: the sam
 psycopg's asyncio connection (an asyncio event loop, as the library runs), reading the job
 columns the library reads (jobq._calls._JOB_COLUMNS). What a worker of this model costs before
 any of the library's own work.
+
+threads: the raw loop as a synchronous threaded worker would run it, with none of a worker's
+bookkeeping: the same calls on the same synchronous connection, reading the library's columns,
+each job handed to a pool of C threads and the call made once all C have ended. The least any
+worker that runs handlers in threads pays.
 
 library: the jobq package's Worker (clients/python, on PYTHONPATH) with concurrency=C and one
 no-op `async def` handler for the queue.
@@ -91,6 +97,40 @@ def shaped(dsn: str, queue: str, c: int) -> None:
     asyncio.run(loop())
 
 
+def threads(dsn: str, queue: str, c: int) -> None:
+    import queue as queues_
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jobq._calls import _JOB_COLUMNS
+
+    fused, waiting = FUSED.format(columns=_JOB_COLUMNS), WAITING.format(columns=_JOB_COLUMNS)
+    ended: queues_.SimpleQueue[int] = queues_.SimpleQueue()
+
+    def run(job_id: int) -> None:
+        ended.put(job_id)  # the no-op handler
+
+    with ThreadPoolExecutor(c) as pool, psycopg.connect(dsn, autocommit=True) as conn:
+        worker, timeout = conn.execute(
+            "SELECT jobq_register_worker(%s, bind_to_session => true),"
+            " extract(epoch FROM current_setting('jobq.heartbeat_timeout')::interval)::float8",
+            (f"bench-python-threads-{os.getpid()}",),
+        ).fetchone()  # type: ignore[misc]
+        beat = timeout / 3
+        next_beat = time.monotonic() + beat
+        queues = [queue]
+        done: list[int] = []
+        while True:
+            rows = conn.execute(fused, (worker, done, queues, c)).fetchall() if done else []
+            if not rows:
+                rows = conn.execute(waiting, (worker, queues, c)).fetchall()
+            for row in rows:
+                pool.submit(run, row[0])
+            done = [ended.get() for _ in rows]
+            if time.monotonic() >= next_beat:
+                conn.execute("SELECT jobq_heartbeat(%s)", (worker,))
+                next_beat = time.monotonic() + beat
+
+
 def library(dsn: str, queue: str, c: int) -> None:
     import jobq
 
@@ -104,8 +144,8 @@ def library(dsn: str, queue: str, c: int) -> None:
 
 
 if __name__ == "__main__":
-    modes = {"raw": raw, "shaped": shaped, "library": library}
+    modes = {"raw": raw, "shaped": shaped, "threads": threads, "library": library}
     if len(sys.argv) != 5 or sys.argv[1] not in modes:
-        sys.exit("usage: worker.py raw|shaped|library DSN QUEUE CONCURRENCY")
+        sys.exit("usage: worker.py raw|shaped|threads|library DSN QUEUE CONCURRENCY")
     mode, dsn, queue, c = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     modes[mode](dsn, queue, c)
