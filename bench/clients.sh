@@ -7,7 +7,7 @@
 #
 # The programs are in bench/clients/: python/worker.py (psycopg 3, clients/python), node/worker.js
 # (pg, clients/node, built here with `npm run build`), rust/ (tokio-postgres, clients/rust; its
-# own cargo project and Cargo.lock, not a workspace member). Each runs in one of two modes:
+# own cargo project and Cargo.lock, not a workspace member). Each runs in some of these modes:
 #   raw      register, wait inside the server (jobq_checkout with wait), then
 #            jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C) in a loop: the C jobs
 #            a call returns run with a no-op and are completed by the next call (one round trip
@@ -17,10 +17,9 @@
 #            asyncio event loop. library / shaped is what the library's own work costs;
 #            shaped / raw what its model costs (the columns, asyncio), which any worker built
 #            that way pays;
-#   threads  (Python) the raw loop as a synchronous threaded worker runs it, none of its
-#            bookkeeping: the library's columns on the synchronous connection, each job handed
-#            to a pool of C threads, the next call once all C have ended: the least a worker
-#            that runs handlers in threads pays;
+#   threads  (Python) the raw loop with a threaded worker's handoff, none of its bookkeeping:
+#            the library's columns on the synchronous connection, each job submitted to a
+#            thread pool of C threads, the next call once all C have ended;
 #   library  the library's Worker with concurrency C and one no-op handler for the queue.
 # Each run: a fresh jobq (DROP/CREATE EXTENSION) and a CHECKPOINT; the worker process starts
 # and, once it waits inside the server (bench/clients/watch.py), N no-op jobs are enqueued in
@@ -46,6 +45,9 @@ case "${1:-}" in
 esac
 LANGS=${JOBQ_BENCH_LANGS:-python node rust}
 INFLIGHT=${JOBQ_BENCH_INFLIGHT:-1 4 16}
+for lang in $LANGS; do
+  case $lang in python | node | rust) ;; *) echo "clients: unknown language $lang (python, node, rust)" >&2; exit 2 ;; esac
+done
 if [ $QUICK = 1 ]; then RUNS=1; else RUNS=3; fi
 # Jobs per run, by jobs in flight: a few seconds of work each.
 jobs_for() {
@@ -205,9 +207,9 @@ versions() {
   echo "same driver, \`jobq_complete_and_checkout(worker, done, NULL, ARRAY[queue], C)\` (one round"
   echo "trip and one commit per C jobs); **shaped** (Python, Node): that loop in the library's shape"
   echo "without its machinery (the job columns the library reads; in Python, psycopg's asyncio"
-  echo "connection on an asyncio loop); **threads** (Python): that loop as a synchronous threaded"
-  echo "worker runs it (the library's columns, each job handed to a pool of C threads), none of"
-  echo "its bookkeeping; **library**: the library's \`Worker\` with concurrency C."
+  echo "connection on an asyncio loop); **threads** (Python): that loop with a threaded worker's"
+  echo "handoff (the library's columns, each job submitted to a thread pool of C threads), none"
+  echo "of its bookkeeping; **library**: the library's \`Worker\` with concurrency C."
   echo "jobs/s = N jobs / (last finished_at - first started_at), N = $(jobs_for 1), $(jobs_for 4), $(jobs_for 16) at 1, 4, 16 in"
   echo "flight; library / raw is the goal's ratio, library / shaped what the library's own work"
   echo "costs; jobs per call: the mean number of jobs a checkout call that found work returned;"

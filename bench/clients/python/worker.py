@@ -17,15 +17,14 @@ psycopg's asyncio connection (an asyncio event loop, as the library runs), readi
 columns the library reads (jobq._calls._JOB_COLUMNS). What a worker of this model costs before
 any of the library's own work.
 
-threads: the raw loop as a synchronous threaded worker would run it, with none of a worker's
-bookkeeping: the same calls on the same synchronous connection, reading the library's columns,
-each job handed to a pool of C threads and the call made once all C have ended. The least any
-worker that runs handlers in threads pays.
+threads: the raw loop with a threaded worker's handoff and none of its bookkeeping: the same
+calls on the same synchronous connection, reading the library's columns, each job submitted to
+a thread pool of C threads and the next call made once all C have ended.
 
 library: the jobq package's Worker (clients/python, on PYTHONPATH) with concurrency=C and one
 no-op `async def` handler for the queue.
 
-Both run until SIGTERM (bench/clients.sh sends it once the queue is drained).
+Each runs until SIGTERM (bench/clients.sh sends it once the queue is drained).
 """
 
 from __future__ import annotations
