@@ -32,23 +32,26 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any, Callable
 
 import psycopg
 
 RAW_COLUMNS = "id, queue, kind, payload, attempt"
-# The loops' two calls, reading {columns}.
+# The loops' calls: registration (and the heartbeat period), then the two checkouts, reading {columns}.
+REGISTER = (
+    "SELECT jobq_register_worker(%s, bind_to_session => true),"
+    " extract(epoch FROM current_setting('jobq.heartbeat_timeout')::interval)::float8"
+)
 FUSED = "SELECT {columns} FROM jobq_complete_and_checkout(%s, %s::bigint[], NULL, %s::text[], %s)"
 WAITING = "SELECT {columns} FROM jobq_checkout(%s, %s::text[], %s, wait => interval '1 s')"
 
 
-def raw(dsn: str, queue: str, c: int) -> None:
-    fused, waiting = FUSED.format(columns=RAW_COLUMNS), WAITING.format(columns=RAW_COLUMNS)
+def sync_loop(dsn: str, queue: str, c: int, mode: str, columns: str, run: Callable[[list[Any]], list[int]]) -> None:
+    """The synchronous loop of raw and threads: `run` takes a call's rows and returns the ids
+    of the jobs it ran, which the next call completes."""
+    fused, waiting = FUSED.format(columns=columns), WAITING.format(columns=columns)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        worker, timeout = conn.execute(
-            "SELECT jobq_register_worker(%s, bind_to_session => true),"
-            " extract(epoch FROM current_setting('jobq.heartbeat_timeout')::interval)::float8",
-            (f"bench-python-raw-{os.getpid()}",),
-        ).fetchone()  # type: ignore[misc]
+        worker, timeout = conn.execute(REGISTER, (f"bench-python-{mode}-{os.getpid()}",)).fetchone()  # type: ignore[misc]
         beat = timeout / 3
         next_beat = time.monotonic() + beat
         queues = [queue]
@@ -57,12 +60,17 @@ def raw(dsn: str, queue: str, c: int) -> None:
             rows = conn.execute(fused, (worker, done, queues, c)).fetchall() if done else []
             if not rows:
                 rows = conn.execute(waiting, (worker, queues, c)).fetchall()
-            done = []
-            for job_id, _queue, _kind, _payload, _attempt in rows:
-                done.append(job_id)  # the no-op handler
+            done = run(rows)
             if time.monotonic() >= next_beat:
                 conn.execute("SELECT jobq_heartbeat(%s)", (worker,))
                 next_beat = time.monotonic() + beat
+
+
+def raw(dsn: str, queue: str, c: int) -> None:
+    def run(rows: list[Any]) -> list[int]:
+        return [row[0] for row in rows]  # the no-op handler, inline
+
+    sync_loop(dsn, queue, c, "raw", RAW_COLUMNS, run)
 
 
 def shaped(dsn: str, queue: str, c: int) -> None:
@@ -74,11 +82,7 @@ def shaped(dsn: str, queue: str, c: int) -> None:
 
     async def loop() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            cur = await conn.execute(
-                "SELECT jobq_register_worker(%s, bind_to_session => true),"
-                " extract(epoch FROM current_setting('jobq.heartbeat_timeout')::interval)::float8",
-                (f"bench-python-shaped-{os.getpid()}",),
-            )
+            cur = await conn.execute(REGISTER, (f"bench-python-shaped-{os.getpid()}",))
             worker, timeout = await cur.fetchone()  # type: ignore[misc]
             beat = timeout / 3
             next_beat = time.monotonic() + beat
@@ -102,32 +106,19 @@ def threads(dsn: str, queue: str, c: int) -> None:
 
     from jobq._calls import _JOB_COLUMNS
 
-    fused, waiting = FUSED.format(columns=_JOB_COLUMNS), WAITING.format(columns=_JOB_COLUMNS)
     ended: queues_.SimpleQueue[int] = queues_.SimpleQueue()
 
-    def run(job_id: int) -> None:
-        ended.put(job_id)  # the no-op handler
+    def noop(job_id: int) -> None:
+        ended.put(job_id)  # the no-op handler, in a thread of the pool
 
-    with ThreadPoolExecutor(c) as pool, psycopg.connect(dsn, autocommit=True) as conn:
-        worker, timeout = conn.execute(
-            "SELECT jobq_register_worker(%s, bind_to_session => true),"
-            " extract(epoch FROM current_setting('jobq.heartbeat_timeout')::interval)::float8",
-            (f"bench-python-threads-{os.getpid()}",),
-        ).fetchone()  # type: ignore[misc]
-        beat = timeout / 3
-        next_beat = time.monotonic() + beat
-        queues = [queue]
-        done: list[int] = []
-        while True:
-            rows = conn.execute(fused, (worker, done, queues, c)).fetchall() if done else []
-            if not rows:
-                rows = conn.execute(waiting, (worker, queues, c)).fetchall()
+    with ThreadPoolExecutor(c) as pool:
+
+        def run(rows: list[Any]) -> list[int]:
             for row in rows:
-                pool.submit(run, row[0])
-            done = [ended.get() for _ in rows]
-            if time.monotonic() >= next_beat:
-                conn.execute("SELECT jobq_heartbeat(%s)", (worker,))
-                next_beat = time.monotonic() + beat
+                pool.submit(noop, row[0])
+            return [ended.get() for _ in rows]
+
+        sync_loop(dsn, queue, c, "threads", _JOB_COLUMNS, run)
 
 
 def library(dsn: str, queue: str, c: int) -> None:
