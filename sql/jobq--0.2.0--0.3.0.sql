@@ -1385,6 +1385,79 @@ BEGIN
      ORDER BY k.ord;
 END $$;
 
+-- ==== Rate limits (src/sql/rate_limits.sql) ====
+-- A change of a limit and the key's takers meet on an advisory lock of the key instead of the
+-- slot rows, which a change locked one after another and could deadlock on with a taker.
+CREATE OR REPLACE FUNCTION jobq_set_rate_limit(key text, max_starts integer, per interval) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_recent timestamptz[];
+    v_noted  boolean;
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'jobq: key must not be NULL' USING ERRCODE = '22004';
+    ELSIF key = '' OR octet_length(key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: key must be 1 to 1000 bytes' USING ERRCODE = '22023';
+    ELSIF max_starts IS NOT NULL THEN
+        IF per IS NULL THEN
+            RAISE EXCEPTION 'jobq: per must not be NULL' USING ERRCODE = '22004';
+        ELSIF max_starts < 1 OR max_starts > 10000 THEN
+            RAISE EXCEPTION 'jobq: max_starts must be between 1 and 10000, got %', max_starts USING ERRCODE = '22023';
+        ELSIF per <= interval '0' OR NOT isfinite(per) THEN
+            RAISE EXCEPTION 'jobq: per must be a finite interval greater than 0, got %', per USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    -- The key's lock (above): from here to the commit no start of the key is in progress.
+    PERFORM pg_advisory_xact_lock(1785684593, hashtext('r:' || key));
+    -- A limit removed or changed may let waiting jobs start now: every waiting checkout of
+    -- this database looks again after the commit (src/waits.rs).
+    v_noted := jobq._wake(NULL, '-infinity', 10000);
+    IF max_starts IS NULL THEN
+        -- No limit any more: the key's jobs start as plain ones.
+        DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
+        DELETE FROM jobq.rate_limits l WHERE l.key = jobq_set_rate_limit.key;
+        RETURN;
+    END IF;
+    INSERT INTO jobq.rate_limits AS l (key, max_starts, per, set_at)
+    VALUES (key, max_starts, per, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT rate_limits_pkey
+    DO UPDATE SET max_starts = EXCLUDED.max_starts, per = EXCLUDED.per, set_at = EXCLUDED.set_at;
+    -- The slots anew, keeping every start already made, the most recent in the slots the
+    -- limit uses (1..max_starts) and the older ones in spare slots above it, which a start
+    -- never takes but a later raise of the limit finds again: so a limit lowered and raised
+    -- again counts the starts made meanwhile, and no window ever holds more starts than the
+    -- highest limit it saw. (Under READ COMMITTED this statement's snapshot, taken after the
+    -- lock, sees every start made; under REPEATABLE READ a start committed since the
+    -- transaction's snapshot makes the DELETE raise 40001.)
+    v_recent := ARRAY(SELECT s.last_start FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key
+                       ORDER BY s.last_start DESC);
+    DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
+    INSERT INTO jobq.rate_slots (key, slot, last_start)
+    SELECT key, g.slot, coalesce(v_recent[g.slot], '-infinity')
+      FROM generate_series(1, greatest(max_starts, cardinality(v_recent))) AS g(slot);
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- The key's lock, shared with its other takers and tried without waiting: a change of
+    -- the key's limit holds it (or, rarely, another key's of the same hash), and the key has
+    -- no start for this call; that change's commit wakes the waiting checkouts.
+    IF NOT pg_try_advisory_xact_lock_shared(1785684593, hashtext('r:' || key)) THEN
+        RETURN false;
+    END IF;
+    -- The window and the slots are read by one statement, so a limit changed meanwhile is
+    -- seen whole or not at all (jobq_set_rate_limit rewrites the slots with the limit).
+    UPDATE jobq.rate_slots s SET last_start = started
+     WHERE s.ctid = (SELECT x.ctid FROM jobq.rate_slots x JOIN jobq.rate_limits l ON l.key = x.key
+                      WHERE x.key = _take_rate.key AND x.last_start < started - l.per
+                        AND x.slot <= l.max_starts
+                      ORDER BY x.last_start
+                      LIMIT 1
+                        FOR UPDATE OF x SKIP LOCKED);
+    RETURN FOUND OR NOT EXISTS (SELECT 1 FROM jobq.rate_limits l WHERE l.key = _take_rate.key);
+END $$;
+
 -- ==== Counters for monitoring (src/sql/counters.sql) ====
 -- The histograms' sums, and per-queue totals that only go up, started from the minutes kept.
 ALTER TABLE jobq.queue_minutes ADD COLUMN wait_us bigint NOT NULL DEFAULT 0,

@@ -771,6 +771,42 @@ fn a_rate_limit_changed_while_its_jobs_start_never_lets_more_through() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// A change of a limit waits for the transactions that took a start of its key, and meanwhile
+/// a checkout passes the key's jobs over instead of waiting (src/sql/rate_limits.sql: the
+/// key's advisory lock, shared by takers, exclusive for a change). Once the change commits,
+/// the start taken before it counts against the new limit.
+#[test]
+fn a_rate_limit_change_waits_for_a_start_in_flight_and_no_checkout_waits_for_it() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    c.execute("SELECT jobq_set_rate_limit('busy', 2, '1 hour')", &[]).unwrap();
+    let keyed: Vec<i64> = c.query("SELECT jobq_enqueue('q', rate_key => 'busy') FROM generate_series(1, 4)", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let plain: i64 = c.query_one("SELECT jobq_enqueue('q', priority => 1)", &[]).unwrap().get(0);
+    // A checkout holds a start of 'busy' in an open transaction.
+    let mut holder = cluster.connect(&name);
+    holder.batch_execute("BEGIN").unwrap();
+    let got: Vec<i64> = holder.query("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![keyed[0]]);
+    // The change waits for it (awaited in pg_stat_activity) ...
+    let mut changer = cluster.connect(&name);
+    let pid: i32 = changer.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let change = std::thread::spawn(move || changer.execute("SELECT jobq_set_rate_limit('busy', 3, '1 hour')", &[]).map_err(|e| e.to_string()));
+    wait_until("the change to wait for the start in flight", Duration::from_secs(30), || {
+        c.query_one("SELECT wait_event IS NOT DISTINCT FROM 'advisory' FROM pg_stat_activity WHERE pid = $1", &[&pid]).map(|r| r.get::<_, bool>(0)).unwrap_or(false)
+    });
+    // ... and a checkout meanwhile neither waits nor starts a job of the key: the plain job
+    // behind them starts. (The statement timeout turns a wait into a failure.)
+    c.batch_execute("SET statement_timeout = '20s'").unwrap();
+    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![plain], "the key's jobs are passed over while its limit changes");
+    holder.batch_execute("COMMIT").unwrap();
+    assert_eq!(change.join().unwrap(), Ok(1));
+    // The new limit counts the start made before it: two more start, not three.
+    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![keyed[1], keyed[2]]);
+    assert_job_tables_consistent(&mut c);
+}
+
 #[test]
 fn a_rate_limited_key_holds_back_only_its_own_jobs() {
     let (_, _, mut c) = db();

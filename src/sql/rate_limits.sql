@@ -9,6 +9,17 @@
 -- with SKIP LOCKED and re-checked on its newest version, so two checkouts never take one
 -- slot and a checkout never waits for another; a checkout that rolls back gives its start
 -- back. The time written is the claim's own (the job's `started_at`).
+--
+-- A change of a key's limit rewrites its slots, and must see every start made (else a start
+-- in flight would be forgotten and the window could take one more). Takers and changes of a
+-- key meet on one transaction-level advisory lock of class 'jobq' (as jobq._take_slot's) on
+-- hashtext('r:' || key): a taker tries it shared and, when a change holds it, passes the
+-- key over for this call without waiting; a change takes it exclusively, waiting for the
+-- takers in progress to end, so it reads and rewrites the slots while none is taking one.
+-- A change never holds a slot row while it waits: locking the slots instead (FOR UPDATE,
+-- one after another) could deadlock with a taker, whose SKIP LOCKED still waits for a row
+-- that it reaches through an update committed during its own attempt (PostgreSQL follows
+-- the update chain and waits on the newer version's locker).
 
 CREATE TABLE jobq.rate_limits (
     key         text PRIMARY KEY,
@@ -42,23 +53,26 @@ BEGIN
         RAISE EXCEPTION 'jobq: key must not be NULL' USING ERRCODE = '22004';
     ELSIF key = '' OR octet_length(key) > 1000 THEN
         RAISE EXCEPTION 'jobq: key must be 1 to 1000 bytes' USING ERRCODE = '22023';
+    ELSIF max_starts IS NOT NULL THEN
+        IF per IS NULL THEN
+            RAISE EXCEPTION 'jobq: per must not be NULL' USING ERRCODE = '22004';
+        ELSIF max_starts < 1 OR max_starts > 10000 THEN
+            RAISE EXCEPTION 'jobq: max_starts must be between 1 and 10000, got %', max_starts USING ERRCODE = '22023';
+        ELSIF per <= interval '0' OR NOT isfinite(per) THEN
+            RAISE EXCEPTION 'jobq: per must be a finite interval greater than 0, got %', per USING ERRCODE = '22023';
+        END IF;
     END IF;
-    IF max_starts IS NULL THEN
-        -- No limit any more: the key's jobs start as plain ones (waiting checkouts: below).
-        DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
-        DELETE FROM jobq.rate_limits l WHERE l.key = jobq_set_rate_limit.key;
-        v_noted := jobq._wake(NULL, '-infinity', 10000);
-        RETURN;
-    ELSIF per IS NULL THEN
-        RAISE EXCEPTION 'jobq: per must not be NULL' USING ERRCODE = '22004';
-    ELSIF max_starts < 1 OR max_starts > 10000 THEN
-        RAISE EXCEPTION 'jobq: max_starts must be between 1 and 10000, got %', max_starts USING ERRCODE = '22023';
-    ELSIF per <= interval '0' OR NOT isfinite(per) THEN
-        RAISE EXCEPTION 'jobq: per must be a finite interval greater than 0, got %', per USING ERRCODE = '22023';
-    END IF;
+    -- The key's lock (above): from here to the commit no start of the key is in progress.
+    PERFORM pg_advisory_xact_lock(1785684593, hashtext('r:' || key));
     -- A limit removed or changed may let waiting jobs start now: every waiting checkout of
     -- this database looks again after the commit (src/waits.rs).
     v_noted := jobq._wake(NULL, '-infinity', 10000);
+    IF max_starts IS NULL THEN
+        -- No limit any more: the key's jobs start as plain ones.
+        DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
+        DELETE FROM jobq.rate_limits l WHERE l.key = jobq_set_rate_limit.key;
+        RETURN;
+    END IF;
     INSERT INTO jobq.rate_limits AS l (key, max_starts, per, set_at)
     VALUES (key, max_starts, per, clock_timestamp())
     ON CONFLICT ON CONSTRAINT rate_limits_pkey
@@ -67,10 +81,9 @@ BEGIN
     -- limit uses (1..max_starts) and the older ones in spare slots above it, which a start
     -- never takes but a later raise of the limit finds again: so a limit lowered and raised
     -- again counts the starts made meanwhile, and no window ever holds more starts than the
-    -- highest limit it saw. Lock them first (waiting for checkouts that hold one), then read
-    -- them in a statement of their own: a locking read that waited returns the newest
-    -- version of the row it waited for, but sorted by the value it had before.
-    PERFORM 1 FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key FOR UPDATE;
+    -- highest limit it saw. (Under READ COMMITTED this statement's snapshot, taken after the
+    -- lock, sees every start made; under REPEATABLE READ a start committed since the
+    -- transaction's snapshot makes the DELETE raise 40001.)
     v_recent := ARRAY(SELECT s.last_start FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key
                        ORDER BY s.last_start DESC);
     DELETE FROM jobq.rate_slots s WHERE s.key = jobq_set_rate_limit.key;
@@ -84,6 +97,12 @@ END $$;
 CREATE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- The key's lock, shared with its other takers and tried without waiting: a change of
+    -- the key's limit holds it (or, rarely, another key's of the same hash), and the key has
+    -- no start for this call; that change's commit wakes the waiting checkouts.
+    IF NOT pg_try_advisory_xact_lock_shared(1785684593, hashtext('r:' || key)) THEN
+        RETURN false;
+    END IF;
     -- The window and the slots are read by one statement, so a limit changed meanwhile is
     -- seen whole or not at all (jobq_set_rate_limit rewrites the slots with the limit).
     UPDATE jobq.rate_slots s SET last_start = started
