@@ -4,9 +4,12 @@
 //! shared memory at COMMIT, once the transaction's rows are visible and before its client
 //! learns of the commit, and forgotten at ABORT. One transaction callback, registered once per
 //! backend, serves them all, and runs floors first, so that a worker woken by a deferred
-//! wake-up never starts its checkout above the job that woke it. The counters alone follow
-//! subtransactions too (a subtransaction callback): a count must not survive the rollback of
-//! what it counted.
+//! wake-up never starts its checkout above the job that woke it. Waiting checkouts alone are
+//! rung later in the commit, once its locks are released (a resource-release callback): a
+//! checkout woken before could meet a lock the committer still holds (a rate limit change's
+//! key lock, src/sql/rate_limits.sql), pass the job over and sleep again with nothing left to
+//! wake it. The counters alone follow subtransactions too (a subtransaction callback): a
+//! count must not survive the rollback of what it counted.
 use crate::{bgworker, counters, floors, waits, wakes};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -49,6 +52,7 @@ pub(crate) fn watch() {
         unsafe {
             pg_sys::RegisterXactCallback(Some(at_end_of_transaction), std::ptr::null_mut());
             pg_sys::RegisterSubXactCallback(Some(at_end_of_subtransaction), std::ptr::null_mut());
+            pg_sys::RegisterResourceReleaseCallback(Some(after_locks), std::ptr::null_mut());
         }
     }
 }
@@ -67,6 +71,22 @@ unsafe extern "C-unwind" fn at_end_of_subtransaction(
     };
     if counters::PENDING.with(Notes::any) {
         counters::at_subxact_end(committed, sub, parent);
+    }
+}
+
+/// The last phase of a top-level commit's resource release, its locks released: the waiting
+/// checkouts its jobs, freed slots and changes concern are rung. (Called once per resource
+/// owner of the transaction; the first call takes the notes. An abort forgets them in
+/// at_end_of_transaction.) Nothing here may fail: the transaction has committed.
+#[pg_guard]
+unsafe extern "C-unwind" fn after_locks(
+    phase: pg_sys::ResourceReleasePhase::Type,
+    is_commit: bool,
+    is_top_level: bool,
+    _arg: *mut std::ffi::c_void,
+) {
+    if phase == pg_sys::ResourceReleasePhase::RESOURCE_RELEASE_AFTER_LOCKS && is_commit && is_top_level && waits::PENDING.with(Notes::any) {
+        waits::ring(&waits::PENDING.with(Notes::take));
     }
 }
 
@@ -95,13 +115,10 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             if !keys.is_empty() {
                 floors::apply_lowering(&keys);
             }
-            // After the floors: a waiting checkout rung here starts at or below its job. This
-            // transaction's own waiter slot goes first, so that it cannot take a ring.
+            // This transaction's own waiter slot goes first, so that it cannot take a ring
+            // (the rings go out in after_locks, below, after the floors applied here: a
+            // waiting checkout rung starts at or below its job).
             waits::leave();
-            let made = waits::PENDING.with(Notes::take);
-            if !made.is_empty() {
-                waits::ring(&made);
-            }
             let queues = wakes::PENDING.with(Notes::take);
             if !queues.is_empty() {
                 wakes::post(&queues);
