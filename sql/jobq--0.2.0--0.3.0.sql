@@ -1440,9 +1440,18 @@ END $$;
 CREATE OR REPLACE FUNCTION jobq._take_rate(key text, started timestamptz) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- A full window, or a key without a limit, is answered without the key's lock: only a
+    -- checkout that finds a slot free holds it, so a change waits for the checkouts that
+    -- took a start, not for every one that passed the key over.
+    IF NOT EXISTS (SELECT 1 FROM jobq.rate_slots x JOIN jobq.rate_limits l ON l.key = x.key
+                    WHERE x.key = _take_rate.key AND x.last_start < started - l.per
+                      AND x.slot <= l.max_starts) THEN
+        RETURN NOT EXISTS (SELECT 1 FROM jobq.rate_limits l WHERE l.key = _take_rate.key);
+    END IF;
     -- The key's lock, shared with its other takers and tried without waiting: a change of
     -- the key's limit holds it (or, rarely, another key's of the same hash), and the key has
-    -- no start for this call; that change's commit wakes the waiting checkouts.
+    -- no start for this call; that change's commit wakes the waiting checkouts (once its
+    -- locks are released, src/xact.rs).
     IF NOT pg_try_advisory_xact_lock_shared(1785684593, hashtext('r:' || key)) THEN
         RETURN false;
     END IF;

@@ -807,6 +807,29 @@ fn a_rate_limit_change_waits_for_a_start_in_flight_and_no_checkout_waits_for_it(
     assert_job_tables_consistent(&mut c);
 }
 
+/// A checkout that finds a key's window full passes its jobs over without the key's lock: a
+/// change of the limit does not wait for that checkout's open transaction.
+#[test]
+fn a_checkout_that_passed_a_full_rate_key_over_does_not_hold_back_a_change() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    c.execute("SELECT jobq_set_rate_limit('full', 1, '1 hour')", &[]).unwrap();
+    let keyed: Vec<i64> = c.query("SELECT jobq_enqueue('q', rate_key => 'full') FROM generate_series(1, 2)", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let first: i64 = c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().get(0);
+    assert_eq!(first, keyed[0], "the window's one start");
+    let mut looker = cluster.connect(&name);
+    looker.batch_execute("BEGIN").unwrap();
+    assert!(looker.query("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().is_empty(), "the window is full");
+    // The change goes through while the looker's transaction is open (the statement timeout
+    // turns a wait into a failure).
+    c.batch_execute("SET statement_timeout = '20s'").unwrap();
+    c.execute("SELECT jobq_set_rate_limit('full', 2, '1 hour')", &[]).unwrap();
+    looker.batch_execute("COMMIT").unwrap();
+    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![keyed[1]], "the raised limit's second start");
+    assert_job_tables_consistent(&mut c);
+}
+
 #[test]
 fn a_rate_limited_key_holds_back_only_its_own_jobs() {
     let (_, _, mut c) = db();
