@@ -1442,7 +1442,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- A full window, or a key without a limit, is answered without the key's lock: only a
     -- checkout that finds a slot free holds it, so a change waits for the checkouts that
-    -- took a start, not for every one that passed the key over.
+    -- went to take a start, not for every one that found the window full.
     IF NOT EXISTS (SELECT 1 FROM jobq.rate_slots x JOIN jobq.rate_limits l ON l.key = x.key
                     WHERE x.key = _take_rate.key AND x.last_start < started - l.per
                       AND x.slot <= l.max_starts) THEN

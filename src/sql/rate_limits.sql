@@ -15,15 +15,15 @@
 -- key meet on one transaction-level advisory lock of class 'jobq' (as jobq._take_slot's) on
 -- hashtext('r:' || key): a taker that finds a slot free tries it shared and, when a change
 -- holds it, passes the key over for this call without waiting; a change takes it
--- exclusively, waiting for the transactions that took a start to end, so it reads and
+-- exclusively, waiting for the transactions that went to take a start to end, so it reads and
 -- rewrites the slots while none is taking one. A change never holds a slot row while it
 -- waits: locking the slots instead (FOR UPDATE, one after another) deadlocked with takers,
 -- whose SKIP LOCKED still waits for a row that it reaches through an update committed during
 -- its own attempt (PostgreSQL follows the update chain and waits on the newer version's
 -- locker). One cycle is left to the caller: a transaction that took starts of a key (its
 -- checkout) and then changes that key's limit waits for the others' starts while holding
--- its own, so two such transactions deadlock (40P01); change limits in transactions of
--- their own.
+-- its own, so it can deadlock (40P01) with another doing the same or, rarely, with a
+-- checkout of the key; change limits in transactions of their own.
 
 CREATE TABLE jobq.rate_limits (
     key         text PRIMARY KEY,
@@ -103,7 +103,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- A full window, or a key without a limit, is answered without the key's lock: only a
     -- checkout that finds a slot free holds it, so a change waits for the checkouts that
-    -- took a start, not for every one that passed the key over.
+    -- went to take a start, not for every one that found the window full.
     IF NOT EXISTS (SELECT 1 FROM jobq.rate_slots x JOIN jobq.rate_limits l ON l.key = x.key
                     WHERE x.key = _take_rate.key AND x.last_start < started - l.per
                       AND x.slot <= l.max_starts) THEN
