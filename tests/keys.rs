@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use postgres::{Client, IsolationLevel};
+use postgres::{Client, GenericClient, IsolationLevel};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -545,6 +545,11 @@ fn work_loop(c: &mut Client, w: Uuid, iso: Iso, intervals: &Intervals, stop: &At
     serialization_failures
 }
 
+/// The ids of the jobs one checkout of up to 10 by worker `w` returns, in claim order.
+fn checkout_ids(c: &mut impl GenericClient, w: Uuid) -> Vec<i64> {
+    c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect()
+}
+
 /// Runs `workers` work loops until every job is completed; returns the recorded intervals
 /// and the number of serialization failures the loops had to retry.
 fn run_workers(cluster: &Cluster, db: &str, workers: usize, iso: Iso, work: Duration, monitor: impl Fn(&mut Client) + Send + 'static) -> (Vec<Run>, usize) {
@@ -797,12 +802,12 @@ fn a_rate_limit_change_waits_for_a_start_in_flight_and_no_checkout_waits_for_it(
     // ... and a checkout meanwhile neither waits nor starts a job of the key: the plain job
     // behind them starts. (The statement timeout turns a wait into a failure.)
     c.batch_execute("SET statement_timeout = '20s'").unwrap();
-    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    let got = checkout_ids(&mut c, w);
     assert_eq!(got, vec![plain], "the key's jobs are passed over while its limit changes");
     holder.batch_execute("COMMIT").unwrap();
     assert_eq!(change.join().unwrap(), Ok(1));
     // The new limit counts the start made before it: two more start, not three.
-    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    let got = checkout_ids(&mut c, w);
     assert_eq!(got, vec![keyed[1], keyed[2]]);
     assert_job_tables_consistent(&mut c);
 }
@@ -825,7 +830,7 @@ fn a_checkout_that_passed_a_full_rate_key_over_does_not_hold_back_a_change() {
     c.batch_execute("SET statement_timeout = '20s'").unwrap();
     c.execute("SELECT jobq_set_rate_limit('full', 2, '1 hour')", &[]).unwrap();
     looker.batch_execute("COMMIT").unwrap();
-    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    let got = checkout_ids(&mut c, w);
     assert_eq!(got, vec![keyed[1]], "the raised limit's second start");
     assert_job_tables_consistent(&mut c);
 }
@@ -838,23 +843,22 @@ fn a_rate_limited_key_holds_back_only_its_own_jobs() {
     let slow: Vec<i64> = c.query("SELECT jobq_enqueue('q', rate_key => 'slow') FROM generate_series(1, 3)", &[]).unwrap().iter().map(|r| r.get(0)).collect();
     let unlimited: i64 = c.query_one("SELECT jobq_enqueue('q', rate_key => 'no limit set')", &[]).unwrap().get(0);
     let plain: i64 = c.query_one("SELECT jobq_enqueue('q', priority => 1)", &[]).unwrap().get(0);
-    let checkout = |c: &mut Client| -> Vec<i64> { c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect() };
-    assert_eq!(checkout(&mut c), vec![slow[0], unlimited, plain], "one start of 'slow', then the jobs behind it");
-    assert_eq!(checkout(&mut c), Vec::<i64>::new());
+    assert_eq!(checkout_ids(&mut c, w), vec![slow[0], unlimited, plain], "one start of 'slow', then the jobs behind it");
+    assert_eq!(checkout_ids(&mut c, w), Vec::<i64>::new());
     // A checkout that rolls back gives its start back.
     c.execute("SELECT jobq_set_rate_limit('slow', 2, '1 hour')", &[]).unwrap();
     let mut tx = c.transaction().unwrap();
-    let got: Vec<i64> = tx.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    let got = checkout_ids(&mut tx, w);
     assert_eq!(got, vec![slow[1]], "a raised limit counts the start already made");
     tx.rollback().unwrap();
-    assert_eq!(checkout(&mut c), vec![slow[1]]);
-    assert_eq!(checkout(&mut c), Vec::<i64>::new());
+    assert_eq!(checkout_ids(&mut c, w), vec![slow[1]]);
+    assert_eq!(checkout_ids(&mut c, w), Vec::<i64>::new());
     // Lowered to 1: the most recent start is kept, so nothing starts.
     c.execute("SELECT jobq_set_rate_limit('slow', 1, '1 hour')", &[]).unwrap();
-    assert_eq!(checkout(&mut c), Vec::<i64>::new());
+    assert_eq!(checkout_ids(&mut c, w), Vec::<i64>::new());
     // Removed: the key's jobs start as plain ones, and nothing of the limit is left.
     c.execute("SELECT jobq_set_rate_limit('slow', NULL, NULL)", &[]).unwrap();
-    assert_eq!(checkout(&mut c), vec![slow[2]]);
+    assert_eq!(checkout_ids(&mut c, w), vec![slow[2]]);
     let left: i64 = c.query_one("SELECT (SELECT count(*) FROM jobq.rate_limits) + (SELECT count(*) FROM jobq.rate_slots)", &[]).unwrap().get(0);
     assert_eq!(left, 0);
 }
@@ -918,14 +922,13 @@ fn jobs_with_different_limits_for_one_key() {
         .map(|r| r.get(0))
         .collect();
     let (l1a, l1b, l3a, l3b, l3c) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
-    let checkout = |c: &mut Client| -> Vec<i64> { c.query("SELECT id FROM jobq_checkout($1, max_jobs => 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect() };
     // l1b waits for slot 1; l3a and l3b take slots 3 and 2; the key is then full.
-    assert_eq!(checkout(&mut c), vec![l1a, l3a, l3b]);
-    assert!(checkout(&mut c).is_empty());
+    assert_eq!(checkout_ids(&mut c, w), vec![l1a, l3a, l3b]);
+    assert!(checkout_ids(&mut c, w).is_empty());
     c.execute("SELECT jobq_complete($1, $2)", &[&l3a, &w]).unwrap();
-    assert_eq!(checkout(&mut c), vec![l3c], "a limit-3 job takes the freed slot; l1b still waits for slot 1");
+    assert_eq!(checkout_ids(&mut c, w), vec![l3c], "a limit-3 job takes the freed slot; l1b still waits for slot 1");
     c.execute("SELECT jobq_complete($1, $2)", &[&l1a, &w]).unwrap();
-    assert_eq!(checkout(&mut c), vec![l1b]);
+    assert_eq!(checkout_ids(&mut c, w), vec![l1b]);
 }
 
 #[test]
