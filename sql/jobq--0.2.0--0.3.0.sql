@@ -169,8 +169,11 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Its parents, checked and locked, its edges written (src/sql/workflows.sql).
+    -- Its parents, each once in the order first named (duplicates are ignored), checked and
+    -- locked, its edges written (src/sql/workflows.sql).
     IF depends_on IS NOT NULL THEN
+        depends_on := ARRAY(SELECT d.p FROM unnest(_enqueue.depends_on) WITH ORDINALITY AS d(p, n)
+                             GROUP BY d.p ORDER BY min(d.n));
         v_state := jobq._depend(v_id, depends_on, on_parent_failure);
     END IF;
     RETURN jobq._insert_job(v_id, queue, payload, kind, priority, v_run_at, max_attempts,
@@ -1257,8 +1260,14 @@ BEGIN
         END IF;
     END IF;
 
-    -- The general path. jobq._live_worker without its row lock (see the fast path).
+    -- The general path. jobq._live_worker without its row lock (see the fast path); a worker
+    -- that stops checking out (jobq_stop_checkouts, src/sql/workers.sql) claims nothing.
     IF NOT v_live THEN
+        IF EXISTS (SELECT 1 FROM jobq.workers w
+                    WHERE w.id = worker AND w.stopping_at IS NOT NULL AND jobq._may_act_for(w.owner)
+                      AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)) THEN
+            RETURN;
+        END IF;
         PERFORM jobq._refuse_worker(worker);
     END IF;
     v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
@@ -1585,3 +1594,107 @@ GRANT EXECUTE ON FUNCTION
     jobq_await_event(bigint, uuid, text, interval)
 TO jobq_worker;
 GRANT SELECT ON jobq.blocked, jobq.edges, jobq.event_log, jobq.events TO jobq_admin;
+
+-- ==== jobq_stop_checkouts: a stopping worker's checkouts, waiting ones included, claim nothing ====
+ALTER TABLE jobq.workers ADD COLUMN stopping_at timestamptz;
+CREATE FUNCTION jobq."_stop_checkouts"(
+	"worker" uuid /* pgrx::Uuid */
+) RETURNS bool /* bool */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'stop_checkouts_wrapper';
+CREATE OR REPLACE FUNCTION jobq._checkout_waiting(worker uuid, queues text[], max_jobs integer, wait interval)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_until  timestamptz;
+    v_look   timestamptz;
+    v_due    timestamptz;
+    v_keys   text[];
+    v_rates  text[];
+    v_rate   text;
+    v_opens  timestamptz;
+    v_opening integer;
+    v_hashes integer[] := ARRAY(SELECT hashtext(q) FROM unnest(queues) q);  -- ready_by_queue's keys
+BEGIN
+    IF wait <= interval '0' OR wait > interval '1 hour' THEN
+        RAISE EXCEPTION 'jobq: wait must be more than 0 and at most 1 hour, got %', wait USING ERRCODE = '22023';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jobq: jobq_checkout with wait needs READ COMMITTED'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'A transaction snapshot never sees the jobs committed after it was taken.';
+    END IF;
+    v_until := clock_timestamp() + wait;
+    IF NOT jobq._wait_begin(worker, queues) THEN
+        -- No waiter slot (no preload, or all taken): no reap pass keeps this worker alive
+        -- while it waits, so the wait ends before its heartbeat could run out.
+        v_until := least(v_until, clock_timestamp() + current_setting('jobq.heartbeat_timeout')::interval / 2);
+    END IF;
+    LOOP
+        -- A worker that stops checking out (jobq_stop_checkouts, src/sql/workers.sql) waits no
+        -- more: read before each look, so a call rung for it, or begun after it, returns at
+        -- once (its looks would claim nothing).
+        EXIT WHEN EXISTS (SELECT 1 FROM jobq.workers w
+                           WHERE w.id = worker AND w.stopping_at IS NOT NULL AND jobq._may_act_for(w.owner));
+        BEGIN
+            v_look := clock_timestamp();
+            RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
+            IF FOUND THEN
+                PERFORM jobq._wait_end(false);  -- no longer a waiter, whatever the transaction does next
+                RETURN;
+            END IF;
+            -- What no commit for these queues announces, read anew at each look (a scan of
+            -- these queues' waiting rows: none of them could start): the earliest scheduled job
+            -- comes due (the waiter's alarm; a commit that schedules an earlier one moves it);
+            -- a slot is freed, by a job of any queue, of a key that holds back a due job
+            -- (`_freed`'s names: 'c' and a concurrency key, 'u' and a while_executing key); a
+            -- rate window that holds one back opens.
+            SELECT min(r.run_at) FILTER (WHERE r.run_at > v_look),
+                   array_agg(DISTINCT 'c' || r.concurrency_key) FILTER (WHERE r.run_at <= v_look AND r.concurrency_key IS NOT NULL)
+                   || array_agg(DISTINCT 'u' || r.while_key) FILTER (WHERE r.run_at <= v_look AND r.while_key IS NOT NULL),
+                   array_agg(DISTINCT r.rate_key) FILTER (WHERE r.run_at <= v_look AND r.rate_key IS NOT NULL)
+              INTO v_due, v_keys, v_rates
+              FROM jobq.ready r
+             WHERE (queues IS NULL OR (r.queue_hash = ANY (v_hashes) AND r.queue = ANY (queues)));
+            -- The earliest of their full windows (its oldest start, through rate_slots_oldest,
+            -- still in it) opens when that start leaves it, strictly after last_start + per
+            -- (jobq._take_rate), with every start made at the same moment.
+            SELECT l.key, o.oldest + l.per + interval '1 ms',
+                   (SELECT count(*) FROM jobq.rate_slots s
+                     WHERE s.key = l.key AND s.last_start = o.oldest AND s.slot <= l.max_starts)
+              INTO v_rate, v_opens, v_opening
+              FROM jobq.rate_limits l
+             CROSS JOIN LATERAL (SELECT s.last_start AS oldest FROM jobq.rate_slots s
+                                  WHERE s.key = l.key AND s.slot <= l.max_starts
+                                  ORDER BY s.last_start LIMIT 1) o
+             WHERE l.key = ANY (v_rates) AND o.oldest >= v_look - l.per
+             ORDER BY 2
+             LIMIT 1;
+            -- Nothing claimed: let go of whatever the look locked, and of the locks on the
+            -- tables it read (held, they would block DDL on them for the whole wait).
+            RAISE SQLSTATE 'JQ000';
+        EXCEPTION WHEN SQLSTATE 'JQ000' THEN
+            NULL;
+        END;
+        EXIT WHEN clock_timestamp() >= v_until;
+        PERFORM jobq._wait(v_until, v_due, v_keys, v_rate, v_opens, coalesce(v_opening, 1));
+    END LOOP;
+    PERFORM jobq._wait_end(true);  -- ran out: what its last look could not use goes on
+END $$;
+CREATE FUNCTION jobq_stop_checkouts(worker uuid) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE jobq.workers w SET stopping_at = coalesce(w.stopping_at, clock_timestamp())
+     WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+       AND jobq._may_act_for(w.owner);
+    IF NOT FOUND THEN
+        PERFORM jobq._refuse_worker(worker);
+    END IF;
+    PERFORM jobq._stop_checkouts(worker);
+END $$;
+REVOKE ALL ON FUNCTION jobq._stop_checkouts(uuid), jobq_stop_checkouts(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq_stop_checkouts(uuid) TO jobq_worker;

@@ -54,9 +54,11 @@ fn start_in_snapshot(pid: i32) -> Option<pg_sys::TimestampTz> {
 }
 
 /// The worker test checkout and completion share: `worker`'s row of `workers` (jobq.workers),
-/// read by primary key in `snapshot` (src/rows.rs); true when it exists, is alive (asked only
-/// with `alive`: a completion is fenced by its job row, not by liveness) and the caller may act
-/// for it. None when jobq.workers lacks a column it reads.
+/// read by primary key in `snapshot` (src/rows.rs); true when it exists, is alive and not
+/// stopping (asked only with `alive`, by checkout: a completion is fenced by its job row, not
+/// by liveness, and a stopping worker still completes its jobs) and the caller may act for it.
+/// None when jobq.workers lacks a column it reads (but `stopping_at`, which a database of an
+/// earlier version lacks).
 pub(crate) unsafe fn usable(workers: pg_sys::Relation, worker: pg_sys::Datum, snapshot: pg_sys::Snapshot, alive: bool) -> Option<bool> {
     let desc = (*workers).rd_att;
     let col = |name| crate::rows::column(desc, name).map(|i| (i + 1) as i32);
@@ -70,6 +72,11 @@ pub(crate) unsafe fn usable(workers: pg_sys::Relation, worker: pg_sys::Datum, sn
         if !jobq::worker_alive(ts(get(hb)), get(pid).map(|d| d.value() as i32), ts(get(start))) {
             return Some(false);
         }
+        // Stopping (jobq_stop_checkouts): no checkout claims for it; the SQL says so. (A
+        // database not yet updated to a version with the column has no stopping worker.)
+        if col("stopping_at").is_some_and(|c| get(c).is_some()) {
+            return Some(false);
+        }
     }
     let owner = get(col("owner")?).map_or(pg_sys::InvalidOid, |d| pg_sys::Oid::from(d.value() as u32));
     Some(crate::privileges::jobq::may_act_for(owner))
@@ -79,7 +86,8 @@ pub(crate) unsafe fn usable(workers: pg_sys::Relation, worker: pg_sys::Datum, sn
 pub mod jobq {
     use pgrx::prelude::*;
 
-    /// True when `worker` is registered, alive and the caller may act for it: checkout's test,
+    /// True when `worker` is registered, alive, not stopping and the caller may act for it:
+    /// checkout's test,
     /// one lookup by primary key instead of a part of its claim statement (docs/internals.md, "CPU per job: what each step saved").
     #[pg_extern(volatile, parallel_unsafe, name = "_usable_worker")]
     pub fn usable_worker(worker: pgrx::Uuid) -> bool {

@@ -149,6 +149,9 @@ pub(crate) enum Made {
     Jobs { queue: Option<u32>, run_at: i64, jobs: i64 },
     /// A slot of the key whose hash this is (`key_hash`), for a job of any queue.
     Freed(u32),
+    /// The worker with this id stops checking out (`jobq_stop_checkouts`): its waiting calls
+    /// look again at once, find its row marked and return.
+    Stop([u8; 16]),
 }
 
 thread_local! {
@@ -262,6 +265,12 @@ pub(crate) fn ring(notes: &[Made]) {
                     let seq = w.seq;
                     give_key(&mut w, db, k, seq, &mut latches);
                 }
+                Made::Stop(worker) => {
+                    for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db && x.worker == worker) {
+                        x.rung = true;
+                        latches.push(x.latch);
+                    }
+                }
                 Made::Jobs { queue, run_at, jobs } if run_at <= now => *due_now.entry(queue).or_insert(0) += jobs,
                 Made::Jobs { queue, run_at, .. } => {
                     for x in w.waiters.iter_mut().filter(|x| x.pid != 0 && x.db == db) {
@@ -355,6 +364,15 @@ pub mod jobq {
     #[pg_extern(volatile, parallel_safe, name = "_freed")]
     pub fn freed(key: &str) -> bool {
         super::freed_at_commit(hash(&[key.as_bytes()]))
+    }
+
+    /// Notes that `worker` stops checking out (jobq_stop_checkouts) once this transaction
+    /// commits: its waiting calls in this database are rung then, and find its row marked.
+    /// Nothing happens without the preload (a waiting call looks at the row every POLL_MS).
+    /// True when noted.
+    #[pg_extern(volatile, name = "_stop_checkouts")]
+    pub fn stop_checkouts(worker: pgrx::Uuid) -> bool {
+        super::note(Made::Stop(*worker.as_bytes()))
     }
 
     /// Registers this call as a waiter for `queues` (NULL: every queue) of `worker`, until

@@ -172,6 +172,7 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "jobq_register_worker",
     "jobq_release_lock",
     "jobq_snooze",
+    "jobq_stop_checkouts",
     "jobq_unregister_worker",
 ];
 const ADMIN_FUNCTIONS: &[&str] = &["jobq_pause", "jobq_reap", "jobq_resume", "jobq_schedule", "jobq_set_node", "jobq_set_rate_limit", "jobq_unschedule"];
@@ -358,6 +359,7 @@ fn a_worker_belongs_to_the_role_that_registered_it() {
         // Refused before it waits: a foreign worker's call never sleeps.
         format!("SELECT * FROM jobq_checkout('{wa}', ARRAY['q'], 1, '10 s')"),
         format!("SELECT jobq_unregister_worker('{wa}')"),
+        format!("SELECT jobq_stop_checkouts('{wa}')"),
         format!("SELECT jobq_complete({j1}, '{wa}')"),
         format!("SELECT jobq_fail({j1}, '{wa}')"),
         format!("SELECT jobq_complete_many('{wa}', ARRAY[{j1}])"),

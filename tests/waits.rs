@@ -150,6 +150,58 @@ fn a_waiting_checkout_stops_at_once_on_cancel_and_statement_timeout_and_refuses_
     assert_eq!(got, vec![job]);
 }
 
+/// jobq_stop_checkouts (beyond SPEC), the first step of a graceful shutdown: the stopping
+/// worker's checkout waiting in another session returns with nothing, without a cancel, and
+/// every later checkout of that worker, waiting or not, claims nothing, though jobs are ready;
+/// its job in hand is still completed, its heartbeat goes on, and another worker takes the jobs.
+#[test]
+fn a_worker_told_to_stop_checking_out_leaves_its_wait_and_claims_nothing_more() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    let in_hand: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let got: Vec<i64> = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'])", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec![in_hand]);
+    let (pid, h) = waiter(cluster.url(&name), w, "q", "1 hour");
+    await_sleeping(&mut c, pid);
+    c.execute("SELECT jobq_stop_checkouts($1)", &[&w]).unwrap();
+    let (got, _) = h.join().unwrap();
+    assert_eq!(got, Ok(vec![]), "the wait ended with nothing, and without an error");
+    assert!(c.query_one("SELECT stopping_at IS NOT NULL FROM jobq.workers WHERE id = $1", &[&w]).unwrap().get::<_, bool>(0));
+
+    // Later checkouts of it take none of the ready jobs, and none waits (a wait would run
+    // into the statement timeout).
+    let ready: Vec<i64> = c.query("SELECT * FROM jobq_enqueue_batch('q', ARRAY['{}', '{}']::jsonb[])", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let mut t = cluster.connect(&name);
+    t.batch_execute("SET statement_timeout = '20s'").unwrap();
+    for sql in [
+        "SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)",
+        "SELECT id FROM jobq_checkout($1, NULL, 10)",
+        "SELECT id FROM jobq_checkout($1, ARRAY['q'], 10, '1 hour')",
+        "SELECT id FROM jobq_checkout($1, NULL, 1, '1 hour')",
+    ] {
+        assert!(t.query(sql, &[&w]).unwrap().is_empty(), "{sql}");
+    }
+    // Its job in hand is completed by the one-commit call, which checks out nothing more.
+    let fused = t.query("SELECT id FROM jobq_complete_and_checkout($1, ARRAY[$2::bigint], queues => ARRAY['q'], max_jobs => 10)", &[&w, &in_hand]).unwrap();
+    assert!(fused.is_empty());
+    assert_eq!(t.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&in_hand]).unwrap().get::<_, String>(0), "completed");
+    // Still alive; called again, nothing changes.
+    assert!(t.query_one("SELECT jobq_heartbeat($1)", &[&w]).unwrap().get::<_, Vec<i64>>(0).is_empty());
+    t.execute("SELECT jobq_stop_checkouts($1)", &[&w]).unwrap();
+    // Another worker takes the ready jobs; the stopping one unregisters with nothing to return.
+    let other = register(&mut c);
+    let mut taken: Vec<i64> = t.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 10)", &[&other]).unwrap().iter().map(|r| r.get(0)).collect();
+    taken.sort();
+    assert_eq!(taken, ready);
+    assert_eq!(t.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap().get::<_, i32>(0), 0);
+    // Bad input: NULL, an unknown or unregistered worker; nothing changed.
+    assert_eq!(sqlstate(&t.execute("SELECT jobq_stop_checkouts(NULL)", &[]).unwrap_err()), "22004");
+    assert_eq!(sqlstate(&t.execute("SELECT jobq_stop_checkouts($1)", &[&w]).unwrap_err()), "JQ001");
+    assert_eq!(sqlstate(&t.execute("SELECT jobq_stop_checkouts(gen_random_uuid())", &[]).unwrap_err()), "JQ001");
+    assert!(t.query_one("SELECT stopping_at IS NULL FROM jobq.workers WHERE id = $1", &[&other]).unwrap().get::<_, bool>(0));
+    assert_job_tables_consistent(&mut c);
+}
+
 #[test]
 fn sixteen_waiters_share_a_stream_of_jobs_each_done_exactly_once() {
     const N: i64 = 1500;

@@ -90,11 +90,13 @@ fn a_child_becomes_ready_once_its_last_parent_completes() {
     let w = register(&mut c);
     let p1: i64 = one(&mut c, "SELECT jobq_enqueue('steps', '{\"n\": 1}')", &[]);
     let p2: i64 = one(&mut c, "SELECT jobq_enqueue('steps', '{\"n\": 2}')", &[]);
-    // Duplicates are ignored.
-    let child: i64 = one(&mut c, "SELECT jobq_enqueue('steps', kind => 'gather', depends_on => $1)", &[&vec![p1, p2, p1]]);
+    // Duplicates are ignored: each parent is kept once, in the order first named.
+    let child: i64 = one(&mut c, "SELECT jobq_enqueue('steps', kind => 'gather', depends_on => $1)", &[&vec![p2, p1, p2, p1, p2]]);
     assert_eq!(state(&mut c, child), "blocked");
     let depends: Vec<i64> = one(&mut c, "SELECT depends_on FROM jobq.jobs WHERE id = $1", &[&child]);
-    assert_eq!(depends, vec![p1, p2, p1], "depends_on as enqueued");
+    assert_eq!(depends, vec![p2, p1], "each parent once");
+    let edges: i64 = one(&mut c, "SELECT count(*) FROM jobq.edges WHERE child = $1", &[&child]);
+    assert_eq!(edges, 2);
     // Checkout never takes a blocked job.
     assert_eq!(checkout(&mut c, w, "steps", 10), vec![p1, p2]);
     assert!(checkout(&mut c, w, "steps", 10).is_empty());
@@ -105,7 +107,7 @@ fn a_child_becomes_ready_once_its_last_parent_completes() {
     // Its checkout shows what it depends on; jobq_results gathers what the parents produced.
     let row = c.query_one("SELECT id, depends_on, checkpoints, attempt FROM jobq_checkout($1, ARRAY['steps'])", &[&w]).unwrap();
     assert_eq!(row.get::<_, i64>(0), child);
-    assert_eq!(row.get::<_, Vec<i64>>(1), vec![p1, p2, p1]);
+    assert_eq!(row.get::<_, Vec<i64>>(1), vec![p2, p1]);
     assert_eq!(row.get::<_, Value>(2), json!({}));
     assert_eq!(row.get::<_, i32>(3), 1);
     let results: Vec<(i64, String, Option<Value>)> = c
@@ -650,7 +652,7 @@ fn a_graph_is_enqueued_in_one_call() {
         {"queue": "g", "kind": "fetch", "payload": {"n": 0}},
         {"queue": "g", "kind": "left", "after": [0], "priority": 1},
         {"queue": "g", "kind": "right", "after": [0], "depends_on": [earlier]},
-        {"queue": "g", "kind": "join", "after": [1, 2], "on_parent_failure": "run", "max_attempts": 3}
+        {"queue": "g", "kind": "join", "after": [1, 2, 1], "on_parent_failure": "run", "max_attempts": 3}
     ]);
     let ids: Vec<i64> = c.query("SELECT * FROM jobq_enqueue_graph($1)", &[&graph]).unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(ids.len(), 4);

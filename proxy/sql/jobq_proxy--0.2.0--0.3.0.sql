@@ -171,6 +171,133 @@ LANGUAGE sql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
     SELECT coalesce(sum(n), 0)::integer FROM jobq._emit_event(name, payload) n
 $$;
 
+-- jobq_stop_checkouts (a node's src/sql/workers.sql) on every node, as jobq_unregister_worker:
+-- a waiting checkout of the worker may be on any of them. JQ001 only when no node knew it.
+CREATE FUNCTION jobq._stop_checkouts(node integer, worker uuid)
+RETURNS integer LANGUAGE plproxy SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
+    CLUSTER 'jobq'; RUN ON node;
+    SELECT 1 AS _stop_checkouts FROM jobq_stop_checkouts(worker);
+$$;
+CREATE FUNCTION jobq_stop_checkouts(worker uuid) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
+DECLARE
+    v_known    boolean := false;
+    v_unknown  text;
+    n          integer;
+BEGIN
+    FOR n IN 0 .. jobq.nodes() - 1 LOOP
+        BEGIN
+            PERFORM jobq._stop_checkouts(n, worker);
+            v_known := true;
+        EXCEPTION
+            WHEN SQLSTATE 'JQ001' THEN
+                v_unknown := SQLERRM;
+            WHEN internal_error THEN
+                IF NOT jobq._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
+                RAISE WARNING 'jobq_proxy: node % not reached, passed over: %', n, SQLERRM;
+        END;
+    END LOOP;
+    IF NOT v_known AND v_unknown IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_unknown USING ERRCODE = 'JQ001',
+            HINT = 'Stop its jobs and register again with jobq_register_worker().';
+    END IF;
+END $$;
+
+-- Whether `worker` stops checking out on node `node` (jobq_stop_checkouts): the waiting
+-- checkout of several nodes below asks it when a node's wait slice returned nothing.
+CREATE FUNCTION jobq._stopping(node integer, worker uuid)
+RETURNS boolean LANGUAGE plproxy SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
+    CLUSTER 'jobq'; RUN ON node;
+    SELECT EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND w.stopping_at IS NOT NULL) AS _stopping;
+$$;
+-- Checkout of several nodes with `wait` (jobq_proxy--0.2.0.sql): it ends when the worker
+-- stops checking out, rather than asking the nodes again until `wait` runs out.
+CREATE OR REPLACE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
+                              wait interval DEFAULT NULL)
+RETURNS SETOF jobq.job LANGUAGE plpgsql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
+DECLARE
+    v_nodes  integer[];
+    v_k      integer;
+    v_start  integer;
+    v_left   integer;
+    v_got    integer;
+    v_until  timestamptz;
+    v_beat   timestamptz := clock_timestamp();
+    v_slice  interval := interval '200 milliseconds';
+    v_missed integer;
+    v_stop   boolean := false;
+    n        integer;
+    i        integer;
+BEGIN
+    -- The node's own refusals, before anything is asked of several nodes.
+    IF max_jobs IS NULL OR worker IS NULL OR max_jobs < 1 OR max_jobs > 10000
+       OR wait <= interval '0' OR wait > interval '1 hour' THEN
+        RETURN QUERY SELECT * FROM jobq._checkout(0, worker, queues, max_jobs, wait);
+        RETURN;
+    END IF;
+    IF queues IS NULL THEN
+        v_nodes := ARRAY(SELECT generate_series(0, jobq.nodes() - 1));
+    ELSE
+        v_nodes := ARRAY(SELECT DISTINCT jobq.queue_node(q) FROM unnest(queues) q ORDER BY 1);
+    END IF;
+    v_k := cardinality(v_nodes);
+    IF v_k <= 1 THEN
+        RETURN QUERY SELECT * FROM jobq._checkout(coalesce(v_nodes[1], 0), worker, queues, max_jobs, wait);
+        RETURN;
+    END IF;
+    IF wait IS NOT NULL THEN
+        v_until := clock_timestamp() + wait;
+    END IF;
+    v_start := floor(random() * v_k)::integer;
+    v_left := max_jobs;
+    LOOP
+        v_missed := 0;
+        FOR i IN 0 .. v_k - 1 LOOP
+            n := v_nodes[1 + (v_start + i) % v_k];
+            BEGIN
+                RETURN QUERY SELECT * FROM jobq._checkout(n, worker, jobq._queues_on(queues, n), v_left, NULL);
+                GET DIAGNOSTICS v_got = ROW_COUNT;
+                v_left := v_left - v_got;
+            EXCEPTION WHEN OTHERS THEN
+                IF v_left < max_jobs THEN
+                    RAISE WARNING 'jobq_proxy: node % failed after other nodes gave jobs, which are returned: %', n, SQLERRM;
+                    v_stop := true;
+                ELSIF jobq._unreachable(SQLSTATE, SQLERRM) THEN
+                    RAISE WARNING 'jobq_proxy: node % not reached, passed over: %', n, SQLERRM;
+                    v_missed := v_missed + 1;
+                ELSE
+                    RAISE;
+                END IF;
+            END;
+            EXIT WHEN v_left = 0 OR v_stop;
+        END LOOP;
+        IF v_missed = v_k THEN
+            RAISE EXCEPTION 'jobq_proxy: no node of these queues could be reached' USING ERRCODE = '08006';
+        END IF;
+        EXIT WHEN v_left < max_jobs OR wait IS NULL OR clock_timestamp() >= v_until;
+        IF clock_timestamp() - v_beat >= interval '5 seconds' THEN
+            PERFORM @extschema@.jobq_heartbeat(worker);
+            v_beat := clock_timestamp();
+        END IF;
+        -- Nothing anywhere: wait on the next node for a slice, then look at all of them again.
+        n := v_nodes[1 + v_start % v_k];
+        v_start := v_start + 1;
+        BEGIN
+            RETURN QUERY SELECT * FROM jobq._checkout(n, worker, jobq._queues_on(queues, n), max_jobs,
+                least(v_slice, greatest(v_until - clock_timestamp(), interval '1 millisecond')));
+            GET DIAGNOSTICS v_got = ROW_COUNT;
+            v_left := v_left - v_got;
+            -- A worker that stops checking out (jobq_stop_checkouts) is told so by every node:
+            -- the slice ended at once, and no sweep would claim anything either.
+            EXIT WHEN v_got = 0 AND jobq._stopping(n, worker);
+        EXCEPTION WHEN internal_error THEN
+            IF NOT jobq._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
+            PERFORM pg_sleep(extract(epoch FROM v_slice));
+        END;
+        EXIT WHEN v_left < max_jobs OR clock_timestamp() >= v_until;
+    END LOOP;
+END $$;
+
 -- Privileges: as on a node (SPEC, Privileges).
 DO $$
 DECLARE
@@ -203,5 +330,8 @@ GRANT EXECUTE ON FUNCTION
     jobq_snooze(bigint, uuid, timestamptz),
     jobq_await_event(bigint, uuid, text, interval),
     jobq_await_jobs(bigint, uuid, bigint[]),
-    jobq._await_jobs(integer, bigint, uuid, bigint[])
+    jobq._await_jobs(integer, bigint, uuid, bigint[]),
+    jobq_stop_checkouts(uuid),
+    jobq._stop_checkouts(integer, uuid),
+    jobq._stopping(integer, uuid)
 TO jobq_worker;

@@ -80,6 +80,27 @@ fn calls_reach_the_node_of_their_queue_job_or_key() {
     assert_eq!(states, vec![Some("ready".into()), None, Some("ready".into())]);
     let hb: Vec<i64> = p.query_one("SELECT jobq_heartbeat($1, $2)", &[&w, &vec![all[5]]]).unwrap().get(0);
     assert!(hb.is_empty());
+    // A worker that stops checking out does so on every node: with jobs ready on each, its
+    // checkouts of one node, of several and of all, waiting or not, take none (a wait that
+    // went on would run into the statement timeout).
+    for k in 0..3 {
+        p.query_one("SELECT jobq_enqueue($1)", &[&format!("q{k}")]).unwrap();
+    }
+    p.execute("SELECT jobq_stop_checkouts($1)", &[&w]).unwrap();
+    for k in 0..3 {
+        let stopping: bool = f.node(k).query_one("SELECT stopping_at IS NOT NULL FROM jobq.workers WHERE id = $1", &[&w]).unwrap().get(0);
+        assert!(stopping, "node {k}");
+    }
+    p.batch_execute("SET statement_timeout = '20s'").unwrap();
+    for sql in [
+        "SELECT id FROM jobq_checkout($1, ARRAY['q1'], 10)",
+        "SELECT id FROM jobq_checkout($1, NULL, 10)",
+        "SELECT id FROM jobq_checkout($1, ARRAY['q1'], 10, '1 hour')",
+        "SELECT id FROM jobq_checkout($1, ARRAY['q0', 'q2'], 10, '1 hour')",
+    ] {
+        assert!(p.query(sql, &[&w]).unwrap().is_empty(), "{sql}");
+    }
+    p.batch_execute("RESET statement_timeout").unwrap();
     // A worker's calls reach every node: unregister gives back what it held anywhere.
     let back: i32 = p.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap().get(0);
     assert_eq!(back, 1, "the one job still executing (the others were finished or failed)");
@@ -150,6 +171,7 @@ fn roles_are_refused_through_the_proxy_as_on_a_node() {
         "SELECT jobq_register_worker()",
         "SELECT jobq_heartbeat(gen_random_uuid())",
         "SELECT jobq_unregister_worker(gen_random_uuid())",
+        "SELECT jobq_stop_checkouts(gen_random_uuid())",
         "SELECT * FROM jobq_checkout(gen_random_uuid())",
         "SELECT jobq_complete(1024, gen_random_uuid())",
         "SELECT jobq_fail(1024, gen_random_uuid())",

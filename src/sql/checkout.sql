@@ -364,8 +364,14 @@ BEGIN
         END IF;
     END IF;
 
-    -- The general path. jobq._live_worker without its row lock (see the fast path).
+    -- The general path. jobq._live_worker without its row lock (see the fast path); a worker
+    -- that stops checking out (jobq_stop_checkouts, src/sql/workers.sql) claims nothing.
     IF NOT v_live THEN
+        IF EXISTS (SELECT 1 FROM jobq.workers w
+                    WHERE w.id = worker AND w.stopping_at IS NOT NULL AND jobq._may_act_for(w.owner)
+                      AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)) THEN
+            RETURN;
+        END IF;
         PERFORM jobq._refuse_worker(worker);
     END IF;
     v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
@@ -529,6 +535,11 @@ BEGIN
         v_until := least(v_until, clock_timestamp() + current_setting('jobq.heartbeat_timeout')::interval / 2);
     END IF;
     LOOP
+        -- A worker that stops checking out (jobq_stop_checkouts, src/sql/workers.sql) waits no
+        -- more: read before each look, so a call rung for it, or begun after it, returns at
+        -- once (its looks would claim nothing).
+        EXIT WHEN EXISTS (SELECT 1 FROM jobq.workers w
+                           WHERE w.id = worker AND w.stopping_at IS NOT NULL AND jobq._may_act_for(w.owner));
         BEGIN
             v_look := clock_timestamp();
             RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);

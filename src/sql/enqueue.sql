@@ -168,8 +168,11 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Its parents, checked and locked, its edges written (src/sql/workflows.sql).
+    -- Its parents, each once in the order first named (duplicates are ignored), checked and
+    -- locked, its edges written (src/sql/workflows.sql).
     IF depends_on IS NOT NULL THEN
+        depends_on := ARRAY(SELECT d.p FROM unnest(_enqueue.depends_on) WITH ORDINALITY AS d(p, n)
+                             GROUP BY d.p ORDER BY min(d.n));
         v_state := jobq._depend(v_id, depends_on, on_parent_failure);
     END IF;
     RETURN jobq._insert_job(v_id, queue, payload, kind, priority, v_run_at, max_attempts,

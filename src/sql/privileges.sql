@@ -83,6 +83,7 @@ GRANT EXECUTE ON FUNCTION
     jobq._register_worker(uuid, text, jsonb, boolean),  -- the proxy's registration (jobq_proxy)
     jobq_heartbeat(uuid, bigint[]),
     jobq_unregister_worker(uuid),
+    jobq_stop_checkouts(uuid),
     jobq_checkout(uuid, text[], integer, interval),
     jobq_complete(bigint, uuid, jsonb),
     jobq_fail(bigint, uuid, jsonb, interval, boolean),

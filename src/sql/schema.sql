@@ -14,7 +14,8 @@ CREATE TABLE jobq.workers (
     registered_at  timestamptz NOT NULL,
     heartbeat_at   timestamptz NOT NULL,
     backend_pid    integer,       -- set only with bind_to_session
-    backend_start  timestamptz    -- with backend_pid: identifies the session, not just the pid
+    backend_start  timestamptz,   -- with backend_pid: identifies the session, not just the pid
+    stopping_at    timestamptz    -- set by jobq_stop_checkouts: its checkouts claim nothing more
 );
 
 CREATE SEQUENCE jobq.jobs_id_seq AS bigint;

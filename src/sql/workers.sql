@@ -238,3 +238,26 @@ BEGIN
     DELETE FROM jobq.workers w WHERE w.id = worker;
     RETURN v_requeued;
 END $$;
+
+-- The first step of a graceful shutdown (beyond SPEC): the worker's checkouts claim nothing
+-- more. One waiting now (jobq_checkout with `wait`), in any session, returns at once with no
+-- job once this transaction commits (rung through src/waits.rs; without the preload within its
+-- 100 ms poll), and every later checkout of the worker (jobq_complete_and_checkout's included)
+-- returns none, until the worker unregisters. A client stops its idle worker with it from a
+-- second connection instead of cancelling the waiting statement, so a clean shutdown logs no
+-- error. Its jobs, heartbeats, completions and failures are untouched. Worker rules as
+-- jobq_heartbeat: 22004, 42501, JQ001.
+CREATE FUNCTION jobq_stop_checkouts(worker uuid) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE jobq.workers w SET stopping_at = coalesce(w.stopping_at, clock_timestamp())
+     WHERE w.id = worker AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
+       AND jobq._may_act_for(w.owner);
+    IF NOT FOUND THEN
+        PERFORM jobq._refuse_worker(worker);
+    END IF;
+    PERFORM jobq._stop_checkouts(worker);
+END $$;
