@@ -553,6 +553,18 @@ export async function heartbeat(db: Queryable, workerId: string, holding?: JobId
 }
 
 /**
+ * The first step of a graceful shutdown (`jobq_stop_checkouts`): the worker's checkouts claim
+ * nothing more. One waiting now, on any connection, returns at once with no job, and so does
+ * every later one, until the worker unregisters; its jobs in hand, heartbeats and completions
+ * go on. No statement is cancelled, so the server logs no error.
+ *
+ * @throws {@link WorkerLost} when the worker is unknown or reaped (`JQ001`)
+ */
+export async function stopCheckouts(db: Queryable, workerId: string): Promise<void> {
+  await run(db, 'SELECT jobq_stop_checkouts($1::uuid)::text AS r', [workerId]);
+}
+
+/**
  * Graceful shutdown of a worker (`jobq_unregister_worker`): its executing jobs go back to
  * `ready` (the attempt does not count), its locks are released. Returns how many jobs went
  * back.

@@ -5,12 +5,13 @@
  *   take any `pg` queryable, so a job commits with the caller's own transaction.
  * - {@link Worker} runs handlers with the whole worker protocol done for it.
  * - Server errors arrive as {@link JobqError} and its subclasses, by SQLSTATE.
+ * - Connection strings are `postgresql://` URLs or libpq key=value pairs ({@link parseConninfo}).
  *
  * @packageDocumentation
  */
 export {
   enqueue, enqueueBatch, cancel, retry, pause, resume,
-  registerWorker, heartbeat, unregisterWorker,
+  registerWorker, heartbeat, unregisterWorker, stopCheckouts,
   checkout, complete, fail, completeMany, failMany, completeAndCheckout, failAndCheckout,
   acquireLock, releaseLock, lockHolder,
   schedule, unschedule, setRateLimit, reap, queueStats,
@@ -26,6 +27,10 @@ export {
   RetryIn, retryIn,
 } from './errors';
 export { Worker } from './worker';
+export {
+  ConnectionStringError, CONNINFO_KEYWORDS, isConnectionUrl, parseConninfo, splitConninfo, toClientConfig,
+} from './conninfo';
+export type { ConninfoConfig, SslMode } from './conninfo';
 export { Durable, Suspended, EventTimeout } from './durable';
 export type { StepRunner } from './durable';
 export type { Handler, JobContext, WorkerEvent, WorkerOptions, ConnectionConfig } from './worker';

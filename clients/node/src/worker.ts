@@ -8,11 +8,12 @@
 import * as os from 'node:os';
 import { Client } from 'pg';
 import {
-  checkout, completeAndCheckout, completeMany, fail, heartbeat, unregisterWorker,
+  checkout, completeAndCheckout, completeMany, fail, heartbeat, unregisterWorker, stopCheckouts,
   type Job, type Queryable,
 } from './client';
 import { Cancelled, JobqError, RetryIn, WorkerLost, fromDriverError } from './errors';
 import { Durable, Suspended, type StepRunner } from './durable';
+import { toClientConfig } from './conninfo';
 
 /** A job as its handler sees it: the job's columns, plus what the handler needs to stop. */
 export interface JobContext extends Job {
@@ -64,8 +65,7 @@ export interface WorkerOptions {
   /**
    * Behind a transaction-mode pooler (PgBouncer `pool_mode = transaction`): registers
    * without `bind_to_session` (a crash is noticed after `jobq.heartbeat_timeout`), keeps its
-   * registration across a lost connection, and does not cancel its waiting checkout on
-   * `stop()` (it returns within `waitMs`). Every statement is a single unnamed one either
+   * registration across a lost connection. Every statement is a single unnamed one either
    * way: no LISTEN, no session state, no named prepared statements. Default false.
    */
   pooled?: boolean;
@@ -91,7 +91,10 @@ export interface WorkerOptions {
   log?: (event: WorkerEvent) => void;
 }
 
-/** What a `pg.Client` is made from: a connection string or a `pg.ClientConfig` object. */
+/**
+ * What a `pg.Client` is made from: a connection string (a `postgresql://` URL or libpq
+ * key=value pairs, see {@link parseConninfo}) or a `pg.ClientConfig` object.
+ */
 export type ConnectionConfig = string | { [option: string]: unknown };
 
 interface Running {
@@ -236,7 +239,8 @@ function describe(e: unknown): { type: string; message: string } {
  *   pooled, it keeps its registration and its jobs.
  */
 export class Worker {
-  private readonly connection: ConnectionConfig;
+  /** The connection as `pg` options (a keyword/value string parsed: src/conninfo.ts). */
+  private readonly connection: { [option: string]: unknown };
   private readonly queues: string[] | null;
   private readonly concurrency: number;
   private readonly pooled: boolean;
@@ -284,12 +288,15 @@ export class Worker {
   private wakeUp: (() => void) | null = null;
 
   /**
-   * @param connection - a connection string (`postgresql://user@host/db`) or a
+   * @param connection - a connection string, as a URL (`postgresql://user@host/db`) or as
+   *   libpq key=value pairs (`host=/var/run/postgresql dbname=app user=app`), or a
    *   `pg.ClientConfig`; the worker opens two connections with it (jobs, and heartbeats)
    * @param options - see {@link WorkerOptions}
+   * @throws {@link ConnectionStringError} at once for a malformed key=value string or one
+   *   with an unknown keyword (see {@link parseConninfo})
    */
   constructor(connection: ConnectionConfig, options: WorkerOptions = {}) {
-    this.connection = connection;
+    this.connection = toClientConfig(connection);
     this.queues = options.queues && options.queues.length > 0 ? [...options.queues] : null;
     this.concurrency = options.concurrency ?? 10;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) throw new RangeError('jobq: concurrency must be an integer >= 1');
@@ -365,15 +372,18 @@ export class Worker {
   }
 
   /**
-   * Stops the worker gracefully: it takes no more jobs (a waiting checkout is cancelled,
-   * except in pooled mode), lets the jobs in flight finish, reports them and unregisters.
+   * Stops the worker gracefully: it takes no more jobs (its waiting checkout is ended by
+   * `jobq_stop_checkouts` on the side connection, so no statement is cancelled and the server
+   * logs no error, pooled or not), lets the jobs in flight finish, reports them and
+   * unregisters. A job a checkout claimed as the stop came stays in hand, unstarted, and
+   * unregistering returns it, its attempt not counted.
    * The promise resolves when `run()` has ended.
    */
   stop(): Promise<void> {
     if (this.running && !this.stopping) {
       this.stopping = true;
       this.log('stopping', { inFlight: this.inFlight.size });
-      this.cancelWait();
+      this.stopCheckouts();
       this.wake();
       for (const hook of [...this.stopHooks]) hook();
     }
@@ -393,11 +403,10 @@ export class Worker {
   }
 
   private newClient(suffix: string): Client {
-    const base = typeof this.connection === 'string' ? { connectionString: this.connection } : this.connection;
     const client = new Client({
       application_name: `${this.name}${suffix}`.slice(0, 63),
       connectionTimeoutMillis: 10_000,
-      ...base,
+      ...this.connection,
     });
     client.on('error', () => {}); // a dead connection also fails its next query, handled there
     return client;
@@ -468,7 +477,23 @@ export class Worker {
     void work.finally(() => this.sideWork.delete(work));
   }
 
-  /** Cancels the main connection's waiting checkout (unpooled only: see `pooled`). */
+  /**
+   * Ends the main connection's waiting checkout, if any, with `jobq_stop_checkouts` on the side
+   * connection: the server returns it with no job, and no later checkout of this registration
+   * claims one. When the call fails the wait runs out by itself, within `waitMs`.
+   */
+  private stopCheckouts(): void {
+    const wid = this.workerId;
+    if (wid === null || this.reapedId === wid) return;
+    this.track(this.withSide((db) => stopCheckouts(db, wid))
+      .catch((e: unknown) => this.log('heartbeat_error', { error: String(e) })));
+  }
+
+  /**
+   * Cancels the main connection's waiting checkout of a registration the server no longer
+   * knows (`JQ001`; unpooled only: behind a pooler the cancel could reach another client's
+   * session).
+   */
   private cancelWait(): void {
     const pid = this.mainPid;
     if (this.pooled || !this.waiting || pid === null) return;

@@ -17,6 +17,8 @@ function env(name: string): string {
 export const DSN = env('JOBQ_TEST_DSN');
 /** The superuser's DSN. */
 export const ADMIN_DSN = env('JOBQ_TEST_ADMIN_DSN');
+/** The server's log file (read to prove that a clean shutdown logs no error). */
+export const SERVER_LOG = env('JOBQ_TEST_SERVER_LOG');
 /** A worker's DSN through PgBouncer in transaction mode. */
 export const POOLER_DSN = env('JOBQ_TEST_POOLER_DSN');
 

@@ -4,7 +4,8 @@ import { after, before, test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import type { Client } from 'pg';
 import * as jobq from 'jobq';
-import { ADMIN_DSN, DSN, POOLER_DSN, connect, one, queueName, waitFor } from './helpers';
+import * as fs from 'node:fs';
+import { ADMIN_DSN, DSN, POOLER_DSN, SERVER_LOG, connect, one, queueName, waitFor } from './helpers';
 
 let app: Client;
 let admin: Client;
@@ -270,6 +271,58 @@ test('a lost connection: the worker reconnects, registers again and goes on', as
     assert.equal(await one(admin, 'SELECT worker_id FROM jobq.jobs WHERE id = $1', [id]), secondId);
     assert.equal(await one<number>(admin, 'SELECT count(*)::int FROM jobq.workers WHERE id = $1', [firstId]), 0, 'the bound registration died with its session');
   });
+});
+
+/** The pid of the worker `name`'s main connection once it waits inside the server. */
+function waitingPid(name: string): Promise<number> {
+  return waitFor('the worker to wait inside the server', async () => {
+    const { rows } = await admin.query(
+      "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND wait_event = 'Extension'",
+      [name]);
+    return rows.length === 1 ? (rows[0].pid as number) : undefined;
+  });
+}
+
+test('a stop ends the waiting checkout without an error on the server', async () => {
+  // jobq_stop_checkouts, not a cancel: nothing the worker's session did is logged as an error.
+  // (The wait is longer than the test's deadline: a worker whose wait ran out instead fails.)
+  const q = queueName('idle');
+  const name = `idle-${q}`.slice(0, 60);
+  const offset = fs.statSync(SERVER_LOG).size;
+  const worker = new jobq.Worker(DSN, { name, queues: [q], waitMs: 120_000, handleSignals: false, log: () => {} });
+  worker.handle(q, async () => null);
+  const running = worker.run();
+  const pid = await waitingPid(name);
+  await Promise.race([
+    worker.stop().then(() => running),
+    new Promise((_, reject) => setTimeout(() => reject(new Error('the stop did not end the wait')), 20_000)),
+  ]);
+  const written = fs.readFileSync(SERVER_LOG).subarray(offset).toString();
+  // The default log_line_prefix names the backend's pid: "... [pid] ERROR: ...".
+  const mine = written.split('\n').filter((l) => l.includes(`[${pid}]`));
+  assert.deepEqual(mine.filter((l) => l.includes('ERROR') || l.includes('canceling statement')), []);
+});
+
+test('a job committed as the worker stops is never started', async () => {
+  // A stop and a job's commit at the same moment, many times: whichever reaches the server
+  // first, the job is not started; it is left ready, its attempt not counted.
+  const q = queueName('stopping');
+  for (let round = 0; round < 12; round += 1) {
+    const name = `stopping-${round}-${q}`.slice(0, 60);
+    const ran: string[] = [];
+    const worker = new jobq.Worker(DSN, { name, queues: [q], waitMs: 120_000, handleSignals: false, log: () => {} });
+    worker.handle(q, async (job) => { ran.push(job.id); return null; });
+    const running = worker.run();
+    await waitingPid(name);
+    const stopped = worker.stop();
+    const id = await jobq.enqueue(app, q, { round });
+    await stopped;
+    await running;
+    assert.deepEqual(ran, [], `round ${round}: the stopping worker started a job`);
+    const row = (await admin.query('SELECT state, attempt, interrupted_at FROM jobq.jobs WHERE id = $1', [id])).rows[0];
+    assert.deepEqual(row, { state: 'ready', attempt: 0, interrupted_at: null }, `round ${round}`);
+    assert.equal(await jobq.cancel(app, id!), 'cancelled');
+  }
 });
 
 test('pooled mode runs jobs through PgBouncer in transaction mode', async () => {

@@ -33,6 +33,31 @@ def _env(name: str) -> str:
 DSN = _env("JOBQ_TEST_DSN")
 ADMIN_DSN = _env("JOBQ_TEST_ADMIN_DSN")
 POOLER_DSN = _env("JOBQ_TEST_POOLER_DSN")
+SERVER_LOG = _env("JOBQ_TEST_SERVER_LOG")
+
+
+class ServerLog:
+    """What the server logs from now on (its log file, read from the offset it had)."""
+
+    def __init__(self) -> None:
+        self.offset = os.path.getsize(SERVER_LOG)
+
+    def since(self) -> str:
+        with open(SERVER_LOG, "rb") as f:
+            f.seek(self.offset)
+            return f.read().decode(errors="replace")
+
+
+def await_waiting_checkout(admin: psycopg.Connection[Any], worker_name: str) -> None:
+    """Until the worker named ``worker_name`` is inside a waiting checkout on the server."""
+    wait_until(
+        lambda: admin.execute(
+            "SELECT count(*) = 1 AS yes FROM pg_stat_activity"
+            " WHERE application_name = %s AND state = 'active' AND wait_event = 'Extension'",
+            (f"{worker_name}-jobs",),
+        ).fetchone()["yes"],  # type: ignore[index]
+        what=f"worker {worker_name} to wait inside the server",
+    )
 
 
 def dsn_as(role: str, dsn: str = DSN) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 import jobq
 
-from .conftest import DSN, POOLER_DSN, RunningWorker, dsn_as, job_row, wait_state, wait_until
+from .conftest import DSN, POOLER_DSN, RunningWorker, ServerLog, await_waiting_checkout, dsn_as, job_row, wait_state, wait_until
 
 Start = Callable[[jobq.Worker], RunningWorker]
 
@@ -297,6 +297,48 @@ def test_stop_drains_the_jobs_in_flight(conn: Any, admin: Any, queue: str) -> No
     assert not running.thread.is_alive() and running.error is None
     assert [r["result"] for r in wait_state(admin, ids, "completed", timeout=1)] == ["drained", "drained"]
     assert admin.execute("SELECT count(*) AS n FROM jobq.workers WHERE id = %s", (wid,)).fetchone()["n"] == 0
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_stopping_an_idle_worker_logs_no_error_on_the_server(admin: Any, queue: str, pooled: bool) -> None:
+    """The waiting checkout is ended by jobq_stop_checkouts, not cancelled: a clean shutdown
+    leaves no ERROR in the server's log. (The wait is longer than RunningWorker.stop waits:
+    a worker whose wait ran out instead would fail there.)"""
+    log = ServerLog()
+    name = f"idle-{queue[-8:]}"
+    worker = jobq.Worker(POOLER_DSN if pooled else DSN, [queue], name=name, wait=60, handle_signals=False)
+    running = RunningWorker(worker).start()
+    if not pooled:  # through PgBouncer the server's session carries PgBouncer's name
+        await_waiting_checkout(admin, name)
+    else:
+        wait_until(lambda: admin.execute(
+            "SELECT count(*) > 0 AS yes FROM pg_stat_activity WHERE state = 'active' AND wait_event = 'Extension'"
+            " AND usename = 'jobq_test_app'").fetchone()["yes"], what="the pooled worker to wait inside the server")
+    running.stop()
+    written = log.since()
+    assert "ERROR" not in written and "canceling statement" not in written, written
+
+
+def test_a_job_committed_as_the_worker_stops_is_never_started(conn: Any, admin: Any, queue: str) -> None:
+    """stop() and a job's commit at the same moment, many times: whichever reaches the server
+    first, the job is not started; it is left ready, its attempt not counted, for another
+    worker."""
+    for round_ in range(12):
+        ran: list[int] = []
+        name = f"stopping-{round_}-{queue[-8:]}"
+        worker = jobq.Worker(DSN, [queue], name=name, wait=60, handle_signals=False)
+        worker.add_handler(queue, lambda job: ran.append(job.id))
+        running = RunningWorker(worker).start()
+        await_waiting_checkout(admin, name)
+        worker.stop()
+        job_id = jobq.enqueue(conn, queue, {"round": round_})
+        assert job_id is not None
+        running.thread.join(20)
+        assert not running.thread.is_alive() and running.error is None
+        assert ran == [], f"round {round_}: the stopping worker started {ran}"
+        row = job_row(admin, job_id)
+        assert (row["state"], row["attempt"], row["interrupted_at"]) == ("ready", 0, None), f"round {round_}: {row}"
+        assert jobq.cancel(conn, job_id) == "cancelled"  # not for the next round's worker
 
 
 def test_a_worker_of_a_role_without_jobq_worker_fails_to_start() -> None:

@@ -695,6 +695,18 @@ pub async fn heartbeat<C: GenericClient>(
     Ok(one(client, &sql, &args).await?.try_get(0)?)
 }
 
+/// The first step of a graceful shutdown (`jobq_stop_checkouts`): the worker's checkouts
+/// claim nothing more. One waiting now, on any connection, returns at once with no job, and so
+/// does every later one, until the worker unregisters; its jobs in hand, heartbeats and
+/// completions go on. No statement is cancelled, so the server logs no error.
+///
+/// Role: `jobq_worker`. Errors: [`Error::WorkerLost`].
+pub async fn stop_checkouts<C: GenericClient>(client: &C, worker: Uuid) -> Result<(), Error> {
+    let args = Args::new().arg(&worker, Type::UUID);
+    one(client, "SELECT jobq_stop_checkouts($1)::text", &args).await?;
+    Ok(())
+}
+
 /// Graceful shutdown of a worker (`jobq_unregister_worker`): its executing jobs go back to
 /// `ready` without counting the attempt, its locks are released; returns how many jobs went
 /// back.

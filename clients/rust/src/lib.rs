@@ -59,7 +59,7 @@ pub use calls::{
     complete_and_checkout, complete_many, emit_event, enqueue, enqueue_batch, enqueue_graph, fail,
     fail_and_checkout, fail_many, heartbeat, heartbeat_timeout, lock_holder, pause, queue_stats,
     reap, register_worker, release_lock, results, resume, retry, schedule, set_rate_limit, snooze,
-    unregister_worker, unschedule, BatchOptions, CheckoutOptions, EnqueueOptions, FailOptions,
+    stop_checkouts, unregister_worker, unschedule, BatchOptions, CheckoutOptions, EnqueueOptions, FailOptions,
     JobResult, OnConflict, QueueStats, ReapStats, RegisterOptions, ScheduleOptions, UniqueStrategy,
 };
 pub use durable::Durable;

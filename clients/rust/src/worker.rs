@@ -94,6 +94,12 @@ pub enum WorkerEvent {
         /// What happened.
         error: String,
     },
+    /// A stop could not end the waiting checkout (`jobq_stop_checkouts` failed): the wait
+    /// runs out by itself, at most the worker's `wait`, and the drain goes on.
+    StopFailed {
+        /// What happened.
+        error: String,
+    },
     /// Unregistered at the end of a drain.
     Unregistered {
         /// The worker id.
@@ -176,8 +182,7 @@ impl WorkerBuilder {
 
     /// Behind a transaction-mode pooler (PgBouncer `pool_mode = transaction`): register
     /// without `bind_to_session` (liveness is heartbeats alone, so a crashed process is noticed
-    /// after `jobq.heartbeat_timeout`), keep the registration across a lost connection, and
-    /// never cancel a waiting checkout (the cancel could reach another client's session).
+    /// after `jobq.heartbeat_timeout`) and keep the registration across a lost connection.
     /// Statements are unnamed in either mode. Default false.
     pub fn pooled(mut self, pooled: bool) -> Self {
         self.pooled = pooled;
@@ -316,8 +321,11 @@ fn hostname() -> String {
 ///   without reporting (they run again elsewhere), registers again, goes on;
 /// - on a lost connection: reconnects with exponential backoff (1 s to 30 s);
 /// - on [`shutdown`](WorkerHandle::shutdown) (or SIGTERM / SIGINT with
-///   [`run_until_signal`](Worker::run_until_signal)): takes no more jobs, finishes and
-///   reports those in hand, unregisters, and returns `Ok(())`.
+///   [`run_until_signal`](Worker::run_until_signal)): takes no more jobs (its waiting
+///   checkout is ended by `jobq_stop_checkouts` on the side connection, so no statement is
+///   cancelled and the server logs no error; jobs a checkout claimed as the stop came are
+///   held unstarted, and unregistering returns them, their attempt not counted), finishes
+///   and reports those in hand, unregisters, and returns `Ok(())`.
 pub struct Worker {
     shared: Arc<Shared>,
 }
@@ -346,9 +354,10 @@ impl fmt::Debug for WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Starts a graceful drain: no more jobs are taken (a waiting checkout is cancelled,
-    /// except in pooled mode where it runs out), those in hand finish and are reported, the
-    /// worker unregisters, and [`Worker::run`] returns.
+    /// Starts a graceful drain: no more jobs are taken (a waiting checkout is ended by
+    /// `jobq_stop_checkouts`, pooled or not; jobs claimed as the stop came are not started),
+    /// those in hand finish and are reported, the worker unregisters, and [`Worker::run`]
+    /// returns.
     pub fn shutdown(&self) {
         self.shared.stop.cancel();
     }
@@ -416,7 +425,6 @@ impl Worker {
             stopping: false,
             idle: false,
             prepared: None,
-            cancel_sent: false,
         };
         let mut backoff = MIN_BACKOFF;
         let result = loop {
@@ -621,11 +629,6 @@ struct Dispatcher {
     idle: bool,
     /// The checkout statements prepared on `c1` (None behind a pooler).
     prepared: Option<Arc<calls::Prepared>>,
-    /// A stop cancelled `c1`'s waiting checkout. PostgreSQL delivers a cancel request as two
-    /// signals (to the backend and to its process group): when they arrive apart, the second
-    /// cancels the statement after the wait, or one that follows a wait that had just
-    /// returned. From then on a statement of the drain that fails with 57014 is sent again.
-    cancel_sent: bool,
 }
 
 impl Drop for Dispatcher {
@@ -663,9 +666,9 @@ impl Dispatcher {
                 self.register(&c1).await?;
                 continue;
             }
-            self.report_failures(&c1, true).await?;
+            self.report_failures(&c1).await?;
             if self.stopping {
-                self.report_done(&c1, true).await?;
+                self.report_done(&c1).await?;
                 if self.running == 0 {
                     return self.unregister(&c1).await;
                 }
@@ -767,11 +770,8 @@ impl Dispatcher {
             .name(self.s.name.clone())
             .metadata(self.s.metadata.clone())
             .bind_to_session(!self.s.pooled);
-        let id = self
-            .retry_stray(c1, |c| calls::register_worker(c, options.clone()))
-            .await?;
-        let timeout = self
-            .retry_stray(c1, calls::heartbeat_timeout)
+        let id = calls::register_worker(c1, options).await?;
+        let timeout = calls::heartbeat_timeout(c1)
             .await?
             .unwrap_or(Duration::from_secs(30));
         {
@@ -791,35 +791,13 @@ impl Dispatcher {
         let Some(worker) = self.s.reg().worker.take() else {
             return Ok(());
         };
-        match self
-            .retry_stray(c1, |c| calls::unregister_worker(c, worker))
-            .await
-        {
+        match calls::unregister_worker(c1, worker).await {
             Ok(_) | Err(Error::WorkerLost(_)) => {
                 self.s.emit(WorkerEvent::Unregistered { worker });
                 Ok(())
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// Runs a call on `c1`, again (twice at most) when a stop's cancel lands on it.
-    async fn retry_stray<'c, T, F, Fut>(&self, c1: &'c Client, call: F) -> Result<T, Error>
-    where
-        F: Fn(&'c Client) -> Fut,
-        Fut: Future<Output = Result<T, Error>>,
-    {
-        let mut retries = 0;
-        loop {
-            match call(c1).await {
-                Err(e) if retries < 2 && self.is_stray_cancel(&e) => retries += 1,
-                other => return other,
-            }
-        }
-    }
-
-    fn is_stray_cancel(&self, e: &Error) -> bool {
-        self.cancel_sent && e.sqlstate() == Some("57014")
     }
 
     /// Waits for a handler to finish, a stop, or a `JQ001` from the heartbeat task.
@@ -909,19 +887,14 @@ impl Dispatcher {
     }
 
     /// Reports the failures, one `jobq_fail` each (each may carry its own retry delay).
-    async fn report_failures(&mut self, c: &Client, on_c1: bool) -> Result<(), Error> {
+    async fn report_failures(&mut self, c: &Client) -> Result<(), Error> {
         let Some(worker) = self.s.current_worker() else {
             return Ok(());
         };
         while let Some((id, error)) = self.failed.first() {
             let (id, options) = (*id, calls::FailOptions::from(error));
             let stored = error.to_json();
-            let fail = |c| calls::fail(c, id, worker, options.clone());
-            let state = if on_c1 {
-                self.retry_stray(c, fail).await?
-            } else {
-                fail(c).await?
-            };
+            let state = calls::fail(c, id, worker, options).await?;
             self.failed.remove(0);
             self.forget(&[id]).await;
             self.s.emit(WorkerEvent::Failed {
@@ -934,7 +907,7 @@ impl Dispatcher {
     }
 
     /// Reports the finished jobs without a checkout (`jobq_complete_many`).
-    async fn report_done(&mut self, c: &Client, on_c1: bool) -> Result<(), Error> {
+    async fn report_done(&mut self, c: &Client) -> Result<(), Error> {
         let Some(worker) = self.s.current_worker() else {
             return Ok(());
         };
@@ -942,12 +915,7 @@ impl Dispatcher {
             return Ok(());
         }
         let (ids, results): (Vec<i64>, Vec<Value>) = self.done.iter().cloned().unzip();
-        let complete = |c| calls::complete_many(c, worker, &ids, Some(&results));
-        let completed = if on_c1 {
-            self.retry_stray(c, complete).await?
-        } else {
-            complete(c).await?
-        };
+        let completed = calls::complete_many(c, worker, &ids, Some(&results)).await?;
         self.done.clear();
         self.forget(&ids).await;
         self.report_completed(&ids, completed);
@@ -980,8 +948,8 @@ impl Dispatcher {
         let Some(c) = c2.as_ref() else {
             return Ok(());
         };
-        let result = match self.report_failures(c, false).await {
-            Ok(()) => self.report_done(c, false).await,
+        let result = match self.report_failures(c).await {
+            Ok(()) => self.report_done(c).await,
             Err(e) => Err(e),
         };
         match result {
@@ -1036,8 +1004,7 @@ impl Dispatcher {
                 match e {
                     Error::WorkerLost(_) => self.mark_reaped(worker),
                     // A job in hand is no longer this worker's: report each alone.
-                    e if e.sqlstate() == Some("JQ002") => self.report_done(c1, true).await?,
-                    e if self.is_stray_cancel(&e) => {}
+                    e if e.sqlstate() == Some("JQ002") => self.report_done(c1).await?,
                     e => return Err(e),
                 }
                 Ok(())
@@ -1076,12 +1043,9 @@ impl Dispatcher {
                 }
                 _ = self.s.stop.cancelled(), if !self.stopping => {
                     self.stopping = true;
-                    // Behind a pooler the cancel could reach the session another client
-                    // uses once this wait has returned: there the wait runs out instead.
-                    if !self.s.pooled {
-                        let _ = c1.cancel_token().cancel_query(NoTls).await;
-                        self.cancel_sent = true;
-                    }
+                    // The server ends the wait, empty (no cancel: that would log an error on
+                    // the server, and behind a pooler could reach another client's session).
+                    self.stop_checkouts(c2, worker).await;
                 }
                 _ = self.s.reaped_notify.notified() => {
                     if self.s.is_reaped() {
@@ -1106,8 +1070,28 @@ impl Dispatcher {
                 self.mark_reaped(worker);
                 Ok(())
             }
-            Err(e) if self.is_stray_cancel(&e) => Ok(()), // the stop's cancel ended the wait
+            // statement_timeout shorter than the wait: nothing was claimed
+            Err(e) if e.sqlstate() == Some("57014") => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// `jobq_stop_checkouts` on `c2`: `c1`'s waiting checkout returns, empty. When it cannot
+    /// be sent, the wait runs out by itself.
+    async fn stop_checkouts(&mut self, c2: &mut Option<Client>, worker: Uuid) {
+        if c2.as_ref().is_none_or(Client::is_closed) {
+            *c2 = self.s.connect("-report").await.ok();
+        }
+        let Some(c) = c2.as_ref() else { return };
+        match calls::stop_checkouts(c, worker).await {
+            Ok(()) => {}
+            Err(Error::WorkerLost(_)) => self.mark_reaped(worker),
+            Err(e) => {
+                if e.is_connection_error() {
+                    *c2 = None;
+                }
+                self.s.emit(WorkerEvent::StopFailed { error: e.to_string() });
+            }
         }
     }
 
@@ -1134,6 +1118,15 @@ impl Dispatcher {
     /// Puts the claimed jobs in hand and starts one task that runs their handlers; a job no
     /// handler takes is failed (discarded) at the next report.
     fn start(&mut self, hand: &mut Hand, jobs: Vec<Job>) {
+        if self.s.stop.is_cancelled() {
+            // Claimed as the stop came: in hand (no `holding` gives them back as interrupted)
+            // but not started; unregistering returns them, their attempt not counted.
+            for job in jobs {
+                self.seq += 1;
+                hand.jobs.insert(job.id, Held { seq: self.seq, token: CancellationToken::new() });
+            }
+            return;
+        }
         let mut batch = Vec::with_capacity(jobs.len());
         for job in jobs {
             self.seq += 1;

@@ -44,6 +44,7 @@ from .client import (
     set_rate_limit,
     snooze,
     unregister_worker,
+    stop_checkouts,
     unschedule,
 )
 from .errors import (
@@ -96,6 +97,7 @@ __all__ = [
     "set_rate_limit",
     "snooze",
     "unregister_worker",
+    "stop_checkouts",
     "unschedule",
     "Cancelled",
     "InvalidArgument",

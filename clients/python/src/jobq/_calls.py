@@ -370,6 +370,14 @@ def unregister_worker(worker: uuid.UUID | str) -> Call[int]:
     return _scalar_call("jobq_unregister_worker", _Args().pos(_uuid(worker), "uuid"), lambda v: int(v or 0))
 
 
+def stop_checkouts(worker: uuid.UUID | str) -> Call[None]:
+    """The first step of a graceful shutdown (``jobq_stop_checkouts``): the worker's checkouts
+    claim nothing more. One waiting now, on any connection, returns at once with no job, and
+    so does every later one, until the worker unregisters; its jobs in hand, heartbeats and
+    completions go on."""
+    return _scalar_call("jobq_stop_checkouts", _Args().pos(_uuid(worker), "uuid"), lambda v: None)
+
+
 def checkout(
     worker: uuid.UUID | str,
     queues: Sequence[str] | None = None,

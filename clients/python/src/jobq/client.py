@@ -30,7 +30,7 @@ __all__ = [
     "enqueue", "enqueue_batch", "cancel", "retry", "pause", "resume",
     "schedule", "unschedule", "set_rate_limit",
     "acquire_lock", "release_lock", "lock_holder", "reap", "queue_stats",
-    "register_worker", "heartbeat", "unregister_worker",
+    "register_worker", "heartbeat", "unregister_worker", "stop_checkouts",
     "checkout", "complete", "fail", "complete_many", "fail_many",
     "complete_and_checkout", "fail_and_checkout", "heartbeat_timeout",
     "results", "enqueue_graph", "emit_event", "checkpoint", "snooze", "await_jobs", "await_event",
@@ -98,6 +98,7 @@ queue_stats = _bind(_calls.queue_stats)
 register_worker = _bind(_calls.register_worker)
 heartbeat = _bind(_calls.heartbeat)
 unregister_worker = _bind(_calls.unregister_worker)
+stop_checkouts = _bind(_calls.stop_checkouts)
 checkout = _bind(_calls.checkout)
 complete = _bind(_calls.complete)
 fail = _bind(_calls.fail)

@@ -41,9 +41,11 @@ What it does, all of it through the SQL functions (no guarantee is kept client-s
   its session (not ``pooled``) the server already counts it dead, so it drops its jobs and
   registers again.
 - On SIGTERM / SIGINT (when :meth:`run` is called from the main thread) or :meth:`stop`, it
-  takes no more jobs, cancels its waiting checkout (not when ``pooled``: there the wait runs
-  out, at most ``wait`` seconds), lets the jobs in flight finish, reports them, unregisters
-  and returns.
+  takes no more jobs: it ends its waiting checkout with ``jobq_stop_checkouts`` on its
+  heartbeat connection (no statement is cancelled, so the server logs no error, pooled or
+  not); jobs a checkout claimed as the stop came are held unstarted, and unregistering
+  returns them, their attempt not counted. It lets the jobs in flight finish, reports them,
+  unregisters and returns.
 
 A handler's return value is the job's result (JSON). An exception fails the job with
 ``{"type": <exception class name>, "message": str(exception)}`` and the server's backoff;
@@ -80,7 +82,6 @@ __all__ = ["Worker", "Handler"]
 #: its JSON-serialisable result.
 Handler = Union[Callable[[Job], Any], Callable[[Job], Awaitable[Any]]]
 H = TypeVar("H", bound=Callable[..., Any])
-T = TypeVar("T")
 
 log = logging.getLogger("jobq.worker")
 
@@ -261,7 +262,6 @@ class Worker:
         self._done: list[tuple[_Slot, Any]] = []
         self._failed: list[_Failure] = []
         self._reaped: uuid.UUID | None = None
-        self._waiting_conn: psycopg.AsyncConnection[Any] | None = None
         self._dispatcher_waiting = False
         self._cancelling: asyncio.Future[None] | None = None
         self._heartbeat_s = self.heartbeat_interval or 10.0
@@ -337,19 +337,25 @@ class Worker:
         self._stopping.set()
         self._wake_dispatcher.set()
         self._wake_reporter.set()
-        conn = self._waiting_conn
-        if conn is not None and not self.pooled:
-            self._cancelling = asyncio.ensure_future(self._cancel_wait(conn))
+        if self._wid is not None:
+            self._cancelling = asyncio.ensure_future(self._stop_checkouts(self._wid))
 
-    async def _cancel_wait(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        try:
-            cancel_safe = getattr(conn, "cancel_safe", None)
-            if cancel_safe is not None:
-                await cancel_safe()
-            else:  # psycopg < 3.2
-                await asyncio.to_thread(conn.cancel)
-        except Exception as e:  # the wait ends by itself at worst
-            log.debug("jobq worker %s: could not cancel the waiting checkout: %s", self.name, e)
+    async def _stop_checkouts(self, wid: uuid.UUID) -> None:
+        """Ends the waiting checkout, if any, by ``jobq_stop_checkouts`` on the heartbeat
+        connection: the server returns it with no job, and no later checkout of ``wid``
+        claims one (a registration made after the stop never checks out: the job loop sees
+        the stop first)."""
+        async with self._heartbeat_lock:
+            try:
+                if self._heartbeat_conn is None:
+                    self._heartbeat_conn = await self._connect("heartbeat")
+                await aio.stop_checkouts(self._heartbeat_conn, wid)
+            except WorkerLost:
+                self._reaped = wid
+            except Exception as e:  # the wait ends by itself at worst, within ``wait``
+                log.warning("jobq worker %s: could not end the waiting checkout: %s", self.name, str(e).strip())
+                if self._heartbeat_conn is not None and (self._heartbeat_conn.closed or self._heartbeat_conn.broken):
+                    self._heartbeat_conn = None
 
     # -- jobs in hand --------------------------------------------------------------------
 
@@ -580,6 +586,12 @@ class Worker:
             except BaseException:
                 self._holding_due = True  # it may have claimed jobs whose reply was lost
                 raise
+            if self._stopping.is_set():
+                # Claimed as the stop came: held unstarted (in hand, so no heartbeat gives them
+                # back as interrupted); unregistering returns them, their attempt not counted.
+                if slots:
+                    log.info("jobq worker %s: stopping: jobs %s claimed meanwhile are not started", self.name, [sl.job.id for sl in slots])
+                continue
             self._start(slots)
             if slots:
                 # Let the jobs just started take their first step before looking again: a
@@ -619,7 +631,6 @@ class Worker:
         jobs: list[Job] = []
         async with self._hand_lock:
             self._checkouts += 1
-        self._waiting_conn = conn
         self._dispatcher_waiting = True
         self._wake_reporter.set()  # jobs that finish while this waits are the reporter's to report
         try:
@@ -628,11 +639,10 @@ class Worker:
         except WorkerLost:
             self._reaped = wid
         except JobqError as e:
-            if e.sqlstate != "57014":  # 57014: stop() cancelled the wait
+            if e.sqlstate != "57014":  # statement_timeout shorter than the wait: nothing claimed
                 raise
         finally:
             self._dispatcher_waiting = False
-            self._waiting_conn = None
             self._checkouts -= 1
             slots = self._take(jobs, wid)
         return slots
@@ -666,25 +676,15 @@ class Worker:
         try:
             for f in failed:
                 if f.slot.wid is wid:
-                    await self._retrying_cancel(self._fail_one, conn, wid, f)
+                    await self._fail_one(conn, wid, f)
             mine = [(s, r) for s, r in done if s.wid is wid]
             if mine:
-                await self._retrying_cancel(self._complete_alone, conn, wid, mine)
-            returned = await self._retrying_cancel(aio.unregister_worker, conn, wid)
+                await self._complete_alone(conn, wid, mine)
+            returned = await aio.unregister_worker(conn, wid)
             log.info("jobq worker %s: unregistered %s (%d jobs returned)", self.name, wid, returned)
         except WorkerLost:
             log.info("jobq worker %s: %s was reaped before it unregistered", self.name, wid)
         self._wid = None
-
-    async def _retrying_cancel(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Runs ``call(*args)``, once more if a cancel meant for the waiting checkout landed on
-        it instead."""
-        try:
-            return await call(*args)
-        except JobqError as e:
-            if e.sqlstate != "57014":
-                raise
-            return await call(*args)
 
     async def _fail_one(self, conn: psycopg.AsyncConnection[Any], wid: uuid.UUID, f: _Failure) -> None:
         state = await aio.fail(conn, f.slot.job.id, wid, f.error, retry_in=f.retry_in, discard=f.discard or None)

@@ -23,6 +23,11 @@ pub fn admin_dsn() -> String {
     env("JOBQ_TEST_ADMIN_DSN")
 }
 
+/// The server's log file (the suites read it to prove that a clean shutdown logs no error).
+pub fn server_log() -> String {
+    env("JOBQ_TEST_SERVER_LOG")
+}
+
 /// jobq_test_app's, through PgBouncer in transaction mode.
 pub fn pooler_dsn() -> String {
     env("JOBQ_TEST_POOLER_DSN")

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use jobq_client::tokio_postgres::Client;
 use jobq_client::*;
@@ -527,13 +527,34 @@ async fn a_lost_connection_is_reopened_and_the_worker_registers_again() {
     stop(handle, run, &admin).await;
 }
 
+/// The pid of the worker `name`'s job connection once it waits inside the server.
+async fn waiting_pid(admin: &Client, name: &str) -> i32 {
+    let pid = || async {
+        admin
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity
+                  WHERE application_name = $1 AND state = 'active' AND wait_event = 'Extension'",
+                &[&name],
+            )
+            .await
+            .unwrap()
+            .map(|r| r.get::<_, i32>(0))
+    };
+    wait_for("the worker waiting in its checkout", Duration::from_secs(10), || async {
+        pid().await.is_some()
+    })
+    .await;
+    pid().await.expect("still waiting")
+}
+
 #[tokio::test]
-async fn a_cancel_landing_after_the_stops_own_is_sent_again() {
-    // A stop cancels the waiting checkout; PostgreSQL may deliver that cancel a second time,
-    // onto the drain's next statement. Here a cancel lands on the drain's unregister on purpose
-    // (held on the worker's row meanwhile): the worker sends it again and the drain succeeds.
+async fn a_stop_ends_the_wait_without_an_error_on_the_server() {
+    // The waiting checkout is ended by jobq_stop_checkouts, not cancelled: nothing the
+    // worker's session did is logged as an error. (The wait is longer than `stop` waits for
+    // the drain: a worker whose wait ran out instead would fail there.)
     let admin = admin().await;
-    let (queue, name) = (unique("stray"), unique("stray-worker"));
+    let offset = std::fs::metadata(server_log()).unwrap().len();
+    let (queue, name) = (unique("idle"), unique("idle-worker"));
     let (handle, run) = start(
         Worker::builder(dsn())
             .name(&name)
@@ -543,77 +564,69 @@ async fn a_cancel_landing_after_the_stops_own_is_sent_again() {
             .build()
             .unwrap(),
     );
-    let activity = |call: &'static str| {
-        let (admin, name) = (&admin, name.clone());
-        async move {
-            admin
-                .query_opt(
-                    "SELECT pid, query_start, coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity
-                      WHERE application_name = $1 AND state = 'active' AND query LIKE '%' || $2 || '%'",
-                    &[&name, &call],
-                )
-                .await
-                .unwrap()
-                .map(|r| (r.get::<_, i32>(0), r.get::<_, SystemTime>(1), r.get::<_, bool>(2)))
-        }
-    };
-    wait_for(
-        "the worker waiting in its checkout",
-        Duration::from_secs(10),
-        || async { activity("jobq_checkout").await.is_some() },
-    )
-    .await;
-    let worker = handle.worker_id().unwrap();
-    let mut locker = connect(&admin_dsn()).await;
-    let tx = locker.transaction().await.unwrap();
-    tx.execute(
-        "SELECT 1 FROM jobq.workers WHERE id = $1 FOR UPDATE",
-        &[&worker],
-    )
-    .await
-    .unwrap();
+    let pid = waiting_pid(&admin, &name).await;
+    stop(handle, run, &admin).await;
+    let log = std::fs::read(server_log()).unwrap();
+    let written = String::from_utf8_lossy(&log[offset as usize..]);
+    // The default log_line_prefix names the backend's pid: "... [pid] ERROR: ...".
+    let mine: Vec<&str> = written.lines().filter(|l| l.contains(&format!("[{pid}]"))).collect();
+    assert!(
+        mine.iter().all(|l| !l.contains("ERROR") && !l.contains("canceling statement")),
+        "{mine:#?}"
+    );
+}
 
-    handle.shutdown();
-    wait_for(
-        "the unregister waiting for the row",
-        Duration::from_secs(10),
-        || async {
-            activity("jobq_unregister_worker")
-                .await
-                .is_some_and(|(_, _, locked)| locked)
-        },
-    )
-    .await;
-    let (pid, first, _) = activity("jobq_unregister_worker").await.unwrap();
-    admin
-        .execute("SELECT pg_cancel_backend($1)", &[&pid])
-        .await
-        .unwrap();
-    wait_for(
-        "the unregister sent again",
-        Duration::from_secs(10),
-        || async {
-            activity("jobq_unregister_worker")
-                .await
-                .is_some_and(|(_, start, locked)| locked && start > first)
-        },
-    )
-    .await;
-    tx.rollback().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(15), run)
-        .await
-        .expect("the drain ends")
-        .unwrap()
-        .expect("run returns Ok");
-    let left: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM jobq.workers WHERE id = $1",
-            &[&worker],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0, "unregistered");
+#[tokio::test]
+async fn a_job_committed_as_the_worker_stops_is_never_started() {
+    // A stop and a job's commit at the same moment, many times: whichever reaches the server
+    // first, the job is not started; it is left ready, its attempt not counted.
+    let (admin, app) = (admin().await, app().await);
+    let queue = unique("stopping");
+    for round in 0..12 {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let name = unique("stopping-worker");
+        let counter = ran.clone();
+        let (handle, run) = start(
+            Worker::builder(dsn())
+                .name(&name)
+                .queues([&queue])
+                .wait(Duration::from_secs(60))
+                .handler(&queue, move |_job: Job| {
+                    let counter = counter.clone();
+                    async move {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        Ok(json!(null))
+                    }
+                })
+                .build()
+                .unwrap(),
+        );
+        waiting_pid(&admin, &name).await;
+        handle.shutdown();
+        let id = enqueue(&app, &queue, &json!({"round": round}), EnqueueOptions::new())
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(15), run)
+            .await
+            .expect("the drain ends")
+            .unwrap()
+            .expect("run returns Ok");
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "round {round}: the stopping worker started a job");
+        let row = admin
+            .query_one(
+                "SELECT state, attempt, interrupted_at IS NULL FROM jobq.jobs WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)),
+            ("ready".to_string(), 0, true),
+            "round {round}"
+        );
+        assert_eq!(cancel(&app, id).await.unwrap(), Some(JobState::Cancelled));
+    }
 }
 
 #[tokio::test]
