@@ -10,7 +10,8 @@
 #     jobq_test_reader (jobq_reader), jobq_test_admin (jobq_admin), jobq_test_nobody (nothing);
 #     the superuser is postgres; every login is trusted on loopback.
 # The suites read, from the environment:
-#   JOBQ_TEST_HOST=127.0.0.1  JOBQ_TEST_PORT (the server)  JOBQ_TEST_POOLER_PORT (PgBouncer,
+#   JOBQ_TEST_HOST=127.0.0.1  JOBQ_TEST_PORT (the server)  JOBQ_TEST_SERVER_LOG (its log)
+#   JOBQ_TEST_POOLER_PORT (PgBouncer,
 #   pool_mode = transaction, every database above, every role above)
 #   JOBQ_TEST_DSN        postgresql://jobq_test_app@HOST:PORT/jobq_<language>   (a worker's)
 #   JOBQ_TEST_ADMIN_DSN  postgresql://postgres@HOST:PORT/jobq_<language>        (superuser)
@@ -94,6 +95,8 @@ for _ in $(seq 100); do
 done
 
 export JOBQ_TEST_HOST=127.0.0.1 JOBQ_TEST_PORT=$port JOBQ_TEST_POOLER_PORT=$pooler_port
+# The server's log, which the suites read to prove that a clean shutdown logs no error.
+export JOBQ_TEST_SERVER_LOG=$data/server.log
 env_for() {
   export JOBQ_TEST_DSN="postgresql://jobq_test_app@127.0.0.1:$port/jobq_$1"
   export JOBQ_TEST_ADMIN_DSN="postgresql://postgres@127.0.0.1:$port/jobq_$1"
