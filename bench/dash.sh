@@ -6,6 +6,8 @@
 # dashboard (release build) connects as a role granted jobq_reader only, and as one granted
 # jobq_admin (whose pages show the actions); each page is fetched REQUESTS times one after the
 # other (after 3 warm-up fetches) with curl; p50 and p95 of the total time per page.
+# Then the per-queue depth views themselves over the same history (jobq.queue_stats, jobq.queue_depths):
+# p50 and p95 of REQUESTS executions each, as EXPLAIN ANALYZE times them on the server.
 # Writes bench/results/dash.md. About 10 minutes, most of it the fill.
 #   bench/dash.sh [--jobs N (default 10000000)] [--requests N (default 40)]
 set -euo pipefail
@@ -109,4 +111,22 @@ for page in "${PAGES[@]}"; do
   echo "| \`$page\` | ${P50[reader$page]} | ${P95[reader$page]} | ${P50[admin$page]} | ${P95[admin$page]} |" >>"$out"
 done
 [ -z "$BAD" ] || echo "Pages that showed an error (their times are not valid):$BAD" >>"$out"
+# The views a depth check reads, over the same history: the server's execution time.
+view_times() {
+  for _ in $(seq "$REQUESTS"); do
+    "${PSQL[@]}" -d bench -c "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM $1" \
+      | python3 -c 'import json, sys; print("%.2f" % json.load(sys.stdin)[0]["Execution Time"])'
+  done | sort -n
+}
+{
+  echo
+  echo "The per-queue depth views over the same history, as the server times them (EXPLAIN ANALYZE), $REQUESTS executions each; ms."
+  echo
+  echo "| view | p50 | p95 |"
+  echo "| --- | ---: | ---: |"
+  for view in jobq.queue_stats jobq.queue_depths; do
+    sorted=$(view_times "$view")
+    echo "| \`$view\` | $(echo "$sorted" | awk -v n="$REQUESTS" 'NR == int((n + 1) / 2)') | $(echo "$sorted" | awk -v n="$REQUESTS" 'NR == int(n * 0.95 + 0.999)') |"
+  done
+} >>"$out"
 cat "$out"

@@ -1698,3 +1698,42 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION jobq._stop_checkouts(uuid), jobq_stop_checkouts(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq_stop_checkouts(uuid) TO jobq_worker;
+
+-- ==== jobq.queue_stats at the cost of the unfinished jobs and the queues (src/sql/stats.sql) ====
+-- Builds over the whole history once, here (ALTER EXTENSION holds the table meanwhile).
+CREATE INDEX jobs_finished_by_queue ON jobq.finished_jobs (queue);
+CREATE OR REPLACE VIEW jobq.queue_stats AS
+WITH RECURSIVE t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+history (queue) AS (
+    (SELECT f.queue FROM jobq.finished_jobs f ORDER BY f.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT f.queue FROM jobq.finished_jobs f WHERE f.queue > h.queue ORDER BY f.queue LIMIT 1)
+      FROM history h
+     WHERE h.queue IS NOT NULL
+),
+live AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS ready,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now) AS scheduled,
+           count(*) FILTER (WHERE j.state = 'executing') AS executing,
+           min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_due
+      FROM jobq.live_jobs j CROSS JOIN t
+     GROUP BY j.queue
+),
+dead AS (
+    SELECT f.queue, count(*) AS dead FROM jobq.finished_jobs f WHERE f.state = 'dead' GROUP BY f.queue
+),
+queues AS (
+    SELECT h.queue FROM history h WHERE h.queue IS NOT NULL
+    UNION
+    SELECT l.queue FROM live l
+)
+SELECT q.queue,
+       coalesce(l.ready, 0) AS ready,
+       coalesce(l.scheduled, 0) AS scheduled,
+       coalesce(l.executing, 0) AS executing,
+       coalesce(d.dead, 0) AS dead,
+       t.now - l.oldest_due AS oldest_ready_age
+  FROM queues q CROSS JOIN t
+  LEFT JOIN live l ON l.queue = q.queue
+  LEFT JOIN dead d ON d.queue = q.queue;

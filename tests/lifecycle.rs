@@ -441,6 +441,78 @@ fn queue_stats_counts_per_queue() {
     assert_eq!(age, None);
 }
 
+/// jobq.queue_stats has one row per queue with a job not yet pruned, whatever the states of
+/// its jobs, and the counts those jobs have: the view finds the history's queues through an
+/// index instead of reading the finished jobs, and this checks it against a plain count over
+/// jobq.jobs, before and after the history of some queues is pruned.
+#[test]
+fn queue_stats_has_a_row_for_every_queue_with_a_job_not_yet_pruned() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    for i in 0..40 {
+        let id = enqueue(&mut c, &format!("'h{i}'"));
+        assert_eq!(checkout(&mut c, w, Some(&[format!("h{i}").as_str()]), 1), vec![id]);
+        assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+    }
+    let cancelled = enqueue(&mut c, "'hc'");
+    c.execute("SELECT jobq_cancel($1)", &[&cancelled]).unwrap();
+    let dead = enqueue(&mut c, "'hd', max_attempts => 1");
+    assert_eq!(checkout(&mut c, w, Some(&["hd"]), 1), vec![dead]);
+    c.execute("SELECT jobq_fail($1, $2)", &[&dead, &w]).unwrap();
+    let parent = enqueue(&mut c, "'hp', run_at => now() - interval '5 minutes'");
+    enqueue(&mut c, &format!("'hb', depends_on => ARRAY[{parent}::bigint]"));
+    enqueue(&mut c, "'hp', run_at => now() + interval '1 hour'");
+    let running = enqueue(&mut c, "'hx'");
+    assert_eq!(checkout(&mut c, w, Some(&["hx"]), 1), vec![running]);
+
+    type Row = (String, i64, i64, i64, i64, bool);
+    let view = |c: &mut Client| -> Vec<Row> {
+        c.query(
+            "SELECT queue, ready, scheduled, executing, dead, oldest_ready_age IS NOT NULL FROM jobq.queue_stats ORDER BY queue",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+        .collect()
+    };
+    let counted = |c: &mut Client| -> Vec<Row> {
+        c.query(
+            "SELECT queue, count(*) FILTER (WHERE state = 'ready' AND run_at <= clock_timestamp()),
+                    count(*) FILTER (WHERE state = 'ready' AND run_at > clock_timestamp()),
+                    count(*) FILTER (WHERE state = 'executing'), count(*) FILTER (WHERE state = 'dead'),
+                    bool_or(state = 'ready' AND run_at <= clock_timestamp())
+               FROM jobq.jobs GROUP BY queue ORDER BY queue",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+        .collect()
+    };
+    let before = view(&mut c);
+    assert_eq!(before.len(), 40 + 5, "{before:?}");
+    assert_eq!(before, counted(&mut c));
+    assert!(before.contains(&("h7".into(), 0, 0, 0, 0, false)), "a queue whose jobs all completed");
+    assert!(before.contains(&("hd".into(), 0, 0, 0, 1, false)));
+    assert!(before.contains(&("hp".into(), 1, 1, 0, 0, true)));
+    assert!(before.contains(&("hb".into(), 0, 0, 0, 0, false)), "a queue of one blocked job");
+
+    // The completed history of h0..h39 passes retention and is pruned: those rows go.
+    c.execute(
+        "UPDATE jobq.finished_jobs SET finished_at = now() - interval '2 days' WHERE queue ~ '^h[0-9]+$'",
+        &[],
+    )
+    .unwrap();
+    wait_until("the history of h0..h39 to be pruned", Duration::from_secs(30), || {
+        c.query_one("SELECT jobs_pruned FROM jobq_reap()", &[]).unwrap();
+        c.query_one("SELECT count(*) = 0 FROM jobq.finished_jobs WHERE queue ~ '^h[0-9]+$'", &[]).unwrap().get(0)
+    });
+    let after = view(&mut c);
+    assert_eq!(after, counted(&mut c));
+    assert_eq!(after.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["hb", "hc", "hd", "hp", "hx"]);
+}
+
 #[test]
 fn bad_input_is_refused_with_its_sqlstate_and_changes_nothing() {
     let (_, _, mut c) = db();

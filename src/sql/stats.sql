@@ -1,20 +1,49 @@
 -- Observing: the per-queue summary dashboards read.
 
+-- One row per queue with a job not yet pruned, at the cost of the unfinished jobs and of the
+-- queues, whatever the history: the unfinished jobs are counted in jobq.live_jobs (the work in
+-- flight), the dead ones through jobs_finished_unusual (of the history, only dead and cancelled
+-- jobs have an entry there), and the queues of the rest of the history are found by one descent
+-- of jobs_finished_by_queue per queue (the first queue name after the one before), without
+-- reading their jobs. bench/dash.sh measures it over 10 million finished jobs.
 CREATE VIEW jobq.queue_stats AS
-WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)  -- one instant for every row
-SELECT j.queue,
-       count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS ready,
-       count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now) AS scheduled,
-       count(*) FILTER (WHERE j.state = 'executing') AS executing,
-       count(*) FILTER (WHERE j.state = 'dead') AS dead,
-       t.now - min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_ready_age
-  FROM jobq.jobs j CROSS JOIN t
- GROUP BY j.queue, t.now;
+WITH RECURSIVE t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+history (queue) AS (
+    (SELECT f.queue FROM jobq.finished_jobs f ORDER BY f.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT f.queue FROM jobq.finished_jobs f WHERE f.queue > h.queue ORDER BY f.queue LIMIT 1)
+      FROM history h
+     WHERE h.queue IS NOT NULL
+),
+live AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS ready,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now) AS scheduled,
+           count(*) FILTER (WHERE j.state = 'executing') AS executing,
+           min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_due
+      FROM jobq.live_jobs j CROSS JOIN t
+     GROUP BY j.queue
+),
+dead AS (
+    SELECT f.queue, count(*) AS dead FROM jobq.finished_jobs f WHERE f.state = 'dead' GROUP BY f.queue
+),
+queues AS (
+    SELECT h.queue FROM history h WHERE h.queue IS NOT NULL
+    UNION
+    SELECT l.queue FROM live l
+)
+SELECT q.queue,
+       coalesce(l.ready, 0) AS ready,
+       coalesce(l.scheduled, 0) AS scheduled,
+       coalesce(l.executing, 0) AS executing,
+       coalesce(d.dead, 0) AS dead,
+       t.now - l.oldest_due AS oldest_ready_age
+  FROM queues q CROSS JOIN t
+  LEFT JOIN live l ON l.queue = q.queue
+  LEFT JOIN dead d ON d.queue = q.queue;
 
--- The same columns for dashboards at scale: one row per queue with a waiting, executing or
--- dead job (not the queues whose jobs all completed or were cancelled), read from the live
--- jobs and from the index of dead ones (jobs_finished_unusual), never from the rest of the
--- history, where jobq.queue_stats reads every finished job to know which queues have one.
+-- The same columns, one row per queue with a waiting, executing or dead job only (not the
+-- queues whose jobs all completed or were cancelled): what the dashboard's pages show.
 CREATE VIEW jobq.queue_depths AS
 WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
 parts AS (
