@@ -76,6 +76,9 @@ echo "clients: building (clients/node: npm run build; bench/clients/rust: cargo 
 flock /tmp/jobq-cargo.lock cargo build --quiet --release --manifest-path bench/clients/rust/Cargo.toml
 RUST_BIN=$repo/bench/clients/rust/target/release/jobq-bench-clients
 export PYTHONPATH=$repo/clients/python/src NODE_PATH=$repo/clients/node/node_modules
+# Python: the checkout's virtual environment (scripts/setup.sh makes it; psycopg is there).
+PY=$repo/.venv/bin/python
+[ -x "$PY" ] || { echo "clients: $PY is missing (run scripts/setup.sh)" >&2; exit 1; }
 
 # The cluster.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -112,7 +115,7 @@ ADMIN_DSN="postgresql://postgres@127.0.0.1:$port/bench"
 
 worker_cmd() { # LANG: the worker program, in CMD
   case $1 in
-    python) CMD=(python3 bench/clients/python/worker.py) ;;
+    python) CMD=("$PY" bench/clients/python/worker.py) ;;
     node) CMD=(node bench/clients/node/worker.js) ;;
     rust) CMD=("$RUST_BIN") ;;
   esac
@@ -137,13 +140,13 @@ SQL
   "${CMD[@]}" "$mode" "$DSN" "$q" "$c" >"$log" 2>&1 &
   worker_pid=$!
   # Started, registered and waiting inside the server: what it has cost so far is start-up.
-  if ! python3 bench/clients/watch.py waiting "$ADMIN_DSN" jobq_bench 60; then
+  if ! "$PY" bench/clients/watch.py waiting "$ADMIN_DSN" jobq_bench 60; then
     echo "clients: $q: the worker did not reach its waiting checkout within 60 s" >&2; cat "$log" >&2; exit 1
   fi
   local cpu0 cpu1
   cpu0=$(cpu "$worker_pid")
   psql_ -d bench -c "SELECT count(*) FROM jobq_enqueue_batch('$q', array_fill('{}'::jsonb, ARRAY[$n]))" >/dev/null
-  if ! python3 bench/clients/watch.py drained "$ADMIN_DSN" "$q" 120; then
+  if ! "$PY" bench/clients/watch.py drained "$ADMIN_DSN" "$q" 120; then
     echo "clients: $q was not drained within 120 s" >&2; cat "$log" >&2; exit 1
   fi
   cpu1=$(cpu "$worker_pid")
@@ -193,7 +196,7 @@ elapsed=$(( $(date +%s) - start ))
 label() { case $1 in python) echo Python ;; node) echo Node ;; rust) echo Rust ;; esac; }
 versions() {
   case $1 in
-    python) echo "Python $(python3 -c 'import platform; print(platform.python_version())'), psycopg $(python3 -c 'import psycopg; print(psycopg.__version__, psycopg.pq.__impl__)'), clients/python \`jobq\` $(python3 -c 'import jobq; print(jobq.__version__)'), \`async def\` handler" ;;
+    python) echo "Python $("$PY" -c 'import platform; print(platform.python_version())'), psycopg $("$PY" -c 'import psycopg; print(psycopg.__version__, psycopg.pq.__impl__)'), clients/python \`jobq\` $("$PY" -c 'import jobq; print(jobq.__version__)'), \`async def\` handler" ;;
     node) echo "Node $(node --version), pg $(node -p 'require("pg/package.json").version'), clients/node \`jobq\` $(node -p 'require("./clients/node/package.json").version')" ;;
     rust) echo "$(rustc --version | awk '{print "rustc " $2}'), tokio-postgres $(awk '/^name = "tokio-postgres"/{getline; gsub(/"/, "", $3); print $3}' bench/clients/rust/Cargo.lock), clients/rust \`jobq-client\` $(awk -F'"' '/^version/{print $2; exit}' clients/rust/Cargo.toml), release build" ;;
   esac

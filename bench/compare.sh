@@ -52,10 +52,11 @@ has_ c && ARGS="$ARGS --steady-seconds $STEADY" && [ "$STEADY_SYSTEMS" != "$SYST
 has_ d && ARGS="$ARGS --big-backlog $BIG"
 [ $SYNC = off ] && ARGS="$ARGS --async"
 . bench/lib.sh
+[ -x "$PY" ] || ./scripts/setup.sh >/dev/null   # .venv/, the Python of bench/lib.sh
 for s in $SYSTEMS; do . "bench/systems/$s.sh"; "${s}_install"; done
 # Python for the latency probe and the chart, into target/, skipped when there.
-if [ $QUICK = 0 ] && ! PYTHONPATH=target/bench-py python3 -c "import psycopg, matplotlib" 2>/dev/null; then
-  pip install -q --disable-pip-version-check --target target/bench-py "psycopg[binary]==3.3.9" "matplotlib==3.10.7" >&2
+if [ $QUICK = 0 ] && ! PYTHONPATH=target/bench-py "$PY" -c "import psycopg, matplotlib" 2>/dev/null; then
+  "$PY" -m pip install -q --disable-pip-version-check --target target/bench-py "psycopg[binary]==3.3.9" "matplotlib==3.10.7" >&2
 fi
 start_cluster "$SYNC"
 has() { [[ ",$WORKLOADS," == *",$1,"* ]]; }
@@ -102,7 +103,7 @@ if has a; then
     exit 0
   fi
   [ -n "${R16:-}" ] && echo "$R16" > bench/results/reference-ratio
-  PYTHONPATH=target/bench-py python3 bench/chart.py "$PARTS/a.csv" bench/results/throughput.png || log "chart not drawn"
+  PYTHONPATH=target/bench-py "$PY" bench/chart.py "$PARTS/a.csv" bench/results/throughput.png || log "chart not drawn"
 fi
 
 # --- b: enqueue -----------------------------------------------------------------------------
@@ -200,7 +201,7 @@ if has e; then
     [ "$s" = pgboss ] && { echo "| $s | - | - | - | (no NOTIFY: its workers poll) |" >> "$PARTS/e.md"; continue; }
     "${s}_reset" 0
     opts="${s}_PGOPTIONS"
-    read -r p50 p99 mx polls < <(PGOPTIONS="${!opts:-}" PYTHONPATH=target/bench-py python3 bench/latency.py "$s" "$PORT" 300)
+    read -r p50 p99 mx polls < <(PGOPTIONS="${!opts:-}" PYTHONPATH=target/bench-py "$PY" bench/latency.py "$s" "$PORT" 300)
     log "e $s p50=$p50 p99=$p99 max=$mx polls=$polls"
     echo "| $s | $p50 | $p99 | $mx | $polls |" >> "$PARTS/e.md"
   done

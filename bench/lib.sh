@@ -4,6 +4,9 @@ PGBIN=/usr/lib/postgresql/15/bin
 DATA=${BENCH_DATA:-$PWD/target/bench-data}
 PORT=${BENCH_PORT:-5488}
 PSQL=(psql -h 127.0.0.1 -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qtA)
+# The Python of the programs that import psycopg or jobq: the checkout's virtual environment,
+# which scripts/setup.sh makes (psycopg and clients/python in it; never the system's Python).
+PY=$PWD/.venv/bin/python
 
 as_pg() { if [ "$(id -u)" = 0 ]; then sudo -u postgres "$@"; else "$@"; fi; }
 

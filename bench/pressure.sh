@@ -43,7 +43,7 @@ for sc in $SCENARIOS; do
     [ -z "$ONLY" ] || [[ " $ONLY " == *" $s:$sc "* ]] || continue
     "${s}_reset" 4000 >/dev/null
     echo "pressure: $s, $sc: ${CLEAN}s clean, ${PRESSURE}s under pressure, ${AFTER}s after" >&2
-    python3 bench/pressure.py "$s" "$sc" "$DSN" --clean "$CLEAN" --pressure "$PRESSURE" --after "$AFTER" > "$RAW/$s-$sc.jsonl"
+    "$PY" bench/pressure.py "$s" "$sc" "$DSN" --clean "$CLEAN" --pressure "$PRESSURE" --after "$AFTER" > "$RAW/$s-$sc.jsonl"
   done
 done
 python3 - "$RAW" "$CLEAN" "$PRESSURE" "$AFTER" "$SCENARIOS" "$SYSTEMS" "$(git rev-parse --short HEAD)" "$(machine)" "${BENCH_CONF:-}" > "$OUT" <<'PY'

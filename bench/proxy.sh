@@ -36,7 +36,7 @@ done
 ./scripts/setup.sh >/dev/null
 cargo pgrx install --release --pg-config "$PGBIN/pg_config" >/dev/null
 ./scripts/install-proxy.sh "$PGBIN/pg_config"
-python3 -c "import psycopg" 2>/dev/null || python3 -m pip install -q --target target/bench-py "psycopg[binary]"
+"$PY" -c "import psycopg" 2>/dev/null || "$PY" -m pip install -q --target target/bench-py "psycopg[binary]"   # .venv's (bench/lib.sh)
 
 ROOT=$PWD/target/bench-proxy
 NODE_PORTS=(5491 5492 5493); PROXY_PORT=5494
@@ -146,7 +146,7 @@ fi
 } >> "$OUT"
 reset px3 0
 for mode in one all; do
-  read -r p50 p99 mx < <(PYTHONPATH=target/bench-py python3 bench/proxywait.py "$PROXY_PORT" px3 "$mode" 4 200)
+  read -r p50 p99 mx < <(PYTHONPATH=target/bench-py "$PY" bench/proxywait.py "$PROXY_PORT" px3 "$mode" 4 200)
   label="q0 (one node: the node waits)"; [ "$mode" = all ] && label="every queue (three nodes: the proxy waits in 200 ms slices)"
   echo "proxy: wait $mode: p50 $p50 p99 $p99 max $mx" >&2
   echo "| $label | $p50 | $p99 | $mx |" >> "$OUT"

@@ -30,7 +30,7 @@ OUT=bench/results/wait.md
 for n in 1 16 64; do
   for mode in listen wait; do
     reset_jobq >/dev/null
-    read -r p50 p99 mx per < <(PYTHONPATH=target/bench-py python3 bench/waitlatency.py "$PORT" "$mode" "$n" "$SAMPLES")
+    read -r p50 p99 mx per < <(PYTHONPATH=target/bench-py "$PY" bench/waitlatency.py "$PORT" "$mode" "$n" "$SAMPLES")
     echo "| $mode | $n | $p50 | $p99 | $mx | $per |" | tee -a "$OUT"
   done
 done

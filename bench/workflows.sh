@@ -24,7 +24,7 @@ run() {  # run MODE ARGS...: the median of each printed column over RUNS runs
   local a=() b=() c=()
   for _ in $(seq "$RUNS"); do
     reset_jobq >/dev/null
-    read -r x y z < <(python3 bench/workflows.py "$PORT" "$@")
+    read -r x y z < <("$PY" bench/workflows.py "$PORT" "$@")
     a+=("$x"); b+=("$y"); c+=("${z:--}")
   done
   echo "$(echo "${a[*]}" | median) $(echo "${b[*]}" | median) $(echo "${c[*]}" | median)"

@@ -5,7 +5,7 @@ workflow (an order of durable steps) that resumes after its last checkpoint when
 killed.
 
     JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo \
-    JOBQ_ADMIN_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo python3 examples/demo.py [SECONDS]
+    JOBQ_ADMIN_DSN=postgresql://postgres@127.0.0.1:5499/jobq_demo .venv/bin/python examples/demo.py [SECONDS]
 
 Everything runs as JOBQ_DSN's role, which holds jobq_worker only (as an application's role
 would), except the reset at the start: jobq is dropped and created again in that database
@@ -51,7 +51,8 @@ class Worker:
     "started" when it begins a job, "finished" when it returns the job's result."""
 
     def __init__(self, lang, n):
-        cmd = ["python3", str(ROOT / "python/worker.py")] if lang == "python" else ["node", str(ROOT / "node/worker.js")]
+        # The Python workers run under this interpreter (.venv's: psycopg and clients/python).
+        cmd = [sys.executable, str(ROOT / "python/worker.py")] if lang == "python" else ["node", str(ROOT / "node/worker.js")]
         self.name = f"{'py' if lang == 'python' else 'node'}-demo-{n}"
         # Heartbeat cadence: the library's, a third of the server's jobq.heartbeat_timeout.
         env = dict(os.environ, JOBQ_DSN=DSN, JOBQ_LOG_JSON="1", JOBQ_CONCURRENCY="2", JOBQ_NAME=self.name)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up what it runs (PostgreSQL 15, cargo-pgrx, the client libraries and the
 # example workers' dependencies), install jobq, start a local PostgreSQL 15 with jobq preloaded (its
-# background worker reaping in database jobq_demo), and run the demo (examples/demo.py): Python
+# background worker reaping in database jobq_demo), and run the demo (examples/demo.py, with the
+# Python of .venv/ that setup.sh makes, psycopg and clients/python in it): Python
 # and Node workers, a stream of jobs, a worker killed mid-job and rescued; the dashboard
 # (jobq-dash) watches it. The server and the dashboard are left running (scripts/cluster.sh stop
 # stops both).   scripts/demo.sh [SECONDS]   (how long jobs are enqueued; default 20)
@@ -23,12 +24,12 @@ cargo build --release -q -p jobq-dash
 echo "demo: the dashboard is at http://127.0.0.1:$DASH_PORT/ (open it now to watch the demo)"
 JOBQ_DSN="postgresql://${JOBQ_APP_ROLE:-jobq_demo_app}@127.0.0.1:${JOBQ_PORT:-5499}/${JOBQ_DB:-jobq_demo}" \
 JOBQ_ADMIN_DSN="postgresql://postgres@127.0.0.1:${JOBQ_PORT:-5499}/${JOBQ_DB:-jobq_demo}" \
-  python3 examples/demo.py "${1:-20}"
+  .venv/bin/python examples/demo.py "${1:-20}"
 cat <<MSG
 
 The server is still running (data in .pgdata/, port ${JOBQ_PORT:-5499}, database ${JOBQ_DB:-jobq_demo}).
   dashboard: http://127.0.0.1:$DASH_PORT/   (jobq-dash, as jobq_demo_ops; log in .pgdata/dash.log)
   connect:  scripts/cluster.sh psql        (or: psql -h 127.0.0.1 -p ${JOBQ_PORT:-5499} -U postgres ${JOBQ_DB:-jobq_demo})
-  workers:  python3 examples/python/worker.py | node examples/node/worker.js | examples/rust/target/release/jobq-worker
+  workers:  .venv/bin/python examples/python/worker.py | node examples/node/worker.js | examples/rust/target/release/jobq-worker
   stop:     scripts/cluster.sh stop        (the server and the dashboard)
 MSG

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# The one command that builds every release artifact: `scripts/package.sh` with no argument
+# builds all of them (the extension's and jobq_proxy's packages for each of PostgreSQL 15, 17
+# and 18, and jobq-dash's), into target/packages/.
 # Debian packages of jobq, named as PGDG names its extension packages, written to
 # target/packages/:
 #   postgresql-NN-jobq_V_amd64.deb        the extension for PostgreSQL NN: jobq.so, jobq.control,
@@ -11,8 +14,9 @@
 # Files go where Debian's postgresql-NN looks for them (/usr/lib/postgresql/NN/lib,
 # /usr/share/postgresql/NN/extension), whatever prefix the build's PostgreSQL has (17 and 18
 # are built under /opt/jobq-pg by scripts/build-postgres.sh). V is the workspace's version.
-#   scripts/package.sh [NN ...]    (default: 15 17 18; each needs that PostgreSQL set up,
-#                                   scripts/setup.sh does it)
+#   scripts/package.sh             every release artifact: 15, 17 and 18, and jobq-dash
+#   scripts/package.sh NN ...      the packages of these versions only, and jobq-dash
+# (each version needs that PostgreSQL set up: scripts/setup.sh does it).
 # scripts/test-package.sh installs the packages of 15 on this machine and checks them.
 set -euo pipefail
 cd "$(dirname "$0")/.."

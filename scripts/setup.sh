@@ -7,8 +7,23 @@
 # first and skips what is already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the
 # versions it prepares; JOBQ_TEST_TOOLS=0 skips what only the tests use: Debian's chromium and
 # the npm dependencies of the dashboard's browser suite (dash/browser), pytest, mypy and build.
+# Python packages go into a virtual environment of this checkout, .venv/ (ignored by git; a
+# stock Debian 12 refuses `pip install` into its own Python, PEP 668): every script and test
+# that runs the examples, the demo or clients/python runs .venv/bin/python.
+# What must be there first: Debian 12 (amd64), root or sudo, and Rust 1.95 or newer with cargo
+# (this script cannot install Rust: get it from https://rustup.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Rust first: everything below builds with it. The minimum is clients/rust's rust-version.
+RUST_MIN=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' clients/rust/Cargo.toml)
+RUST_MIN=${RUST_MIN:-1.95}
+rust_v=$(cargo --version 2>/dev/null | sed -n 's/^cargo \([0-9][0-9.]*\).*/\1/p') || true
+if [ -z "$rust_v" ] || [ "$(printf '%s\n' "$RUST_MIN" "$rust_v" | sort -V | head -1)" != "$RUST_MIN" ]; then
+  echo "setup: Rust $RUST_MIN or newer with cargo must be installed first (found: ${rust_v:-no cargo on PATH});" \
+    "this script does not install Rust: see https://rustup.rs" >&2
+  exit 1
+fi
 
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 # postgresql-15-plproxy: PL/Proxy, under the proxy extension jobq_proxy (proxy/).
@@ -20,6 +35,11 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# python3 -m venv needs Debian's python3-venv (ensurepip) on Debian's own Python; Node and npm
+# from Debian only when there are none (an existing node, from any source, is kept).
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   as_root apt-get update -qq
@@ -63,16 +83,24 @@ if $missing_init; then
   cargo pgrx init "${init_args[@]}"
 fi
 # The example workers of examples/ (used by tests/cross_language.rs and the demo) and the client
-# libraries they use: psycopg and this checkout's clients/python (editable) for Python;
-# clients/node built (its dist/ is what examples/node's "jobq": "file:../../clients/node" loads)
-# and examples/node's dependencies for Node; the Rust worker's release build (over clients/rust).
-if ! python3 -c "import psycopg" 2>/dev/null; then
-  echo "setup: pip install -r examples/python/requirements.txt"
-  python3 -m pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+# libraries they use: psycopg and this checkout's clients/python (editable) for Python, in
+# .venv/; clients/node built (its dist/ is what examples/node's "jobq": "file:../../clients/node"
+# loads) and examples/node's dependencies for Node; the Rust worker's release build (over
+# clients/rust).
+VENV=$PWD/.venv PY=$PWD/.venv/bin/python
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+  echo "setup: python3 -m venv .venv"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
 fi
-if [ "$(python3 -c 'import jobq; print(jobq.__file__)' 2>/dev/null)" != "$PWD/clients/python/src/jobq/__init__.py" ]; then
-  echo "setup: pip install -e clients/python"
-  python3 -m pip install -q --disable-pip-version-check -e clients/python
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+if ! "$PY" -c "import psycopg" 2>/dev/null; then
+  echo "setup: .venv: pip install -r examples/python/requirements.txt"
+  pip_install -r examples/python/requirements.txt
+fi
+if [ "$("$PY" -c 'import jobq; print(jobq.__file__)' 2>/dev/null)" != "$PWD/clients/python/src/jobq/__init__.py" ]; then
+  echo "setup: .venv: pip install -e clients/python"
+  pip_install -e clients/python
 fi
 if [ ! -d clients/node/node_modules/typescript ]; then
   echo "setup: npm ci in clients/node"
@@ -84,11 +112,12 @@ if [ ! -d examples/node/node_modules/pg ] || [ ! -e examples/node/node_modules/j
   (cd examples/node && npm ci --silent --no-audit --no-fund)
 fi
 cargo build -q --release --manifest-path examples/rust/Cargo.toml
-# The client libraries' test runners, type checker and package builders (pytest, mypy, build;
-# Node's TypeScript came with clients/node's npm ci above).
-if [ "$TEST_TOOLS" = 1 ] && ! python3 -c "import pytest, pytest_asyncio, mypy, build, wheel" 2>/dev/null; then
-  echo "setup: pip install pytest pytest-asyncio mypy build wheel"
-  python3 -m pip install -q --disable-pip-version-check pytest pytest-asyncio mypy build wheel
+# The client libraries' test runners, type checker and package builders (pytest, mypy, build,
+# and setuptools for build --no-isolation; Node's TypeScript came with clients/node's npm ci
+# above), in .venv/ too.
+if [ "$TEST_TOOLS" = 1 ] && ! "$PY" -c "import pytest, pytest_asyncio, mypy, build, wheel, setuptools" 2>/dev/null; then
+  echo "setup: .venv: pip install pytest pytest-asyncio mypy build wheel setuptools"
+  pip_install pytest pytest-asyncio mypy build wheel "setuptools>=61"
 fi
 # The browser suite's driver (playwright-core, pointed at /usr/bin/chromium; no browser download).
 if [ "$TEST_TOOLS" = 1 ] && [ ! -d dash/browser/node_modules/playwright-core ]; then

@@ -109,7 +109,7 @@ for lang in "${langs[@]}"; do
   python)
     env_for python
     echo "test-clients: Python (clients/python, pytest)"
-    (cd clients/python && python3 -m pytest -q tests) || status=1
+    (cd clients/python && "$repo/.venv/bin/python" -m pytest -q tests) || status=1   # setup.sh's venv
     ;;
   node)
     env_for node

@@ -9,10 +9,12 @@
 # After each version's suite, the scale-out tests (proxy/: jobq_proxy over three node clusters
 # and a proxy cluster of that version, with the jobq the suite installed). Then the Debian
 # packages of PostgreSQL 15, built and installed (scripts/package.sh, scripts/test-package.sh),
+# docs/getting-started.md run block by block as a reader would (scripts/test-getting-started.py),
 # and the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
 # Chromium), against PostgreSQL 15 with jobq installed; last the client libraries (clients/:
 # pytest, node --test, cargo test, through scripts/test-clients.sh), mypy --strict (the Python
-# library and its tests), and their packages (wheel and sdist, npm pack, cargo package).
+# library and its tests), and their packages (wheel and sdist, npm pack, cargo package). Python
+# is .venv/bin/python, the virtual environment scripts/setup.sh makes.
 # Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +43,8 @@ done
 echo "test: the Debian packages (PostgreSQL 15)"
 ./scripts/package.sh 15
 ./scripts/test-package.sh 15
+echo "test: docs/getting-started.md, run as written on Debian's cluster 15/main"
+./scripts/test-getting-started.py
 echo "test: jobq-dash (PostgreSQL 15)"
 cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 cargo test -p jobq-dash
@@ -55,7 +59,7 @@ done
 grep -q "^__version__ = \"$version\"$" clients/python/src/jobq/__init__.py || { echo "test: jobq.__version__ is not $version" >&2; exit 1; }
 rm -rf target/clients target/package/jobq-client-*
 mkdir -p target/clients
-(cd clients/python && python3 -m mypy --strict src tests && python3 -m build --no-isolation --outdir ../../target/clients/python >/dev/null)
+(cd clients/python && ../../.venv/bin/python -m mypy --strict src tests && ../../.venv/bin/python -m build --no-isolation --outdir ../../target/clients/python >/dev/null)
 (cd clients/node && npm pack --silent --pack-destination ../../target/clients >/dev/null)
 cargo package -q -p jobq-client --allow-dirty
 ls "target/clients/python/jobq-$version-py3-none-any.whl" "target/clients/python/jobq-$version.tar.gz" "target/clients/jobq-$version.tgz" "target/package/jobq-client-$version.crate"

@@ -1,7 +1,8 @@
 //! Any client, any language: the example workers of examples/ (Python, Node and Rust, each a
 //! few lines over its language's jobq client library in clients/) as real processes against one
 //! cluster with the background worker. scripts/setup.sh installs the libraries and the examples'
-//! dependencies and builds the Rust one.
+//! dependencies (Python's in the virtual environment .venv/, whose interpreter runs the Python
+//! worker) and builds the Rust one.
 //!
 //! What a worker did is read from the database (jobq.workers, jobq.jobs, pg_stat_activity,
 //! pg_stat_user_functions) and from the lines its handler prints: "started" (id, attempt) when
@@ -66,7 +67,9 @@ fn command(lang: Lang, program: &str) -> Command {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut cmd = match lang {
         Lang::Python => {
-            let mut c = Command::new("python3");
+            // The Python of the checkout's virtual environment (scripts/setup.sh makes .venv/,
+            // with psycopg and clients/python in it), never the system's.
+            let mut c = Command::new(root.join(".venv/bin/python"));
             c.arg(root.join(format!("examples/python/{program}.py")));
             c
         }

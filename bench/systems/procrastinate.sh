@@ -9,10 +9,10 @@ PROCRASTINATE_DIR=target/bench-peers/procrastinate
 procrastinate_install() {
   [ -d "$PROCRASTINATE_DIR/procrastinate-$PROCRASTINATE_VERSION.dist-info" ] && return
   rm -rf "$PROCRASTINATE_DIR"
-  pip install -q --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore \
+  "$PY" -m pip install -q --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore \
     --target "$PROCRASTINATE_DIR" "procrastinate==$PROCRASTINATE_VERSION" >&2
 }
-procrastinate_cli() { PYTHONPATH="$PROCRASTINATE_DIR" python3 -m procrastinate "$@"; }
+procrastinate_cli() { PYTHONPATH="$PROCRASTINATE_DIR" "$PY" -m procrastinate "$@"; }   # .venv's Python (bench/lib.sh)
 procrastinate_version() { procrastinate_cli --version | awk '{print "procrastinate", $3}'; }
 
 # procrastinate_reset BACKLOG: a fresh schema from the package (`procrastinate schema --read` prints

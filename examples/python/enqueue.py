@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Enqueue jobs from Python with the `jobq` library (clients/python), ids on stdout.
 
-    JOBQ_DSN=... python3 examples/python/enqueue.py QUEUE COUNT ['{"sleep_ms": 20}']
+    JOBQ_DSN=... .venv/bin/python examples/python/enqueue.py QUEUE COUNT ['{"sleep_ms": 20}']
 
 Each job's payload is the given JSON object plus {"n": <index>}; all of them commit together.
 """

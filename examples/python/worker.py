@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A jobq worker in Python: the `jobq` library (clients/python) with the demo handler.
 
-    JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo python3 examples/python/worker.py
+    JOBQ_DSN=postgresql://jobq_demo_app@127.0.0.1:5499/jobq_demo .venv/bin/python examples/python/worker.py
 
 The library does the protocol (heartbeats with what it holds, the one-commit complete-and-checkout,
 waiting inside the server, SIGTERM draining, re-registration, reconnection, pooled mode). The demo
