@@ -81,31 +81,12 @@ PY=$repo/.venv/bin/python
 [ -x "$PY" ] || { echo "clients: $PY is missing (run scripts/setup.sh)" >&2; exit 1; }
 
 # The cluster.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-tmp=$(mktemp -d /tmp/jobq-bench-clients-XXXXXX); chmod 755 "$tmp"
-data=$tmp/data
-port=$(free_port)
-mkdir -m 700 "$data"; chown postgres:postgres "$data"
+. scripts/lib/pg.sh
 worker_pid=
-cleanup() {
-  [ -n "$worker_pid" ] && kill -KILL "$worker_pid" 2>/dev/null || true
-  sudo -u postgres "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-sudo -u postgres "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 >/dev/null
-cat >> "$data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $port
-unix_socket_directories = '$data'
-shared_preload_libraries = 'jobq'
-jobq.database = 'bench'
-max_connections = 50
-shared_buffers = '1GB'
-synchronous_commit = on
-fsync = on
-CONF
-sudo -u postgres "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w start >/dev/null
+pg_on_exit=('[ -z "$worker_pid" ] || kill -KILL "$worker_pid" 2>/dev/null')
+pg_throwaway "$bindir" jobq-bench-clients "jobq.database = 'bench'" "max_connections = 50" \
+  "shared_buffers = '1GB'" "synchronous_commit = on" "fsync = on"
+tmp=$pg_tmp data=$pg_data port=$pg_port
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -tA -h 127.0.0.1 -p "$port" -U postgres "$@"; }
 psql_ -d postgres -c "CREATE DATABASE bench"
 psql_ -d bench -c "SET client_min_messages = warning; CREATE EXTENSION jobq"

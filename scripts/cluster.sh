@@ -15,22 +15,15 @@ DATA=${JOBQ_DATA:-$PWD/.pgdata}
 DB=${JOBQ_DB:-jobq_demo}
 APP_ROLE=${JOBQ_APP_ROLE:-jobq_demo_app}
 
-as_pg() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres "$@"; fi; }
+. scripts/lib/pg.sh
 
 case "${1:-}" in
 start)
   if [ ! -f "$DATA/PG_VERSION" ]; then
-    mkdir -p "$DATA" && chown postgres:postgres "$DATA" && chmod 700 "$DATA"
-    as_pg "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 >/dev/null
-    cat >> "$DATA/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $PORT
-unix_socket_directories = '$DATA'
-shared_preload_libraries = 'jobq'
-CONF
+    pg_init "$PGBIN" "$DATA" "$PORT"
   fi
-  if ! as_pg "$PGBIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
-    as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+  if ! pg_as "$PGBIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+    pg_start "$PGBIN" "$DATA"
   fi
   psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1 \
     || psql -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qc "CREATE DATABASE $DB"
@@ -43,7 +36,7 @@ CONF
   ;;
 stop)
   if [ -f "$DATA/dash.pid" ]; then kill "$(cat "$DATA/dash.pid")" 2>/dev/null || true; rm -f "$DATA/dash.pid"; fi
-  [ -f "$DATA/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null || true
+  [ -f "$DATA/PG_VERSION" ] && pg_stop "$PGBIN" "$DATA"
   ;;
 dash)
   if [ -f "$DATA/dash.pid" ]; then kill "$(cat "$DATA/dash.pid")" 2>/dev/null || true; fi

@@ -28,30 +28,13 @@ langs=(${langs[*]})
 bindir=/usr/lib/postgresql/15/bin
 [ -f /usr/lib/postgresql/15/lib/jobq.so ] || { echo "test-clients: jobq is not installed (cargo pgrx install)" >&2; exit 1; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-tmp=$(mktemp -d /tmp/jobq-clients-XXXXXX); chmod 755 "$tmp"
-data=$tmp/data
-port=$(free_port) pooler_port=$(free_port)
-mkdir -m 700 "$data"; chown postgres:postgres "$data"
+# The cluster and, at exit, its removal with the pooler (scripts/lib/pg.sh).
+. scripts/lib/pg.sh
 bouncer_pid=
-cleanup() {
-  [ -n "$bouncer_pid" ] && kill "$bouncer_pid" 2>/dev/null || true
-  sudo -u postgres "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-sudo -u postgres "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
-cat >> "$data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $port
-unix_socket_directories = '$data'
-shared_preload_libraries = 'jobq'
-max_connections = 300
-fsync = off
-jobq.reap_interval = '200ms'
-jobq.heartbeat_timeout = '3s'
-CONF
-sudo -u postgres "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w start >/dev/null
+pg_on_exit=('[ -z "$bouncer_pid" ] || kill "$bouncer_pid" 2>/dev/null')
+pg_throwaway "$bindir" jobq-clients "max_connections = 300" "fsync = off" \
+  "jobq.reap_interval = '200ms'" "jobq.heartbeat_timeout = '3s'"
+tmp=$pg_tmp data=$pg_data port=$pg_port pooler_port=$(pg_free_port)
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@"; }
 for db in jobq_python jobq_node jobq_rust; do
   psql_ -d postgres -c "CREATE DATABASE $db"

@@ -46,24 +46,12 @@ done
 ok "installed ${PKGS[*]} $VERSION"
 
 # 2. A fresh cluster, run from a directory outside the build tree.
-tmp=$(mktemp -d /tmp/jobq-package-XXXXXX); chmod 755 "$tmp"
-data=$tmp/data port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-mkdir -m 700 "$data"; chown postgres:postgres "$data"
-cleanup() {
-  sudo -u postgres "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
-  [ -n "${dash_pid:-}" ] && kill "$dash_pid" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. scripts/lib/pg.sh
+dash_pid=
+pg_on_exit=('[ -z "$dash_pid" ] || kill "$dash_pid" 2>/dev/null')
+pg_throwaway "$bindir" jobq-package
+tmp=$pg_tmp data=$pg_data port=$pg_port
 cd "$tmp"
-sudo -u postgres "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
-cat >> "$data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $port
-unix_socket_directories = '$data'
-shared_preload_libraries = 'jobq'
-CONF
-sudo -u postgres "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w start >/dev/null
 sql() { local db=$1; shift; psql -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d "$db" "$@"; }
 # poll DB SQL WHAT: waits up to 30 s for SQL to return t.
 poll() {
@@ -92,7 +80,7 @@ ok "the background worker runs and reaps"
 
 # 3. The previous release, then ALTER EXTENSION jobq UPDATE.
 cp "$repo/sql/jobq--0.1.0.sql" "$ext/"
-trap 'rm -f "$ext/jobq--0.1.0.sql"; cleanup' EXIT
+pg_on_exit+=('rm -f "$ext/jobq--0.1.0.sql"')
 sql postgres -c "CREATE DATABASE old"
 sql old -c "CREATE EXTENSION jobq VERSION '0.1.0'"
 id=$(sql old -c "SELECT jobq_enqueue('kept', '{\"n\": 7}')")
