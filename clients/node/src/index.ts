@@ -6,6 +6,8 @@
  * - {@link Worker} runs handlers with the whole worker protocol done for it.
  * - Server errors arrive as {@link JobqError} and its subclasses, by SQLSTATE.
  * - Connection strings are `postgresql://` URLs or libpq key=value pairs ({@link parseConninfo}).
+ * - `testing.drain` runs the due jobs of some queues inline in a test, `testing.enqueued` lists
+ *   the jobs waiting in a queue.
  *
  * @packageDocumentation
  */
@@ -34,3 +36,5 @@ export type { ConninfoConfig, SslMode } from './conninfo';
 export { Durable, Suspended, EventTimeout } from './durable';
 export type { StepRunner } from './durable';
 export type { Handler, JobContext, WorkerEvent, WorkerOptions, ConnectionConfig } from './worker';
+/** Testing your own handlers: `testing.drain` and `testing.enqueued` (docs/testing.md). */
+export * as testing from './testing';

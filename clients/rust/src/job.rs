@@ -105,6 +105,36 @@ impl Job {
         })
     }
 
+    /// A job no checkout returned: id 0, attempt 1 of 25, priority 0, due, enqueued and
+    /// started now, no keys, no checkpoints, the nil worker id, a token of its own.
+    /// [`testing::make_job`](crate::testing::make_job) hands it out for unit tests.
+    pub(crate) fn made(queue: &str, kind: Option<&str>, payload: Value) -> Job {
+        let now = SystemTime::now();
+        Job {
+            id: 0,
+            queue: queue.to_string(),
+            kind: kind.map(str::to_string),
+            payload,
+            priority: 0,
+            attempt: 1,
+            max_attempts: 25,
+            run_at: now,
+            enqueued_at: now,
+            unique_key: None,
+            concurrency_key: None,
+            interrupted_at: None,
+            last_error: None,
+            unique_strategy: None,
+            concurrency_limit: None,
+            started_at: Some(now),
+            depends_on: None,
+            checkpoints: Value::Object(Default::default()),
+            worker_id: Uuid::nil(),
+            cancel: CancellationToken::new(),
+            steps: None,
+        }
+    }
+
     pub(crate) fn with_token(mut self, token: CancellationToken) -> Job {
         self.cancel = token;
         self

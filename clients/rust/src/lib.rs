@@ -16,6 +16,9 @@
 //! Errors are [`Error`], whose variants name jobq's SQLSTATEs; a handler fails its job with a
 //! [`JobError`].
 //!
+//! Testing your own handlers: [`testing::drain`] runs the due jobs of some queues inline in a
+//! test, [`testing::enqueued`] lists the jobs waiting in a queue.
+//!
 //! ```no_run
 //! use jobq_client::{enqueue, EnqueueOptions, Job, JobError, Worker};
 //! use serde_json::json;
@@ -52,6 +55,7 @@ mod calls;
 mod durable;
 mod error;
 mod job;
+pub mod testing;
 mod worker;
 
 pub use calls::{

@@ -5,6 +5,8 @@
   ``await jobq.aio.enqueue(aconn, ...)`` (asyncio, :mod:`jobq.aio`).
 - A worker: :class:`jobq.Worker`, with handlers registered by job kind.
 - Errors: :class:`jobq.JobqError` and its subclasses, one per SQLSTATE jobq raises.
+- Testing your handlers: :func:`jobq.testing.drain` runs the due jobs of some queues inline,
+  :func:`jobq.testing.enqueued` lists the jobs a test's code enqueued (:mod:`jobq.testing`).
 
 Every guarantee (exactly once, uniqueness, limits, retries, reaping) lives in the database;
 this package only sends the calls.
@@ -60,11 +62,13 @@ from .errors import (
 from .durable import Durable, DurableAsync, EventTimeout, Suspended
 from .types import Job, JobResult, QueueStats, ReapResult
 from .worker import Handler, Worker
+from . import testing
 
 __version__ = "0.3.0"
 
 __all__ = [
     "aio",
+    "testing",
     "Target",
     "acquire_lock",
     "await_event",

@@ -7,4 +7,5 @@ mod calls;
 mod common;
 mod errors;
 mod processes;
+mod testing;
 mod worker;
