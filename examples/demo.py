@@ -117,7 +117,7 @@ def main():
         admin.execute("DROP EXTENSION IF EXISTS jobq CASCADE")
         admin.execute("CREATE EXTENSION jobq")
         # The launcher starts this database's reaper when CREATE EXTENSION commits: with the
-        # preload, wait for it (SPEC: within 10 s) rather than report what is not there yet.
+        # preload, wait for it (the contract: within 10 s) rather than report what is not there yet.
         # (The superuser looks: the application's role may not read these settings.)
         preloaded = "jobq" in admin.execute("SHOW shared_preload_libraries").fetchone()[0].replace(" ", "").split(",")
         reaper = lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jobq reaper'"

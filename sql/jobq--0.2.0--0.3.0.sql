@@ -751,7 +751,7 @@ EXCEPTION WHEN data_exception THEN
     RAISE EXCEPTION 'jobq: jobs[%].% is not a %: %', pos, key, type, v USING ERRCODE = '22023';
 END $$;
 
--- A whole graph of jobs in one call and one transaction (beyond SPEC): `jobs` is a JSON array
+-- A whole graph of jobs in one call and one transaction (an addition to the contract): `jobs` is a JSON array
 -- of objects, each with jobq_enqueue's arguments by name ("queue" required) and "after", the
 -- 0-based positions of earlier elements it depends on (with its "depends_on" ids of existing
 -- jobs, if any). Elements are enqueued in order, so a graph is acyclic by construction.
@@ -1069,7 +1069,7 @@ BEGIN
     locks_released := locks_released + n;
 
     -- Recurring jobs: the due ticks of every schedule (src/sql/schedules.sql). Not part of
-    -- what jobq_reap() returns (SPEC fixes its columns); jobq.schedules shows them.
+    -- what jobq_reap() returns (the contract fixes its columns); jobq.schedules shows them.
     PERFORM jobq._enqueue_due_ticks(v_now);
 
     -- The dashboard's counters: what shared memory counted since the last pass goes to
@@ -1551,7 +1551,7 @@ BEGIN
 END $$;
 GRANT SELECT ON jobq.queue_totals TO jobq_reader, jobq_admin;
 
--- Nothing for PUBLIC (src/sql/privileges.sql); the roles' rows of SPEC.
+-- Nothing for PUBLIC (src/sql/privileges.sql); the roles' rows of the contract.
 REVOKE ALL ON FUNCTION
     jobq._take_tallies(),
     jobq._refuse_unseen_edges(bigint[]),

@@ -20,7 +20,7 @@
 //!   new snapshot, after the compaction (PostgreSQL takes a PL/pgSQL statement's snapshot after
 //!   its locks anyway: tests/compact.rs passes without the call there). Under REPEATABLE READ or
 //!   SERIALIZABLE the snapshot is the transaction's: when the last compaction had not finished
-//!   before it was taken, the call raises 40001, and the client retries its transaction (SPEC
+//!   before it was taken, the call raises 40001, and the client retries its transaction (the contract
 //!   allows 40001 there). This is what the call is for.
 //! - The Rust fast paths (src/checkout.rs, src/complete.rs) serve READ COMMITTED only, and lock
 //!   the tables before they take their snapshot.

@@ -5,7 +5,7 @@
 //!
 //! Parsing and the calendar walk are the `croner` crate's (POSIX/Vixie cron, optional seconds
 //! field, `@hourly`-style nicknames); time zones are `chrono-tz`'s copy of the IANA database.
-//! Daylight-saving rules, as croner applies them and as SPEC asks (exactly one tick each):
+//! Daylight-saving rules, as croner applies them and as the contract asks (exactly one tick each):
 //! - a wall-clock time that a spring-forward skips: a schedule of fixed times (one second,
 //!   minute and hour) runs once at the first instant after the gap; a wildcard or stepped
 //!   schedule keeps its pace in elapsed time and has no tick inside the gap;

@@ -472,7 +472,7 @@ impl Drop for Bouncer {
     }
 }
 
-/// SPEC, Poolers: the example workers behind PgBouncer in transaction mode (waiting inside the
+/// The contract, Poolers: the example workers behind PgBouncer in transaction mode (waiting inside the
 /// server instead of LISTEN, no bind_to_session, heartbeats with `holding`), more client connections than
 /// server sessions so that consecutive calls of one worker run in different sessions: every
 /// job completed exactly once, a worker killed mid-job has its job completed by another

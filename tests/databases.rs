@@ -1,4 +1,4 @@
-//! Every database (SPEC, Background worker): with jobq.database unset, the background workers
+//! Every database (the contract, Background worker): with jobq.database unset, the background workers
 //! serve each database where jobq is installed, within 10 seconds of its CREATE EXTENSION,
 //! leave after DROP EXTENSION, never block DROP DATABASE or CREATE DATABASE … TEMPLATE, and
 //! serve at most jobq.max_databases at once, naming the others in one log line.
@@ -9,7 +9,7 @@ use postgres::Client;
 use std::time::Duration;
 use uuid::Uuid;
 
-/// SPEC: "A database where CREATE EXTENSION jobq has run is served within 10 seconds".
+/// The contract: "A database where CREATE EXTENSION jobq has run is served within 10 seconds".
 const SERVED_WITHIN: Duration = Duration::from_secs(10);
 const PATIENCE: Duration = Duration::from_secs(30);
 

@@ -22,7 +22,7 @@ enum Iso {
 }
 
 /// Runs `f` in a client transaction at `iso`, retrying the whole transaction on 40001
-/// (as SPEC asks clients to do under REPEATABLE READ). Returns the result and how many
+/// (as the contract asks clients to do under REPEATABLE READ). Returns the result and how many
 /// serialization failures were retried.
 /// What a client retries: a serialization failure, and under SERIALIZABLE the server running
 /// out of room to record read/write conflicts (53200, "not enough elements in RWConflictPool":

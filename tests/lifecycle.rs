@@ -1,4 +1,4 @@
-//! The job lifecycle of SPEC over real connections: states, returns, ordering, pause,
+//! The job lifecycle of the contract over real connections: states, returns, ordering, pause,
 //! cancel, retry, backoff, fencing, bad input, search-path hijack, LISTEN/NOTIFY.
 mod common;
 

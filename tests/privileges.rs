@@ -1,6 +1,6 @@
-//! Privileges (SPEC, section Privileges), over real connections as real login roles: PUBLIC
+//! Privileges (the contract, section Privileges), over real connections as real login roles: PUBLIC
 //! gets nothing; the four roles jobq_reader < jobq_producer < jobq_worker < jobq_admin get
-//! exactly their column of SPEC's table; a worker belongs to the role that registered it;
+//! exactly their column of the contract's table; a worker belongs to the role that registered it;
 //! pg_dump / pg_restore keep the queue.
 mod common;
 
@@ -121,7 +121,7 @@ fn a_role_granted_nothing_is_refused_everything() {
     assert_eq!(fingerprint(&mut su), before, "nothing changed");
 }
 
-/// SPEC's table: the jobq_* functions each role may execute, and the relations it may read.
+/// the contract's table: the jobq_* functions each role may execute, and the relations it may read.
 const READER_RELATIONS: &[&str] = &[
     "jobq.blocked",
     "jobq.concurrency_slots",

@@ -1,4 +1,4 @@
-//! Upgrades (SPEC, Versions and upgrades): a database created at jobq 0.1.0 or 0.2.0 (0.1.0's
+//! Upgrades (the contract, Versions and upgrades): a database created at jobq 0.1.0 or 0.2.0 (0.1.0's
 //! install script kept in sql/jobq--0.1.0.sql, 0.2.0's the one inside the upgrade to it), filled with jobs in
 //! every state, keys, slots, a lock, a pause and live workers, then `ALTER EXTENSION jobq
 //! UPDATE` under the new library (0.1.0 goes through 0.2.0): nothing lost, the catalog exactly

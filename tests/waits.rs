@@ -1,4 +1,4 @@
-//! `jobq_checkout(..., wait)` (SPEC, jobq_checkout): a checkout that waits inside the server
+//! `jobq_checkout(..., wait)` (the contract, jobq_checkout): a checkout that waits inside the server
 //! for a job, over real connections: woken by the commit that makes a job available (not by
 //! a rollback, not by another queue), out on time, a scheduled job taken when due, cancel and
 //! statement_timeout at once, no snapshot and no row lock held while it waits, woken by a slot
@@ -150,7 +150,7 @@ fn a_waiting_checkout_stops_at_once_on_cancel_and_statement_timeout_and_refuses_
     assert_eq!(got, vec![job]);
 }
 
-/// jobq_stop_checkouts (beyond SPEC), the first step of a graceful shutdown: the stopping
+/// jobq_stop_checkouts (an addition to the contract), the first step of a graceful shutdown: the stopping
 /// worker's checkout waiting in another session returns with nothing, without a cancel, and
 /// every later checkout of that worker, waiting or not, claims nothing, though jobs are ready;
 /// its job in hand is still completed, its heartbeat goes on, and another worker takes the jobs.
@@ -245,7 +245,7 @@ fn sixteen_waiters_share_a_stream_of_jobs_each_done_exactly_once() {
     assert_job_tables_consistent(&mut c);
 }
 
-/// A slot freed by a job of another queue (SPEC, jobq_checkout with wait: "a freed concurrency
+/// A slot freed by a job of another queue (the contract, jobq_checkout with wait: "a freed concurrency
 /// slot") wakes a checkout waiting for a job that key held back, within the same bound as a
 /// commit for its own queue, well before its one-second look: a concurrency key freed by
 /// jobq_complete (the Rust path), a while_executing key freed by jobq_complete, a concurrency key
@@ -381,7 +381,7 @@ fn a_rate_window_that_two_starts_leave_at_once_lets_two_waiters_start() {
     }
 }
 
-/// A rate-limited job held back by a full window (SPEC, Rate limits: "takes it once the window
+/// A rate-limited job held back by a full window (the contract, Rate limits: "takes it once the window
 /// allows"): a waiting checkout takes it when the window opens, not at its next once-a-second
 /// look. The window is 1.5 s and the waiter begins just after the first start, so those looks
 /// would come about half a second late (at 2 s and more).

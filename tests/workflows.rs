@@ -1,4 +1,4 @@
-//! Workflows and durable jobs (SPEC, section Workflows and durable jobs (0.3)) over real
+//! Workflows and durable jobs (the contract, section Workflows and durable jobs (0.3)) over real
 //! connections: dependencies and their cascade, suspensions (snooze, awaited jobs, awaited
 //! events), checkpoints, fencing, bad input; and the races that must never leave a job
 //! blocked for ever or wake it twice, hammered from several sessions in every isolation level.
@@ -27,7 +27,7 @@ fn complete(c: &mut Client, id: i64, w: Uuid) -> bool {
     one(c, "SELECT jobq_complete($1, $2)", &[&id, &w])
 }
 
-/// `f` in its own transaction at `iso`, retried on 40001 as SPEC asks clients to do under
+/// `f` in its own transaction at `iso`, retried on 40001 as the contract asks clients to do under
 /// REPEATABLE READ and SERIALIZABLE.
 fn retrying<T>(c: &mut Client, iso: IsolationLevel, mut f: impl FnMut(&mut postgres::Transaction) -> Result<T, postgres::Error>) -> T {
     loop {

@@ -1,4 +1,4 @@
--- jobq_proxy 0.2.0 -> 0.3.0: jobq 0.3's workflows and durable jobs through the proxy (SPEC,
+-- jobq_proxy 0.2.0 -> 0.3.0: jobq 0.3's workflows and durable jobs through the proxy (the contract,
 -- "Workflows and durable jobs" and "Scale-out"). A fresh CREATE EXTENSION jobq_proxy installs
 -- 0.2.0 and runs this script, so a fresh install and an upgraded one are the same.
 --   jobq_emit_event        -> every node, the sum of what each woke
@@ -10,7 +10,7 @@
 -- What a checkout returns gains the node's two new columns, in the node's order.
 ALTER TYPE jobq.job ADD ATTRIBUTE depends_on bigint[], ADD ATTRIBUTE checkpoints jsonb;
 
--- Refuses `ids` that name jobs of another node than `node` (SPEC: 0A000): a dependency or an
+-- Refuses `ids` that name jobs of another node than `node` (the contract: 0A000): a dependency or an
 -- await is kept by one node's transactions, which cannot see another node's jobs finish.
 CREATE FUNCTION jobq._same_node(node integer, ids bigint[], what text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, @extschema@, pg_temp AS $$
@@ -74,7 +74,7 @@ BEGIN
                          depends_on, on_parent_failure);
 END $$;
 
--- A graph in one call (beyond SPEC): on the node of its queues, which must be one node, as
+-- A graph in one call (an addition to the contract): on the node of its queues, which must be one node, as
 -- must its depends_on jobs (0A000 otherwise). Input the node would refuse goes to node 0,
 -- which refuses it with its own error.
 CREATE FUNCTION jobq._enqueue_graph(node integer, jobs jsonb) RETURNS SETOF bigint
@@ -298,7 +298,7 @@ BEGIN
     END LOOP;
 END $$;
 
--- Privileges: as on a node (SPEC, Privileges).
+-- Privileges: as on a node (the contract, Privileges).
 DO $$
 DECLARE
     f regprocedure;

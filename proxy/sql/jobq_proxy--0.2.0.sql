@@ -1,4 +1,4 @@
--- jobq_proxy: jobq over several PostgreSQL servers (nodes) behind PL/Proxy (SPEC, "Scale-out").
+-- jobq_proxy: jobq over several PostgreSQL servers (nodes) behind PL/Proxy (the contract, "Scale-out").
 -- Installed in the proxy database, beside PL/Proxy; every node is an ordinary database with
 -- jobq, its background worker, and its own node number (jobq_set_node). The proxy offers
 -- every jobq_* function with the node's signature and routes each call:
@@ -26,7 +26,7 @@
 
 CREATE SCHEMA jobq;
 
--- The four roles of a node (SPEC, Privileges), created here when the proxy's cluster has none:
+-- The four roles of a node (the contract, Privileges), created here when the proxy's cluster has none:
 -- a role is refused on the proxy what it would be refused on a node.
 DO $$
 DECLARE
@@ -746,7 +746,7 @@ SELECT s.queue, sum(s.ready)::bigint AS ready, sum(s.scheduled)::bigint AS sched
  GROUP BY s.queue;
 
 ---------------------------------------------------------------------------------------------
--- Privileges: as on a node (SPEC, Privileges). The nodes check them again, as the same role.
+-- Privileges: as on a node (the contract, Privileges). The nodes check them again, as the same role.
 
 DO $$
 DECLARE

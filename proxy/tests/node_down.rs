@@ -1,4 +1,4 @@
-//! A node stopped mid-run (SPEC, Scale-out: "a node that is down fails the calls routed to it,
+//! A node stopped mid-run (the contract, Scale-out: "a node that is down fails the calls routed to it,
 //! naming it, and nothing else; its jobs wait for it, none lost"). Its own test binary: it stops
 //! one of the clusters.
 mod common;

@@ -1,4 +1,4 @@
-//! jobq_proxy over three real nodes (SPEC, Scale-out): routing, privileges, locks and unique
+//! jobq_proxy over three real nodes (the contract, Scale-out): routing, privileges, locks and unique
 //! keys through the proxy, exactly once under 16 workers, and a killed worker's jobs coming back
 //! on every node. A node stopped mid-run is in tests/node_down.rs (it stops a cluster).
 mod common;
@@ -558,7 +558,7 @@ fn calls_over_several_nodes_lose_nothing_when_one_node_refuses() {
     assert_eq!(rows[0].get::<_, i64>(0), 2);
 }
 
-/// Workflows through the proxy (SPEC, Workflows and Scale-out): a dependency and an await among
+/// Workflows through the proxy (the contract, Workflows and Scale-out): a dependency and an await among
 /// one node's jobs work as on the node; naming a job of another node is refused with 0A000 and
 /// changes nothing; a job's calls reach its node; an event is emitted on every node (the sum of
 /// what each woke); jobq_results answers for jobs of every node, in the caller's order.

@@ -1,4 +1,4 @@
--- Scale-out (SPEC, "Scale-out: several servers behind PL/Proxy"): each node's job ids name
+-- Scale-out (the contract, "Scale-out: several servers behind PL/Proxy"): each node's job ids name
 -- the node that made them, id % 1024 = node, so that a proxy routes a call about a job id to
 -- the node that holds the job. The id sequence counts in steps of 1,024 from 1,024 + node.
 

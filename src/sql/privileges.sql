@@ -1,4 +1,4 @@
--- Privileges: who may call what (SPEC, section Privileges). Runs last, once every object of
+-- Privileges: who may call what (the contract, section Privileges). Runs last, once every object of
 -- the extension exists.
 --
 -- PUBLIC gets nothing. Four NOLOGIN roles carry the rights, each including the one before:

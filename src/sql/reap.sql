@@ -108,7 +108,7 @@ BEGIN
     locks_released := locks_released + n;
 
     -- Recurring jobs: the due ticks of every schedule (src/sql/schedules.sql). Not part of
-    -- what jobq_reap() returns (SPEC fixes its columns); jobq.schedules shows them.
+    -- what jobq_reap() returns (the contract fixes its columns); jobq.schedules shows them.
     PERFORM jobq._enqueue_due_ticks(v_now);
 
     -- The dashboard's counters: what shared memory counted since the last pass goes to

@@ -63,7 +63,7 @@ END $$;
 
 -- Registers worker `worker` (an id the caller chose): the body of jobq_register_worker, and
 -- what the proxy extension (jobq_proxy, proxy/) calls on every node so that one worker has one
--- id everywhere (SPEC, Scale-out). An id that exists already is refused by the primary key
+-- id everywhere (the contract, Scale-out). An id that exists already is refused by the primary key
 -- (23505), whoever owns it: choosing an id grants nothing.
 CREATE FUNCTION jobq._register_worker(worker uuid, name text, metadata jsonb, bind_to_session boolean)
 RETURNS uuid LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -239,7 +239,7 @@ BEGIN
     RETURN v_requeued;
 END $$;
 
--- The first step of a graceful shutdown (beyond SPEC): the worker's checkouts claim nothing
+-- The first step of a graceful shutdown (an addition to the contract): the worker's checkouts claim nothing
 -- more. One waiting now (jobq_checkout with `wait`), in any session, returns at once with no
 -- job once this transaction commits (rung through src/waits.rs; without the preload within its
 -- 100 ms poll), and every later checkout of the worker (jobq_complete_and_checkout's included)

@@ -490,7 +490,7 @@ EXCEPTION WHEN data_exception THEN
     RAISE EXCEPTION 'jobq: jobs[%].% is not a %: %', pos, key, type, v USING ERRCODE = '22023';
 END $$;
 
--- A whole graph of jobs in one call and one transaction (beyond SPEC): `jobs` is a JSON array
+-- A whole graph of jobs in one call and one transaction (an addition to the contract): `jobs` is a JSON array
 -- of objects, each with jobq_enqueue's arguments by name ("queue" required) and "after", the
 -- 0-based positions of earlier elements it depends on (with its "depends_on" ids of existing
 -- jobs, if any). Elements are enqueued in order, so a graph is acyclic by construction.
