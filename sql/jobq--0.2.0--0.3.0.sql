@@ -1737,3 +1737,6 @@ SELECT q.queue,
   FROM queues q CROSS JOIN t
   LEFT JOIN live l ON l.queue = q.queue
   LEFT JOIN dead d ON d.queue = q.queue;
+
+-- The paused queues, readable by the dashboard's role (src/sql/privileges.sql).
+GRANT SELECT ON jobq.pauses TO jobq_reader;

@@ -92,11 +92,9 @@ pub async fn csrf_layer(State(app): State<Arc<App>>, mut req: Request, next: Nex
     req.extensions_mut().insert(CsrfToken(token.clone()));
     let mut resp = next.run(req).await;
     if fresh {
-        let path = if app.prefix.is_empty() {
-            "/"
-        } else {
-            app.prefix.as_str()
-        };
+        // The base path: one cookie for the pages of every database.
+        let base = app.cfg.prefix();
+        let path = if base.is_empty() { "/" } else { base.as_str() };
         let c = format!("{CSRF_COOKIE}={token}; Path={path}; HttpOnly; SameSite=Strict");
         if let Ok(v) = HeaderValue::from_str(&c) {
             resp.headers_mut().append(SET_COOKIE, v);

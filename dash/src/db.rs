@@ -10,8 +10,14 @@ use tokio_postgres::NoTls;
 /// How long what the role may do is trusted before it is asked again.
 const ACCESS_TTL: Duration = Duration::from_secs(5);
 
+/// One database the dashboard serves.
 pub struct Db {
+    /// Its name on the pages, in its URLs (`/db/<name>/`) and in the `database` label of
+    /// /metrics: the connection string's `dash_name`, else the server's current_database().
+    pub name: String,
     pub pool: Pool,
+    /// The connection string, to name the server when a connection fails.
+    pg: tokio_postgres::Config,
     access: Mutex<Option<(Instant, Access)>>,
 }
 
@@ -34,10 +40,34 @@ pub const LIVE_JOBS: &str = "jobq.live_jobs";
 pub const FINISHED_JOBS: &str = "jobq.finished_jobs";
 
 impl Db {
-    /// A pool whose every connection runs `SET statement_timeout` first.
-    pub fn new(cfg: &Config) -> Result<Db, String> {
-        let mut pg = tokio_postgres::Config::from_str(&cfg.database_url)
-            .map_err(|e| format!("--database-url: {e}"))?;
+    /// Connects to the database of `conn` (a connection string, with `dash_name` or not) and
+    /// checks that jobq is installed there: the dashboard refuses to start otherwise, saying
+    /// why as psql would.
+    pub async fn open(cfg: &Config, conn: &str) -> Result<Db, String> {
+        let (name, conn) = crate::config::split_name(conn)?;
+        let mut db = Db::new(cfg, &conn)?;
+        let row = db
+            .client()
+            .await
+            .map_err(|e| format!("{e}"))?
+            .query_one("SELECT current_database()::text, to_regnamespace('jobq') IS NOT NULL", &[])
+            .await
+            .map_err(|e| crate::pgerror::connection(&e, &db.pg))?;
+        let current: String = row.get(0);
+        if !row.get::<_, bool>(1) {
+            return Err(format!(
+                "jobq is not installed in database \"{current}\" ({}): CREATE EXTENSION jobq there, or connect to another database",
+                crate::pgerror::servers(&db.pg)
+            ));
+        }
+        db.name = name.unwrap_or(current);
+        Ok(db)
+    }
+
+    /// A pool whose every connection runs `SET statement_timeout` first (no connection yet).
+    pub fn new(cfg: &Config, conn: &str) -> Result<Db, String> {
+        let mut pg = tokio_postgres::Config::from_str(conn)
+            .map_err(|e| crate::pgerror::chain(&e))?;
         if pg.get_application_name().is_none() {
             pg.application_name("jobq-dash");
         }
@@ -45,7 +75,7 @@ impl Db {
             pg.connect_timeout(Duration::from_secs(5));
         }
         let mgr = Manager::from_config(
-            pg,
+            pg.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -69,16 +99,19 @@ impl Db {
             .build()
             .map_err(|e| format!("connection pool: {e}"))?;
         Ok(Db {
+            name: String::new(),
             pool,
+            pg,
             access: Mutex::new(None),
         })
     }
 
+    /// A connection of the pool; without one, what psql would say of the failed connection.
     pub async fn client(&self) -> Result<deadpool_postgres::Client, AppError> {
         self.pool
             .get()
             .await
-            .map_err(|e| AppError::Unavailable(e.to_string()))
+            .map_err(|e| AppError::Unavailable(crate::pgerror::pool(&e, &self.pg)))
     }
 
     /// What the role may do, asked at most every few seconds.
@@ -137,6 +170,21 @@ impl AppError {
         match self {
             AppError::Db(e) => e.code().map(|c| c.code()),
             _ => None,
+        }
+    }
+}
+
+/// What went wrong, in a sentence (a server error's message and SQLSTATE).
+impl std::fmt::Display for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppError::Db(e) => match e.as_db_error() {
+                Some(d) => write!(f, "{} (SQLSTATE {})", d.message(), d.code().code()),
+                None => f.write_str(&crate::pgerror::chain(e)),
+            },
+            AppError::Unavailable(m) | AppError::Forbidden(m) | AppError::NotFound(m) | AppError::BadRequest(m) => {
+                f.write_str(m)
+            }
         }
     }
 }

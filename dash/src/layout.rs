@@ -16,6 +16,7 @@ nav a{color:#d1d5db;text-decoration:none;padding:12px 10px}
 nav a:hover,nav a.on{color:#fff;background:#374151}
 nav .brand{font-weight:700;color:#fff;margin-right:12px}
 nav .who{margin-left:auto;color:#9ca3af;font-size:12px}
+nav .dbs{color:#9ca3af;font-size:12px;margin-left:12px}nav .dbs a{padding:12px 6px}
 main{padding:16px 20px;max-width:1400px}
 h1{font-size:20px;margin:4px 0 14px}h2{font-size:16px;margin:22px 0 8px}
 table{border-collapse:collapse;background:#fff;border:1px solid #e5e7eb;margin-bottom:10px}
@@ -76,6 +77,15 @@ pub fn page(app: &App, access: Option<&Access>, active: &str, title: &str, body:
                     a.brand href=(app.link("/")) { "jobq" }
                     @for (path, label) in NAV {
                         a.on[*path == active] href=(app.link(path)) { (label) }
+                    }
+                    // Several databases: one link each, to the same page of that database.
+                    @if app.dbs.len() > 1 {
+                        span.dbs {
+                            "database"
+                            @for db in &app.dbs {
+                                a.on[db.name == app.db.name] href=(format!("{}{}", app.db_home(&db.name).trim_end_matches('/'), if active == "/" { "/" } else { active })) { (name(&db.name)) }
+                            }
+                        }
                     }
                     @if let Some(a) = access {
                         span.who {

@@ -14,7 +14,20 @@ pub enum Unit {
     Flag,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+impl Unit {
+    /// Its name in /health.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Seconds => "seconds",
+            Unit::Ratio => "ratio",
+            Unit::Jobs => "jobs",
+            Unit::Flag => "flag",
+        }
+    }
+}
+
+/// Ordered: the worst of several levels is their max.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
     Green,
     Amber,
@@ -119,7 +132,7 @@ pub const QUEUE_WAIT: Check = Check {
     metric: "jobq_queue_oldest_ready_age_seconds",
     label: "Longest wait of a due job (any queue)",
     unit: Unit::Seconds,
-    meaning: "How long the oldest ready, due job has waited for a worker since it was due.",
+    meaning: "How long the oldest ready, due job has waited for a worker since it was due (in a queue not paused, when the role may read jobq.pauses).",
     amber: 60.0,
     red: 300.0,
     when_red: "Workers are too few, stopped, or do not serve that queue: check /workers and the queue's page (is it paused? are its jobs held back by a concurrency or rate key?).",

@@ -56,6 +56,9 @@ GRANT SELECT ON jobq.blocked, jobq.edges TO jobq_reader;
 -- The dashboard's views (src/sql/observe.sql), and the two read-only helpers jobq.health calls
 -- (a view's functions run with the privileges of the role reading it).
 GRANT SELECT ON jobq.concurrency_slots, jobq.rate_windows, jobq.table_stats, jobq.health TO jobq_reader;
+-- Which queues and kinds are paused (the dashboard's /metrics says so, and the alert on a
+-- backlog spares a queue paused on purpose).
+GRANT SELECT ON jobq.pauses TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq._last_pass(), jobq._oldest_horizon() TO jobq_reader;
 -- The per-minute counters (src/sql/counters.sql) and what reads them.
 GRANT SELECT ON jobq.queue_minutes, jobq.queue_totals, jobq.queue_depths TO jobq_reader;

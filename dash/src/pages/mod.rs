@@ -12,10 +12,15 @@
 //! | `/rate-limits` | `rate_limits` |
 //! | `/events` | `events` |
 //! | `/health` | `health` |
+//! | `/health.json`, `/healthz` | `healthz` (for machines) |
 //! | `/metrics` | `metrics` (Prometheus) |
+//!
+//! Every URL is served for the first database under the base path and for each database
+//! under `/db/<name>` (lib.rs).
 
 pub mod events;
 pub mod health;
+pub mod healthz;
 pub mod job;
 pub mod jobs;
 pub mod locks;

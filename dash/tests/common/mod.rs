@@ -9,6 +9,7 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod harness;
+pub mod dash;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,6 +20,8 @@ static DB_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 pub struct Cluster {
     pub port: u16,
+    /// Its data directory (pg_hba.conf).
+    pub data: std::path::PathBuf,
 }
 
 /// The cluster of this test binary, started on first use, with the login roles the tests
@@ -40,7 +43,7 @@ pub fn cluster() -> &'static Cluster {
             .output()
             .expect("spawn psql");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        Cluster { port: c.port }
+        Cluster { port: c.port, data: c.data }
     })
 }
 
@@ -58,6 +61,26 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("connect to {db} as {user}: {e}"));
         tokio::spawn(conn);
         client
+    }
+
+    /// Makes login role `role` with `password`, the one role of the cluster that must give a
+    /// password (scram-sha-256; every other login is trusted).
+    pub async fn password_role(&self, role: &str, password: &str) {
+        let admin = self.connect("postgres", "postgres").await;
+        admin
+            .batch_execute(&format!("CREATE ROLE {role} LOGIN PASSWORD '{password}' IN ROLE jobq_reader"))
+            .await
+            .unwrap();
+        // Root may write the file (it belongs to postgres); the first line that matches wins.
+        let hba = self.data.join("pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).unwrap();
+        std::fs::write(&hba, format!("host all {role} 127.0.0.1/32 scram-sha-256\n{rules}")).unwrap();
+        admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+        let url = format!("{} password=wrong", self.url("postgres", role));
+        wait_until("the server to ask for a password", std::time::Duration::from_secs(30), || async {
+            tokio_postgres::connect(&url, tokio_postgres::NoTls).await.is_err()
+        })
+        .await;
     }
 
     /// A new database with jobq created in it; each test gets its own.
