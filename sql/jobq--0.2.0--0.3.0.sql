@@ -1738,5 +1738,7 @@ SELECT q.queue,
   LEFT JOIN live l ON l.queue = q.queue
   LEFT JOIN dead d ON d.queue = q.queue;
 
--- The paused queues, readable by the dashboard's role (src/sql/privileges.sql).
-GRANT SELECT ON jobq.pauses TO jobq_reader;
+-- The paused queues, readable by the dashboard's role (src/sql/privileges.sql); granted again
+-- to jobq_admin after it, so that the table's privileges read as a fresh install's.
+REVOKE SELECT ON jobq.pauses FROM jobq_admin;
+GRANT SELECT ON jobq.pauses TO jobq_reader, jobq_admin;
