@@ -36,8 +36,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures_util::FutureExt;
@@ -55,8 +53,6 @@ pub const DEFAULT_MAX_JOBS: usize = 1000;
 /// The name the drain's worker registers with (`jobq.workers.name`).
 pub const WORKER_NAME: &str = "jobq.testing.drain";
 
-type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, JobError>> + Send>>;
-type DynHandler = Arc<dyn Fn(Job) -> HandlerFuture + Send + Sync>;
 
 /// A job for calling a handler directly in a unit test, as a checkout would hand it over: id
 /// 0 (no job has it), attempt 1 of 25, priority 0, due, enqueued and started now, no keys, no
@@ -100,7 +96,7 @@ pub fn make_job(queue: &str, kind: Option<&str>, payload: Value) -> Job {
 #[derive(Clone)]
 pub struct DrainOptions {
     queues: Vec<String>,
-    handlers: HashMap<String, DynHandler>,
+    handlers: HashMap<String, crate::worker::DynHandler>,
     max_jobs: usize,
 }
 
@@ -140,15 +136,7 @@ impl DrainOptions {
         Fut: Future<Output = Result<T, JobError>> + Send + 'static,
         T: Serialize + 'static,
     {
-        let handler = Arc::new(handler);
-        let erased: DynHandler = Arc::new(move |job: Job| {
-            let handler = handler.clone();
-            Box::pin(async move {
-                let value = handler(job).await?;
-                Ok(serde_json::to_value(value)?)
-            }) as HandlerFuture
-        });
-        self.handlers.insert(kind.into(), erased);
+        self.handlers.insert(kind.into(), crate::worker::erase(handler));
         self
     }
 

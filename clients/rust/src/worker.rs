@@ -20,8 +20,26 @@ use uuid::Uuid;
 use crate::calls::{self, CheckoutOptions, RegisterOptions};
 use crate::{Error, Job, JobError, JobState};
 
-type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, JobError>> + Send>>;
-type DynHandler = Arc<dyn Fn(Job) -> HandlerFuture + Send + Sync>;
+pub(crate) type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, JobError>> + Send>>;
+pub(crate) type DynHandler = Arc<dyn Fn(Job) -> HandlerFuture + Send + Sync>;
+
+/// A handler as the worker (and [`crate::testing::drain`]) stores it: its `Ok` value turned into
+/// JSON, whatever its type.
+pub(crate) fn erase<F, Fut, T>(handler: F) -> DynHandler
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, JobError>> + Send + 'static,
+    T: Serialize + 'static,
+{
+    let handler = Arc::new(handler);
+    Arc::new(move |job: Job| {
+        let handler = handler.clone();
+        Box::pin(async move {
+            let value = handler(job).await?;
+            Ok(serde_json::to_value(value)?)
+        }) as HandlerFuture
+    })
+}
 type EventFn = Arc<dyn Fn(&WorkerEvent) + Send + Sync>;
 
 const MIN_BACKOFF: Duration = Duration::from_secs(1);
@@ -216,15 +234,7 @@ impl WorkerBuilder {
         Fut: Future<Output = Result<T, JobError>> + Send + 'static,
         T: Serialize + 'static,
     {
-        let handler = Arc::new(handler);
-        let erased: DynHandler = Arc::new(move |job: Job| {
-            let handler = handler.clone();
-            Box::pin(async move {
-                let value = handler(job).await?;
-                Ok(serde_json::to_value(value)?)
-            }) as HandlerFuture
-        });
-        self.handlers.insert(kind.into(), erased);
+        self.handlers.insert(kind.into(), erase(handler));
         self
     }
 
