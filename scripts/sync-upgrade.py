@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Copies the current text of every SQL function and view that sql/jobq--0.2.0--0.3.0.sql
+"""Copies the current text of every SQL function and view that the newest upgrade script
+(sql/jobq--A--B.sql with the highest B; the earlier ones are released and never edited)
 (re)creates from src/sql/*.sql into it, so that an upgraded database carries exactly a fresh
 install's function bodies and view definitions (tests/upgrade.rs compares them). Run after
 changing such a function or view:
@@ -16,7 +17,8 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "sql" / "jobq--0.2.0--0.3.0.sql"
+SCRIPT = max((ROOT / "sql").glob("jobq--*--*.sql"),
+             key=lambda p: tuple(int(x) for x in p.stem.split("--")[2].split(".")))
 HEAD = re.compile(r"^CREATE (OR REPLACE )?(FUNCTION|VIEW) ([\w.]+)[ (]", re.M)
 
 

@@ -591,6 +591,13 @@ pub mod jobq {
         let here = unsafe { std::ffi::CStr::from_ptr(pg_sys::get_database_name(pg_sys::MyDatabaseId)) };
         super::restriction().is_none_or(|only| only.as_bytes() == here.to_bytes())
     }
+
+    /// Called by every heartbeat (jobq_heartbeat): nothing here, where the background worker
+    /// runs the passes. The SQL edition has no background worker; its twin
+    /// (src/sql/twins/bgworker.sql) runs a pass when the last one is older than
+    /// jobq.reap_interval, so that the workers' heartbeats serve the database.
+    #[pg_extern(volatile, name = "_pass_if_due")]
+    pub fn pass_if_due() {}
 }
 
 fn interval() -> Duration {

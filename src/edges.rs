@@ -172,6 +172,13 @@ pub mod jobq {
         note(crate::my_db(), true);
     }
 
+    /// Nothing: the extension refuses a completion that cannot see a dependent's edge
+    /// (`_refuse_unseen_edges`), so no pass has anything to settle after it. The SQL edition,
+    /// which cannot read the newest snapshot, notes such completions and settles their
+    /// dependents here, in the next reap pass (src/sql/twins/edges.sql).
+    #[pg_extern(volatile, name = "_settle_unseen")]
+    pub fn settle_unseen() {}
+
     /// Under REPEATABLE READ or SERIALIZABLE, raises 40001 when an edge naming one of
     /// `parents` (a dependent enqueued, or an await) committed after this transaction's
     /// snapshot was taken: the finishing transaction could not tell that child (the module

@@ -55,6 +55,21 @@ mod xact;
 
 ::pgrx::pg_module_magic!(name, version);
 
+/// Which jobq this is, for `jobq_version()` (src/sql/observe.sql): the installed version and
+/// the edition. The SQL edition's twin (src/sql/twins/version.sql) answers `'sql'`.
+#[pg_schema]
+mod jobq {
+    use pgrx::prelude::*;
+
+    #[pg_extern(stable, name = "_edition")]
+    pub fn edition() -> TableIterator<'static, (name!(version, Option<String>), name!(edition, String))> {
+        let version = Spi::get_one::<String>("SELECT extversion::text FROM pg_catalog.pg_extension WHERE extname = 'jobq'")
+            .ok()
+            .flatten();
+        TableIterator::once((version, "extension".to_string()))
+    }
+}
+
 /// This backend's database, as the shared-memory tables key it.
 pub(crate) fn my_db() -> u32 {
     unsafe { pg_sys::MyDatabaseId }.to_u32()
@@ -83,7 +98,7 @@ pub extern "C-unwind" fn _PG_init() {
 // The hand-written SQL, in dependency order. `bootstrap` makes schema.sql run before the
 // objects pgrx generates (the settings functions in schema `jobq`), `finalize` runs last.
 extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("sql/workers.sql", name = "workers", requires = [compact::jobq::hold_hot_tables, liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller]);
+extension_sql_file!("sql/workers.sql", name = "workers", requires = [compact::jobq::hold_hot_tables, liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller, bgworker::jobq::pass_if_due]);
 extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers", counters::jobq::tally]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/rate_limits.sql", name = "rate_limits", requires = ["locks"]);
@@ -95,9 +110,9 @@ extension_sql_file!("sql/counters.sql", name = "counters", requires = ["schedule
 extension_sql_file!("sql/reap.sql", name = "reap", requires = ["counters", health::jobq::note_pass, gucs::jobq::retention_ms, bgworker::jobq::serve_database, waits::jobq::waiting_workers]);
 extension_sql_file!("sql/stats.sql", name = "stats", requires = ["reap"]);
 extension_sql_file!("sql/node.sql", name = "node", requires = ["stats"]);
-extension_sql_file!("sql/observe.sql", name = "observe", requires = ["node", health::jobq::last_pass]);
+extension_sql_file!("sql/observe.sql", name = "observe", requires = ["node", health::jobq::last_pass, jobq::edition]);
 extension_sql_file!("sql/compact.sql", name = "compact", requires = ["observe", compact::jobq::note_compaction, gucs::jobq::compact_after]);
-extension_sql_file!("sql/workflows.sql", name = "workflows", requires = ["compact", edges::jobq::refuse_unseen_edges, edges::jobq::note_edges]);
+extension_sql_file!("sql/workflows.sql", name = "workflows", requires = ["compact", edges::jobq::refuse_unseen_edges, edges::jobq::note_edges, edges::jobq::settle_unseen]);
 extension_sql_file!("sql/privileges.sql", name = "privileges", requires = ["workflows"], finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

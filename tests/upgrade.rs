@@ -1,5 +1,5 @@
-//! Upgrades (the contract, Versions and upgrades): a database created at jobq 0.1.0 or 0.2.0 (0.1.0's
-//! install script kept in sql/jobq--0.1.0.sql, 0.2.0's the one inside the upgrade to it), filled with jobs in
+//! Upgrades (the contract, Versions and upgrades): a database created at jobq 0.1.0, 0.2.0 or 0.3.0
+//! (0.1.0's and 0.3.0's install scripts kept in sql/, 0.2.0's the one inside the upgrade to it), filled with jobs in
 //! every state, keys, slots, a lock, a pause and live workers, then `ALTER EXTENSION jobq
 //! UPDATE` under the new library (0.1.0 goes through 0.2.0): nothing lost, the catalog exactly
 //! that of a fresh `CREATE EXTENSION`, and the new version's behaviour on the upgraded rows,
@@ -30,6 +30,8 @@ fn install_script(version: &str) {
             let end = upgrade.find("-- ==== 0.1.0's rows ====").unwrap();
             upgrade[start..end].to_string()
         }
+        // 0.3.0's as `cargo pgrx schema` generated it at its release commit (CHANGELOG.md).
+        "0.3.0" => sql("jobq--0.3.0.sql"),
         _ => panic!("no install script kept for {version}"),
     };
     let out = std::process::Command::new(format!("{PG_BIN}/pg_config")).arg("--sharedir").output().unwrap();
@@ -240,12 +242,23 @@ fn an_upgrade_from_0_1_0_keeps_everything_and_behaves_as_the_new_version() {
 
 #[test]
 fn an_upgrade_from_0_2_0_keeps_everything_and_behaves_as_the_new_version() {
-    let cluster = cluster_with_old_database("upgrade2", "0.2.0");
+    upgrade_keeps_everything("upgrade2", "0.2.0");
+}
+
+#[test]
+fn an_upgrade_from_0_3_0_keeps_everything_and_behaves_as_the_new_version() {
+    upgrade_keeps_everything("upgrade3", "0.3.0");
+}
+
+/// A database at `version` (0.2.0 or later: its roles and grants are the current ones) with
+/// jobs in every state, updated under the new library.
+fn upgrade_keeps_everything(name: &str, version: &str) {
+    let cluster = cluster_with_old_database(name, version);
     let mut admin = cluster.connect("postgres");
     let mut c = cluster.connect("up");
 
-    admin.batch_execute("CREATE ROLE upgrade2_app LOGIN; GRANT jobq_worker TO upgrade2_app").unwrap();
-    let mut app = cluster.connect_as("up", "upgrade2_app");
+    admin.batch_execute(&format!("CREATE ROLE {name}_app LOGIN; GRANT jobq_worker TO {name}_app")).unwrap();
+    let mut app = cluster.connect_as("up", &format!("{name}_app"));
     let w = register(&mut app);
     let q = |c: &mut Client, sql: &str| -> i64 { c.query_one(sql, &[]).unwrap().get(0) };
     // Executing with a unique key and a concurrency key; waiting behind its slot; waiting and
@@ -273,7 +286,7 @@ fn an_upgrade_from_0_2_0_keeps_everything_and_behaves_as_the_new_version() {
     wait_until("the reaper to serve the updated database", PATIENCE, || cluster.log().contains("jobq reaper: serving database \"up\""));
 
     // The new enqueue on the upgraded rows: the key still held, the slot still taken, ids go on.
-    let mut app = cluster.connect_as("up", "upgrade2_app");
+    let mut app = cluster.connect_as("up", &format!("{name}_app"));
     let e = app.query_one("SELECT jobq_enqueue('work', unique_key => 'u1')", &[]).unwrap_err();
     assert_eq!(sqlstate(&e), "23505");
     assert!(e.as_db_error().unwrap().detail().unwrap().contains(&format!("existing job id: {keyed}")), "{e:?}");

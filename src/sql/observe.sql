@@ -92,3 +92,9 @@ SELECT current_database()::text AS database,
   FROM (SELECT) AS one
   LEFT JOIN jobq._last_pass() p ON true
   LEFT JOIN jobq._oldest_horizon() h ON true;
+
+-- jobq_version(): the release installed here, and its edition: 'extension' (this library) or
+-- 'sql' (the SQL edition, jobq-sql--V.sql, where jobq._edition is SQL).
+CREATE FUNCTION jobq_version() RETURNS TABLE (version text, edition text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS $$ SELECT e.version, e.edition FROM jobq._edition() e $$;

@@ -16,8 +16,11 @@ BEGIN
     -- Two databases running CREATE EXTENSION at once would both find a role missing and
     -- both create it; the loser would fail. Serialise the check-and-create across the
     -- cluster on the catalog of roles (CREATE ROLE's own lock conflicts with this one; logins
-    -- only read it and do not wait).
-    LOCK TABLE pg_catalog.pg_authid IN SHARE ROW EXCLUSIVE MODE;
+    -- only read it and do not wait). The SQL edition's installer is no superuser and may not
+    -- lock that catalog: there a concurrent install may fail, and changes nothing.
+    IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+        LOCK TABLE pg_catalog.pg_authid IN SHARE ROW EXCLUSIVE MODE;
+    END IF;
     FOREACH r IN ARRAY ARRAY['jobq_reader', 'jobq_producer', 'jobq_worker', 'jobq_admin'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', r);
@@ -30,7 +33,8 @@ BEGIN
 END $$;
 
 -- Nothing for PUBLIC: not the jobq_* functions, not the internal helpers (PostgreSQL gives
--- PUBLIC EXECUTE on every new function), whichever schema they are in.
+-- PUBLIC EXECUTE on every new function), whichever schema they are in: the extension's
+-- functions, or in the SQL edition (no extension) those of schema jobq and the jobq_* ones.
 DO $$
 DECLARE
     f regprocedure;
@@ -40,6 +44,11 @@ BEGIN
          WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.deptype = 'e'
            AND d.refclassid = 'pg_catalog.pg_extension'::regclass
            AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'jobq')
+        UNION
+        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+         WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'jobq')
+           AND (p.pronamespace = 'jobq'::regnamespace
+                OR (p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'jobq\_%'))
     LOOP
         EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
@@ -52,6 +61,8 @@ GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.sche
 -- Workflows (src/sql/workflows.sql): what parents or awaited jobs produced, and what blocked
 -- jobs wait for (the dashboard's job page).
 GRANT EXECUTE ON FUNCTION jobq_results(bigint[]) TO jobq_reader;
+-- Which release and edition runs here (src/sql/observe.sql).
+GRANT EXECUTE ON FUNCTION jobq_version() TO jobq_reader;
 GRANT SELECT ON jobq.blocked, jobq.edges TO jobq_reader;
 -- The dashboard's views (src/sql/observe.sql), and the two read-only helpers jobq.health calls
 -- (a view's functions run with the privileges of the role reading it).

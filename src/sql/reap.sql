@@ -144,11 +144,22 @@ BEGIN
     END LOOP;
 END $$;
 
+-- One whole pass, as the background worker runs it each tick (and, in the SQL edition, pg_cron
+-- or the client libraries' workers), noted for jobq.health like the background worker's.
 CREATE FUNCTION jobq_reap()
 RETURNS TABLE (workers_reaped integer, jobs_requeued integer, jobs_dead integer,
                locks_released integer, jobs_pruned integer)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
-AS $$ SELECT * FROM jobq._reap() $$;
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_start timestamptz := clock_timestamp();
+BEGIN
+    SELECT r.workers_reaped, r.jobs_requeued, r.jobs_dead, r.locks_released, r.jobs_pruned
+      INTO workers_reaped, jobs_requeued, jobs_dead, locks_released, jobs_pruned
+      FROM jobq._reap() r;
+    PERFORM jobq._note_pass(clock_timestamp(), (extract(epoch FROM clock_timestamp() - v_start) * 1e6)::bigint,
+                            ARRAY[workers_reaped, jobs_requeued, jobs_dead, locks_released, jobs_pruned], NULL);
+    RETURN NEXT;
+END $$;
 
 -- What the background worker runs each tick: one pass, its errors logged rather than
 -- raised, so a bad pass never stops the next one. The pass's outcome is noted for
@@ -182,10 +193,10 @@ END $$;
 -- jobq_reap().
 DO $$
 DECLARE
-    v_served    boolean := jobq._serve_database();
-    v_preloaded boolean := 'jobq' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','));
+    v_preloaded boolean;
 BEGIN
-    IF NOT v_served THEN
+    IF NOT jobq._serve_database() THEN
+        v_preloaded := 'jobq' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','));
         RAISE WARNING 'jobq: no background worker reaps database "%"', current_database()
             USING DETAIL = CASE WHEN NOT v_preloaded THEN 'jobq is not in shared_preload_libraries.'
                                 ELSE format('The background worker serves database "%s" (jobq.database) only.',

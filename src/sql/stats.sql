@@ -56,7 +56,9 @@ parts AS (
       FROM jobq.live_jobs j CROSS JOIN t
      GROUP BY j.queue
     UNION ALL
-    SELECT f.queue, 0, 0, 0, count(*), NULL
+    -- Named columns: pg_dump writes this arm back as it reads it (an unnamed NULL comes back
+    -- from a restore named after its type).
+    SELECT f.queue, 0, 0, 0, count(*) AS dead, NULL::timestamptz AS oldest_due
       FROM jobq.finished_jobs f
      WHERE f.state = 'dead'
      GROUP BY f.queue

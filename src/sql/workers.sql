@@ -114,6 +114,8 @@ BEGIN
             SELECT j.id FROM jobq.live_jobs j
              WHERE j.worker_id = worker AND j.state = 'executing' AND j.id <> ALL (holding)));
     END IF;
+    -- The SQL edition's workers run the passes as they beat (src/bgworker.rs); nothing here.
+    PERFORM jobq._pass_if_due();
     RETURN ARRAY(SELECT j.id FROM jobq.live_jobs j
                   WHERE j.worker_id = worker AND j.state = 'executing'
                     AND j.cancel_requested_at IS NOT NULL

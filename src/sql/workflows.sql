@@ -562,7 +562,8 @@ END $$;
 
 -- The reap pass's share (src/sql/reap.sql): awaits of events past their timeout wake up
 -- (without the checkpoint); events past retention, and placeholders no job awaits any more,
--- are removed.
+-- are removed; in the SQL edition, the dependents that a completion under REPEATABLE READ
+-- could not see are told (jobq._settle_unseen, src/edges.rs).
 CREATE FUNCTION jobq._workflow_pass(now timestamptz, cutoff timestamptz) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -577,6 +578,7 @@ BEGIN
     LOOP
         PERFORM jobq._unblock(b.job_id, true);
     END LOOP;
+    PERFORM jobq._settle_unseen();
     DELETE FROM jobq.event_log l
      WHERE (l.emitted_at < cutoff)
         OR (l.emitted_at IS NULL AND l.awaited_at < cutoff
