@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: set-up and clippy,
 # then for each PostgreSQL version `cargo pgrx test pgNN`, which runs the #[pg_test] unit
 # tests in src/ and every integration test in tests/ (those start their own clusters, of the
-# version under test). Everything runs as root except PostgreSQL itself, which runs as
+# version under test), and on 15 and 18 the same suites against the SQL edition
+# (scripts/test-sql-edition.sh). Everything runs as root except PostgreSQL itself, which runs as
 # `postgres`.
 #   scripts/test.sh                        PostgreSQL 15, 17 and 18
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
@@ -39,6 +40,12 @@ for v in $JOBQ_PG_VERSIONS; do
   if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "pg$v"); fi
   ./scripts/install-proxy.sh "$pgc"
   cargo test -p jobq-proxy "${feature[@]}"
+  # The suites of the guarantees again, against the SQL edition (jobq-sql--V.sql installed by a
+  # role that is no superuser, no library), on the oldest and the newest version.
+  if [ "$v" = 15 ] || [ "$v" = 18 ]; then
+    echo "test: the SQL edition (PostgreSQL $v)"
+    ./scripts/test-sql-edition.sh "$v"
+  fi
 done
 echo "test: the Debian packages (PostgreSQL 15)"
 ./scripts/package.sh 15
@@ -48,6 +55,9 @@ echo "test: docs/getting-started.md, run as written on Debian's cluster 15/main"
 echo "test: jobq-dash (PostgreSQL 15)"
 cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 cargo test -p jobq-dash
+echo "test: jobq-dash on the SQL edition (PostgreSQL 15)"
+python3 scripts/build-sql-edition.py >/dev/null
+JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) cargo test -p jobq-dash
 echo "test: the client libraries (PostgreSQL 15)"
 ./scripts/test-clients.sh python node rust
 # Each typed as its ecosystem checks it, and packaged as its registry expects, with the

@@ -815,9 +815,8 @@ fn every_function_pins_its_search_path() {
     let unpinned: Vec<String> = c
         .query(
             "SELECT p.oid::regprocedure::text FROM pg_proc p
-               JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
-               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'jobq'
-              WHERE p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
+              WHERE (p.pronamespace = 'jobq'::regnamespace OR p.proname LIKE 'jobq\\_%')
+                AND p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
                 AND p.prokind <> 'a'  -- an aggregate runs no code of its own (its step is in Rust)
                 AND NOT coalesce('search_path=pg_catalog, jobq, pg_temp' = ANY (p.proconfig), false)
               ORDER BY 1",

@@ -45,8 +45,7 @@ fn every_function_call(c: &mut Client) -> Vec<String> {
                        (SELECT coalesce(string_agg(format('(SELECT NULL::%s)', format_type(t, NULL)), ', ' ORDER BY i), '')
                           FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i)))
            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-           JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
-           JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'jobq'
+          WHERE n.nspname = 'jobq' OR p.proname LIKE 'jobq\\_%'
           ORDER BY 1",
         &[],
     )
@@ -152,8 +151,13 @@ const READER_FUNCTIONS: &[&str] = &[
     "histogram_quantile",
     "histogram_sum",
     "jobq_results",
+    "jobq_version",
     "throughput",
 ];
+/// The SQL edition's own rows of the table: jobq.health's last pass is a table there
+/// (src/sql/twins/health.sql), and pg_cron's passes are jobq_admin's (src/sql/twins/edition.sql).
+const SQL_EDITION_READER_RELATIONS: &[&str] = &["jobq.last_pass"];
+const SQL_EDITION_ADMIN_FUNCTIONS: &[&str] = &["jobq_schedule_passes", "jobq_unschedule_passes"];
 const PRODUCER_FUNCTIONS: &[&str] = &["jobq_cancel", "jobq_emit_event", "jobq_enqueue", "jobq_enqueue_batch", "jobq_enqueue_graph", "jobq_retry"];
 const WORKER_FUNCTIONS: &[&str] = &[
     "_register_worker", // jobq_proxy's registration: one worker id on every node
@@ -189,9 +193,8 @@ fn each_role_has_exactly_its_column_of_the_table() {
         let functions = su
             .query(
                 "SELECT DISTINCT p.proname::text FROM pg_proc p
-                   JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
-                   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'jobq'
-                  WHERE has_function_privilege($1, p.oid, 'EXECUTE')",
+                  WHERE (p.pronamespace = 'jobq'::regnamespace OR p.proname LIKE 'jobq\\_%')
+                    AND has_function_privilege($1, p.oid, 'EXECUTE')",
                 &[&role],
             )
             .unwrap()
@@ -218,11 +221,14 @@ fn each_role_has_exactly_its_column_of_the_table() {
         .iter()
         .map(|r| r.get(0))
         .collect();
+    let (edition_reads, edition_admin): (&[&str], &[&str]) =
+        if sql_edition().is_some() { (SQL_EDITION_READER_RELATIONS, SQL_EDITION_ADMIN_FUNCTIONS) } else { (&[], &[]) };
+    let reads = set(&[READER_RELATIONS, edition_reads]);
     let cases: [(&str, BTreeSet<String>, BTreeSet<String>); 4] = [
-        ("jobq_reader", set(&[READER_FUNCTIONS]), set(&[READER_RELATIONS])),
-        ("jobq_producer", set(&[READER_FUNCTIONS, PRODUCER_FUNCTIONS]), set(&[READER_RELATIONS])),
-        ("jobq_worker", set(&[READER_FUNCTIONS, PRODUCER_FUNCTIONS, WORKER_FUNCTIONS]), set(&[READER_RELATIONS])),
-        ("jobq_admin", set(&[READER_FUNCTIONS, PRODUCER_FUNCTIONS, WORKER_FUNCTIONS, ADMIN_FUNCTIONS]), all_tables),
+        ("jobq_reader", set(&[READER_FUNCTIONS]), reads.clone()),
+        ("jobq_producer", set(&[READER_FUNCTIONS, PRODUCER_FUNCTIONS]), reads.clone()),
+        ("jobq_worker", set(&[READER_FUNCTIONS, PRODUCER_FUNCTIONS, WORKER_FUNCTIONS]), reads),
+        ("jobq_admin", set(&[READER_FUNCTIONS, PRODUCER_FUNCTIONS, WORKER_FUNCTIONS, ADMIN_FUNCTIONS, edition_admin]), all_tables),
     ];
     for (role, functions, relations) in cases {
         let (f, r) = granted(&mut su, role);

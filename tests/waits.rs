@@ -38,11 +38,12 @@ fn waiter(url: String, worker: Uuid, queue: &str, wait: &str) -> (i32, thread::J
     (rx.recv().unwrap(), h)
 }
 
-/// Until backend `pid` sleeps in the wait: an active statement waiting on event Extension.
+/// Until backend `pid` sleeps in the wait: an active statement waiting on event Extension (the
+/// SQL edition's: PgSleep, src/sql/twins/waits.sql).
 fn await_sleeping(c: &mut Client, pid: i32) {
     wait_until("the checkout to sleep", PATIENCE, || {
         c.query_one(
-            "SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND wait_event = 'Extension'",
+            "SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND wait_event IN ('Extension', 'PgSleep')",
             &[&pid],
         )
         .unwrap()

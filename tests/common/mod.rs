@@ -3,6 +3,11 @@
 //! `postgres` when the tests run as root, since initdb refuses root), each on a free loopback
 //! port, with jobq preloaded. They expect the extension to be installed already (`cargo pgrx
 //! test` / `cargo pgrx install` do that). Every cluster is stopped when the test process exits.
+//!
+//! With `JOBQ_SQL_EDITION` naming a built `jobq-sql--V.sql` (scripts/build-sql-edition.py), the
+//! same tests run against the SQL edition instead: no library preloaded, and each test database
+//! gets jobq from that file, installed by `jobq_installer`, a role with CREATEROLE that is no
+//! superuser (scripts/test-sql-edition.sh runs the suites that hold for that edition).
 #![allow(dead_code)]
 
 use postgres::fallible_iterator::FallibleIterator;
@@ -24,6 +29,14 @@ pub const PG_BIN: &str = "/opt/jobq-pg/17/bin";
 pub const PG_BIN: &str = "/opt/jobq-pg/18/bin";
 
 static STARTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// The SQL edition's file when the tests run against it (`JOBQ_SQL_EDITION`), else None.
+pub fn sql_edition() -> Option<PathBuf> {
+    std::env::var_os("JOBQ_SQL_EDITION").map(PathBuf::from)
+}
+
+/// The role that installs the SQL edition in the test databases: CREATEROLE, no superuser.
+pub const INSTALLER: &str = "jobq_installer";
 static DB_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 pub struct Cluster {
@@ -106,7 +119,7 @@ impl Cluster {
             "listen_addresses = '127.0.0.1'".to_string(),
             format!("port = {port}"),
             format!("unix_socket_directories = '{}'", data.display()),
-            "shared_preload_libraries = 'jobq'".to_string(),
+            if sql_edition().is_some() { "shared_preload_libraries = ''" } else { "shared_preload_libraries = 'jobq'" }.to_string(),
             "max_connections = 200".to_string(),
             "fsync = off".to_string(),
         ];
@@ -171,13 +184,56 @@ impl Cluster {
         base_dir().join(format!("{name}-{}-{}", std::process::id(), DB_COUNTER.fetch_add(1, Ordering::SeqCst)))
     }
 
-    /// A new database with jobq created in it: each test gets its own.
+    /// A new database with jobq created in it: each test gets its own. In the SQL edition, a
+    /// copy of a template database where `jobq_installer` ran the file once.
     pub fn fresh_db(&self) -> String {
         let name = format!("t{}_{}", std::process::id(), DB_COUNTER.fetch_add(1, Ordering::SeqCst));
         let mut admin = self.connect("postgres");
-        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
-        self.connect(&name).batch_execute("CREATE EXTENSION jobq").unwrap();
+        if sql_edition().is_some() {
+            let template = self.sql_edition_template();
+            admin.batch_execute(&format!("CREATE DATABASE {name} OWNER {INSTALLER} TEMPLATE {template}")).unwrap();
+        } else {
+            admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+            self.connect(&name).batch_execute("CREATE EXTENSION jobq").unwrap();
+        }
         name
+    }
+
+    /// The SQL edition's template database of this cluster, made once.
+    fn sql_edition_template(&self) -> &'static str {
+        static MADE: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+        let mut made = MADE.lock().unwrap();
+        if !made.contains(&self.port) {
+            self.create_installer();
+            self.connect("postgres").batch_execute(&format!("CREATE DATABASE jobq_sql_template OWNER {INSTALLER}")).unwrap();
+            self.install_sql_edition("jobq_sql_template", INSTALLER).unwrap();
+            made.push(self.port);
+        }
+        "jobq_sql_template"
+    }
+
+    /// The SQL edition's installer role, if the cluster has none yet.
+    pub fn create_installer(&self) {
+        self.connect("postgres")
+            .batch_execute(&format!(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{INSTALLER}') THEN
+                     CREATE ROLE {INSTALLER} LOGIN CREATEROLE; END IF; END $$"
+            ))
+            .unwrap();
+    }
+
+    /// Runs the SQL edition's file in `db` as `role` with psql, as its documentation says;
+    /// Err(psql's output) when it fails.
+    pub fn install_sql_edition(&self, db: &str, role: &str) -> Result<String, String> {
+        let file = sql_edition().expect("JOBQ_SQL_EDITION names the SQL edition's file");
+        let out = pg_command("psql")
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", role, "-d", db, "-f", "-"])
+            // Read by this process: the postgres OS user may not reach the file.
+            .stdin(std::fs::File::open(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())))
+            .output()
+            .expect("spawn psql");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if out.status.success() { Ok(text) } else { Err(text) }
     }
 
     pub fn log(&self) -> String {

@@ -1,0 +1,99 @@
+-- Twins of src/counters.rs: per-queue, per-minute counts of what jobs did. The extension
+-- notes them in shared memory and each pass moves them to jobq.queue_minutes; here each
+-- event is a row of an unlogged table, which the pass takes the same way (rows of
+-- transactions still open are taken by a later pass).
+CREATE UNLOGGED TABLE jobq.tallies (
+    queue  text NOT NULL,
+    minute timestamptz NOT NULL,
+    event  smallint NOT NULL,       -- 1 enqueued, 2 started, 3 completed, 4 failed, 5 dead
+    took_us bigint                  -- wait (started) or run (completed, failed) time
+);
+
+-- The histograms' bucket bounds in milliseconds; the last is unbounded.
+CREATE FUNCTION jobq.histogram_bounds() RETURNS double precision[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT '{1,2,5,10,20,50,100,200,500,1000,2000,5000,10000,20000,60000,120000,300000,600000,1800000,3600000,7200000,21600000,86400000,Infinity}'::double precision[]
+$$;
+
+CREATE FUNCTION jobq._tally(queue text, event text, since timestamptz, at timestamptz) RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_event smallint := array_position(ARRAY['enqueued', 'started', 'completed', 'failed', 'dead'], event);
+BEGIN
+    IF v_event IS NULL THEN
+        RAISE EXCEPTION 'jobq: unknown event "%"', event USING ERRCODE = '22023';
+    END IF;
+    IF length(queue) > 200 THEN
+        RETURN false;
+    END IF;
+    INSERT INTO jobq.tallies VALUES (queue, to_timestamp(floor(extract(epoch FROM at) / 60) * 60), v_event,
+        CASE WHEN since IS NOT NULL AND v_event IN (2, 3, 4)
+             THEN greatest(0, (extract(epoch FROM at - since) * 1e6)::bigint) END);
+    RETURN true;
+END $$;
+
+-- The bucket of a duration, 1-based: the first whose bound is at least d.
+CREATE FUNCTION jobq._bucket_of(ms double precision) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT min(i)::integer FROM unnest(jobq.histogram_bounds()) WITH ORDINALITY b(bound, i) WHERE ms <= b.bound
+$$;
+
+CREATE FUNCTION jobq._histogram(ms double precision[]) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT array_agg((SELECT count(*) FROM unnest(ms) m WHERE jobq._bucket_of(m) = i) ORDER BY i)
+      FROM generate_series(1, 24) i
+$$;
+
+CREATE FUNCTION jobq._take_tallies()
+RETURNS TABLE (queue text, minute timestamptz, enqueued bigint, started bigint, completed bigint, failed bigint,
+               dead bigint, wait_ms bigint[], run_ms bigint[], wait_us bigint, run_us bigint)
+LANGUAGE sql STRICT VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    WITH taken AS (
+        DELETE FROM jobq.tallies RETURNING *
+    )
+    SELECT t.queue, t.minute,
+           count(*) FILTER (WHERE t.event = 1), count(*) FILTER (WHERE t.event = 2),
+           count(*) FILTER (WHERE t.event = 3), count(*) FILTER (WHERE t.event = 4),
+           count(*) FILTER (WHERE t.event = 5),
+           jobq._histogram(coalesce(array_agg(t.took_us / 1000.0) FILTER (WHERE t.event = 2 AND t.took_us IS NOT NULL), '{}')),
+           jobq._histogram(coalesce(array_agg(t.took_us / 1000.0) FILTER (WHERE t.event IN (3, 4) AND t.took_us IS NOT NULL), '{}')),
+           coalesce(sum(t.took_us) FILTER (WHERE t.event = 2), 0)::bigint,
+           coalesce(sum(t.took_us) FILTER (WHERE t.event IN (3, 4)), 0)::bigint
+      FROM taken t
+     GROUP BY t.queue, t.minute
+$$;
+
+CREATE FUNCTION jobq._histogram_add(a bigint[], b bigint[]) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT coalesce(array_agg(coalesce(a[i], 0) + coalesce(b[i], 0) ORDER BY i), '{}')
+      FROM generate_series(1, greatest(coalesce(array_length(a, 1), 0), coalesce(array_length(b, 1), 0))) i
+$$;
+
+-- The q-quantile, interpolated linearly inside its bucket (the unbounded last bucket answers
+-- its lower bound); NULL when the histogram is empty.
+CREATE FUNCTION jobq.histogram_quantile(hist bigint[], q double precision) RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_bounds double precision[] := jobq.histogram_bounds();
+    v_total  bigint := (SELECT coalesce(sum(n), 0) FROM unnest(hist) n);
+    v_rank   double precision := q * v_total;
+    v_below  bigint := 0;
+    v_lo     double precision;
+    n        bigint;
+BEGIN
+    IF v_total <= 0 THEN
+        RETURN NULL;
+    END IF;
+    FOR i IN 1 .. least(coalesce(array_length(hist, 1), 0), 24) LOOP
+        n := coalesce(hist[i], 0);
+        IF n > 0 AND v_below + n >= v_rank THEN
+            v_lo := CASE WHEN i = 1 THEN 0 ELSE v_bounds[i - 1] END;
+            IF v_bounds[i] = 'Infinity' THEN
+                RETURN v_lo;
+            END IF;
+            RETURN v_lo + (v_bounds[i] - v_lo) * greatest(0, least(1, (v_rank - v_below) / n));
+        END IF;
+        v_below := v_below + n;
+    END LOOP;
+    RETURN v_bounds[23];
+END $$;

@@ -1,0 +1,82 @@
+-- Twins of src/waits.rs: jobq_checkout(..., wait) without shared memory.
+--
+-- What makes a job available rings a bell at its commit: a deferred constraint trigger
+-- (src/sql/twins/edition.sql, jobq._ring) on the tables whose changes free a job (a row made
+-- ready, a slot freed, a pause lifted, a rate limit changed, a worker told to stop) takes the
+-- next value of the sequence jobq.rings, once per transaction, as it commits. A waiting call
+-- reads that sequence every 50 ms (one page, no lock) and looks again when it moved.
+-- A ring comes just before its commit becomes visible (the WAL flush lies between), so the
+-- look it causes may miss it: a call that saw a ring looks once more 10 ms later.
+-- A waiting call holds an advisory lock named after its worker for the rest of its transaction:
+-- jobq._waiting_workers() finds it, and the reap pass refreshes that worker's heartbeat (a
+-- worker counts as alive while it waits), as the extension's does.
+-- Unlike the extension's, a waiting call keeps its statement's snapshot: PL/pgSQL cannot let
+-- go of it (docs/sql-edition.md).
+CREATE SEQUENCE jobq.rings AS bigint CYCLE;
+
+-- The advisory lock of a waiting worker: class 'jobq' (as jobq._take_slot's), then the worker.
+CREATE FUNCTION jobq._waiter_key(worker uuid) RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT hashtext('waiting ' || worker::text)
+$$;
+
+CREATE FUNCTION jobq._wait_begin(worker uuid, queues text[]) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1785684593, jobq._waiter_key(worker));
+    PERFORM set_config('jobq.rung', (SELECT last_value FROM jobq.rings)::text, true);
+    PERFORM set_config('jobq.relook', '', true);
+    RETURN true;
+END $$;
+
+-- Sleeps in steps of 50 ms until a ring since the last look, `due`, `opens`, `until`, or a
+-- second; `keys`, `rate` and `opening` are the extension's finer wake-ups, which a ring covers.
+CREATE FUNCTION jobq._wait(until timestamptz, due timestamptz, keys text[] DEFAULT NULL, rate text DEFAULT NULL,
+                           opens timestamptz DEFAULT NULL, opening integer DEFAULT 1)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_end  timestamptz := least(until, due, opens, clock_timestamp() + interval '1 second');
+    v_seen text := current_setting('jobq.rung', true);
+    v_now  text;
+BEGIN
+    IF current_setting('jobq.relook', true) = 'yes' THEN
+        PERFORM set_config('jobq.relook', '', true);
+        PERFORM pg_sleep(0.01);
+        RETURN;
+    END IF;
+    LOOP
+        v_now := (SELECT last_value FROM jobq.rings)::text;
+        IF v_now IS DISTINCT FROM v_seen THEN
+            PERFORM set_config('jobq.rung', v_now, true);
+            PERFORM set_config('jobq.relook', 'yes', true);
+            RETURN;
+        END IF;
+        EXIT WHEN clock_timestamp() >= v_end;
+        PERFORM pg_sleep(least(0.05, greatest(0, extract(epoch FROM v_end - clock_timestamp()))));
+    END LOOP;
+END $$;
+
+CREATE FUNCTION jobq._wait_end(took_nothing boolean) RETURNS void
+LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT $$;
+
+-- The extension rings at commit what these note; here the triggers of edition.sql ring.
+CREATE FUNCTION jobq._wake(queue text, run_at timestamptz, jobs bigint) RETURNS boolean
+LANGUAGE sql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT true $$;
+
+CREATE FUNCTION jobq._freed(key text) RETURNS boolean
+LANGUAGE sql STRICT VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT true $$;
+
+CREATE FUNCTION jobq._stop_checkouts(worker uuid) RETURNS boolean
+LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT true $$;
+
+-- The workers whose checkouts wait now, in this database (their advisory locks).
+CREATE FUNCTION jobq._waiting_workers() RETURNS uuid[]
+LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT coalesce(array_agg(w.id), '{}')
+      FROM jobq.workers w
+     WHERE EXISTS (SELECT 1 FROM pg_locks l
+                    WHERE l.locktype = 'advisory' AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND l.classid = 1785684593::oid AND l.objid = jobq._waiter_key(w.id)::oid
+                      AND l.objsubid = 2 AND l.granted)
+$$;

@@ -1,0 +1,411 @@
+//! The SQL edition (the contract, "The SQL edition"): `jobq-sql--V.sql`, built from src/sql by
+//! scripts/build-sql-edition.py, installed with psql by a role that has CREATEROLE and owns
+//! the database, no superuser, into a server without jobq's library. Its install, a second
+//! run, a failing run, its catalog against the extension's, pg_dump and restore, the whole
+//! pass of jobq_reap(), and pg_cron running the passes. (The suites of the guarantees run
+//! against it too: scripts/test-sql-edition.sh.)
+mod common;
+
+use common::*;
+use postgres::Client;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The file, built once from this tree, and named in JOBQ_SQL_EDITION so that the clusters of
+/// this test binary run without the library (tests/common).
+fn edition_file() -> PathBuf {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let out = std::env::temp_dir().join(format!("jobq-sql-{}.sql", std::process::id()));
+        let status = std::process::Command::new("python3")
+            .arg(format!("{root}/scripts/build-sql-edition.py"))
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "build-sql-edition.py failed");
+        std::env::set_var("JOBQ_SQL_EDITION", &out);
+        out
+    })
+    .clone()
+}
+
+fn cluster(name: &str, conf: &[&str]) -> Cluster {
+    edition_file();
+    Cluster::start(name, conf)
+}
+
+/// A database owned by the installer (as on a managed service: the admin role creates it).
+fn database(c: &Cluster, name: &str) {
+    c.create_installer();
+    c.connect("postgres").batch_execute(&format!("CREATE DATABASE {name} OWNER {INSTALLER}")).unwrap();
+}
+
+/// Objects of schema jobq and the jobq_* functions, as text: relations, columns, indexes,
+/// constraints, views, triggers, functions (signature, settings, security, volatility,
+/// privileges with the owner's name written `owner`, result) and the schema's privileges.
+/// `bodies`: with each function's body and language (for comparing one edition with itself).
+fn catalog(c: &mut Client, bodies: bool) -> Vec<String> {
+    let rows = c
+        .query(
+            "WITH rels AS (SELECT c.* FROM pg_class c WHERE c.relnamespace = 'jobq'::regnamespace),
+                  fns AS (SELECT p.* FROM pg_proc p
+                           WHERE p.pronamespace = 'jobq'::regnamespace
+                              OR (p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'jobq\\_%')),
+                  owner AS (SELECT n.nspowner::regrole::text AS name FROM pg_namespace n WHERE n.nspname = 'jobq')
+             SELECT replace(x, (SELECT name FROM owner), 'owner') FROM (
+               SELECT format('rel %s %s %s %s', relname, relkind, reloptions, relacl) FROM rels
+               UNION ALL
+               SELECT format('col %s.%s %s %s %s %s', r.relname, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod),
+                             a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
+                 FROM rels r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+                 LEFT JOIN pg_attrdef d ON d.adrelid = r.oid AND d.adnum = a.attnum
+               UNION ALL
+               SELECT format('idx %s', pg_get_indexdef(i.indexrelid)) FROM pg_index i JOIN rels r ON r.oid = i.indrelid
+               UNION ALL
+               SELECT format('con %s %s', conname, pg_get_constraintdef(oid)) FROM pg_constraint
+                WHERE connamespace = 'jobq'::regnamespace AND contype <> 't'
+               UNION ALL
+               SELECT format('view %s %s', relname, pg_get_viewdef(oid)) FROM rels WHERE relkind = 'v'
+               UNION ALL
+               SELECT format('trigger %s %s', pg_get_triggerdef(t.oid), t.tgenabled)
+                 FROM pg_trigger t JOIN rels r ON r.oid = t.tgrelid WHERE NOT t.tgisinternal
+               UNION ALL
+               SELECT format('fn %s %s %s %s %s %s | %s', p.oid::regprocedure, p.prosecdef, p.provolatile,
+                             p.proacl, pg_get_function_result(p.oid),
+                             CASE WHEN $1 THEN p.prolang::text || md5(p.prosrc) ELSE '' END, p.proconfig)
+                 FROM fns p
+               UNION ALL
+               SELECT format('schema %s %s', nspname, nspacl) FROM pg_namespace WHERE nspname = 'jobq'
+             ) s(x) ORDER BY 1",
+            &[&bodies],
+        )
+        .unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0)).collect()
+}
+
+/// What only the SQL edition has (src/sql/twins/*.sql: the twins' own tables and helpers, and
+/// edition.sql), and what only the extension has (nothing but its C functions' twins differ).
+fn edition_only(x: &str) -> bool {
+    const ONLY: [&str; 21] = [
+        "jobq._setting(", "jobq._waiter_key(", "jobq._ring(", "jobq._passes_job(", "jobq._passes_schedule(",
+        "jobq._require_pg_cron(", "jobq_schedule_passes(", "jobq_unschedule_passes(", "jobq._bucket_of(",
+        "jobq._histogram(", "jobq._cron_", "col rings.", "rel rings", "last_pass", "tallies", "settle_later",
+        "trigger CREATE CONSTRAINT TRIGGER ring_", "rel _cron", "jobq._cron_parse", "jobq._cron_field", "rel cron_",
+    ];
+    ONLY.iter().any(|o| x.contains(o))
+}
+
+#[test]
+fn installs_as_an_ordinary_role_with_createrole_and_again_changes_nothing() {
+    let c = cluster("sqlinstall", &[]);
+    database(&c, "app");
+    let mut su = c.connect("postgres");
+    let installer: (bool, bool) = {
+        let r = su.query_one("SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = $1", &[&INSTALLER]).unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(installer, (false, true), "the installer is no superuser and has CREATEROLE");
+    let libs: String = su.query_one("SHOW shared_preload_libraries", &[]).unwrap().get(0);
+    assert!(!libs.contains("jobq"), "{libs}");
+
+    c.install_sql_edition("app", INSTALLER).unwrap();
+    let mut app = c.connect("app");
+    let v = app.query_one("SELECT version, edition FROM jobq_version()", &[]).unwrap();
+    assert_eq!((v.get::<_, String>(0), v.get::<_, String>(1)), (VERSION.to_string(), "sql".to_string()));
+    let no_library: i64 = app.query_one("SELECT count(*) FROM pg_proc WHERE probin LIKE '%jobq%'", &[]).unwrap().get(0);
+    assert_eq!(no_library, 0);
+    let owner: String = app.query_one("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'jobq'", &[]).unwrap().get(0);
+    assert_eq!(owner, INSTALLER);
+
+    // Some state, then the same file again: nothing changes, rows or catalog.
+    su.batch_execute("CREATE ROLE sqlinstall_app LOGIN; GRANT jobq_worker TO sqlinstall_app").unwrap();
+    let mut w = c.connect_as("app", "sqlinstall_app");
+    let worker = register(&mut w);
+    let id: i64 = w.query_one("SELECT jobq_enqueue('q', unique_key => 'k')", &[]).unwrap().get(0);
+    let got: i64 = w.query_one("SELECT id FROM jobq_checkout($1, '{q}')", &[&worker]).unwrap().get(0);
+    assert_eq!(got, id);
+    let before = (catalog(&mut app, true), rows(&mut app));
+    let out = c.install_sql_edition("app", INSTALLER).unwrap();
+    assert!(out.contains("installed already: nothing changed"), "{out}");
+    assert_eq!((catalog(&mut app, true), rows(&mut app)), before);
+    assert!(w.query_one("SELECT jobq_complete($1, $2)", &[&id, &worker]).unwrap().get::<_, bool>(0));
+}
+
+fn rows(c: &mut Client) -> String {
+    let r = c
+        .query_one(
+            "SELECT concat_ws(' | ',
+                (SELECT string_agg(format('%s %s %s %s %s', id, queue, state, unique_key, attempt), ', ' ORDER BY id) FROM jobq.jobs),
+                (SELECT string_agg(format('%s %s', id, name), ', ' ORDER BY id) FROM jobq.workers),
+                (SELECT string_agg(format('%s %s', key, job_id), ', ' ORDER BY key) FROM jobq.locks),
+                (SELECT last_value::text FROM jobq.jobs_id_seq))",
+            &[],
+        )
+        .unwrap();
+    r.get(0)
+}
+
+#[test]
+fn a_file_that_fails_changes_nothing() {
+    let c = cluster("sqlfail", &[]);
+    database(&c, "app");
+    // An object in the way of one the file creates, late in the file: it fails there.
+    c.connect("app")
+        .batch_execute(&format!(
+            "SET ROLE {INSTALLER}; CREATE FUNCTION public.jobq_unschedule_passes() RETURNS boolean LANGUAGE sql AS 'SELECT true'"
+        ))
+        .unwrap();
+    let err = c.install_sql_edition("app", INSTALLER).unwrap_err();
+    assert!(err.contains("jobq_unschedule_passes"), "{err}");
+    let mut app = c.connect("app");
+    let left: i64 = app
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = 'jobq')
+                  + (SELECT count(*) FROM pg_proc WHERE proname LIKE 'jobq\\_%' AND proname <> 'jobq_unschedule_passes')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "nothing of the failed file is left");
+    // A role that may not create in the database is refused, and nothing is left either.
+    c.connect("postgres").batch_execute("CREATE ROLE sqlfail_other LOGIN CREATEROLE").unwrap();
+    c.connect("postgres").batch_execute("CREATE DATABASE other").unwrap();
+    c.connect("other").batch_execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC").unwrap();
+    let err = c.install_sql_edition("other", "sqlfail_other").unwrap_err();
+    assert!(err.contains("permission denied"), "{err}");
+    let left: i64 = c.connect("other").query_one("SELECT count(*) FROM pg_namespace WHERE nspname = 'jobq'", &[]).unwrap().get(0);
+    assert_eq!(left, 0);
+    // The extension's database is refused.
+    c.connect("postgres").batch_execute(&format!("CREATE DATABASE withext OWNER {INSTALLER}")).unwrap();
+    if c.connect("withext").batch_execute("CREATE EXTENSION jobq").is_ok() {
+        let err = c.install_sql_edition("withext", INSTALLER).unwrap_err();
+        assert!(err.contains("the jobq extension is installed"), "{err}");
+    }
+}
+
+/// The two editions have the same functions (arguments, defaults, results, settings, security,
+/// volatility, privileges), tables, indexes, views and grants; only the bodies of the twins and
+/// the edition's own helpers differ.
+#[test]
+fn the_catalog_is_the_extensions() {
+    let c = cluster("sqlcatalog", &[]);
+    database(&c, "sqled");
+    c.install_sql_edition("sqled", INSTALLER).unwrap();
+    c.connect("postgres").batch_execute("CREATE DATABASE ext").unwrap();
+    let mut e = c.connect("ext");
+    // The extension needs its library only to run, not to be created (no preload here).
+    e.batch_execute("CREATE EXTENSION jobq").unwrap();
+    // A twin pins its search_path as every SQL function of jobq does; the C function it stands
+    // in for has nothing to pin: the setting is left out of the comparison for those.
+    let twins: Vec<String> = e
+        .query(
+            "SELECT format('fn %s ', p.oid::regprocedure) FROM pg_proc p
+              WHERE p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'c')
+                AND (p.pronamespace = 'jobq'::regnamespace OR p.proname LIKE 'jobq\\_%')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let normal = |x: String| -> String {
+        match x.find(" | ") {
+            Some(i) if twins.iter().any(|t| x.starts_with(t.as_str())) => x[..i].to_string(),
+            _ => x,
+        }
+    };
+    let ext: Vec<String> = catalog(&mut e, false).into_iter().filter(|x| !edition_only(x)).map(normal).collect();
+    let sql: Vec<String> = catalog(&mut c.connect("sqled"), false).into_iter().filter(|x| !edition_only(x)).map(normal).collect();
+    assert!(ext.len() > 300, "{}", ext.len());
+    let only_ext: Vec<&String> = ext.iter().filter(|x| !sql.contains(x)).collect();
+    let only_sql: Vec<&String> = sql.iter().filter(|x| !ext.contains(x)).collect();
+    assert!(only_ext.is_empty() && only_sql.is_empty(), "only in the extension: {only_ext:#?}\nonly in the SQL edition: {only_sql:#?}");
+    // Every function that SQL may call has a twin: none of the SQL edition's is in C.
+    let c_functions: i64 = c
+        .connect("sqled")
+        .query_one(
+            "SELECT count(*) FROM pg_proc WHERE prolang = (SELECT oid FROM pg_language WHERE lanname = 'c')
+                AND (pronamespace = 'jobq'::regnamespace OR proname LIKE 'jobq\\_%')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(c_functions, 0);
+}
+
+/// pg_dump of the SQL edition's database restores as any schema's: jobs, keys, workers and the
+/// id sequence go on where the dump was taken.
+#[test]
+fn pg_dump_and_restore_keep_everything() {
+    let c = cluster("sqldump", &[]);
+    database(&c, "app");
+    c.install_sql_edition("app", INSTALLER).unwrap();
+    let mut app = c.connect("app");
+    let w = register(&mut app);
+    let held: i64 = app.query_one("SELECT jobq_enqueue('q', unique_key => 'held')", &[]).unwrap().get(0);
+    let running: i64 = app.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let _ = app.query("SELECT jobq_checkout($1, '{q}', 2)", &[&w]).unwrap();
+    let before = rows(&mut app);
+    let dump = c.scratch_file("sqldump.dump");
+    c.run_tool("pg_dump", &["-Fc", "-d", "app", "-f", dump.to_str().unwrap()]);
+    c.connect("postgres").batch_execute(&format!("CREATE DATABASE restored OWNER {INSTALLER}")).unwrap();
+    c.run_tool("pg_restore", &["-d", "restored", "--exit-on-error", dump.to_str().unwrap()]);
+    let mut r = c.connect("restored");
+    assert_eq!(rows(&mut r), before);
+    assert_eq!(catalog(&mut r, true), catalog(&mut app, true));
+    let e = r.query_one("SELECT jobq_enqueue('q', unique_key => 'held')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    assert!(e.as_db_error().unwrap().detail().unwrap().contains(&held.to_string()));
+    let next: i64 = r.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    assert!(next > running);
+    assert!(r.query_one("SELECT jobq_complete($1, $2)", &[&running, &w]).unwrap().get::<_, bool>(0));
+}
+
+/// jobq_reap() is the whole pass: a dead worker's job back to ready, a schedule's due tick
+/// enqueued, the counters moved, the pass noted for jobq.health; a worker bound to a session
+/// that ended is dead at the next pass.
+#[test]
+fn a_pass_does_what_the_background_worker_does() {
+    let c = cluster("sqlpass", &["jobq.heartbeat_timeout = '1h'"]);
+    database(&c, "app");
+    c.install_sql_edition("app", INSTALLER).unwrap();
+    let mut su = c.connect("app");
+    let mut bound = c.connect("app");
+    let w: uuid::Uuid = bound.query_one("SELECT jobq_register_worker('bound', bind_to_session => true)", &[]).unwrap().get(0);
+    let id: i64 = su.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let got: i64 = bound.query_one("SELECT id FROM jobq_checkout($1, '{q}')", &[&w]).unwrap().get(0);
+    assert_eq!(got, id);
+    su.batch_execute("SELECT jobq_schedule('tick', '* * * * * *', 'ticks')").unwrap();
+    let none: i32 = su.query_one("SELECT workers_reaped FROM jobq_reap()", &[]).unwrap().get(0);
+    assert_eq!(none, 0, "the bound session lives");
+    drop(bound);
+    wait_until("the bound session to end", PATIENCE, || {
+        let n: i64 = su
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = 'app' AND pid <> pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
+        n == 0
+    });
+    let r = su.query_one("SELECT workers_reaped, jobs_requeued FROM jobq_reap()", &[]).unwrap();
+    assert_eq!((r.get::<_, i32>(0), r.get::<_, i32>(1)), (1, 1));
+    let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(state, "ready");
+    let health = su.query_one("SELECT last_pass_at IS NOT NULL, workers_reaped FROM jobq.health", &[]).unwrap();
+    assert_eq!((health.get::<_, bool>(0), health.get::<_, i32>(1)), (true, 1));
+    let counted: i64 = su.query_one("SELECT coalesce(sum(enqueued), 0)::bigint FROM jobq.queue_minutes WHERE queue = 'q'", &[]).unwrap().get(0);
+    assert_eq!(counted, 1);
+    // The schedule's ticks (one a second) are enqueued by the passes, one job per tick.
+    wait_until("a pass to enqueue a tick", PATIENCE, || {
+        su.batch_execute("SELECT jobq_reap()").unwrap();
+        let n: i64 = su.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 'ticks'", &[]).unwrap().get(0);
+        n >= 1
+    });
+    let dupes: i64 = su
+        .query_one("SELECT count(*) - count(DISTINCT run_at) FROM jobq.jobs WHERE queue = 'ticks'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(dupes, 0);
+}
+
+/// A waiting checkout returns with the job that a commit made available, long before its wait
+/// runs out, and the worker stays alive while it waits (the pass refreshes its heartbeat).
+#[test]
+fn a_waiting_checkout_wakes_at_the_commit() {
+    let c = cluster("sqlwait", &["jobq.heartbeat_timeout = '3s'"]);
+    database(&c, "app");
+    c.install_sql_edition("app", INSTALLER).unwrap();
+    let mut waiter = c.connect("app");
+    let w = register(&mut waiter);
+    let url = c.url("app");
+    let t = std::thread::spawn(move || {
+        let mut waiter = waiter;
+        let start = Instant::now();
+        let rows = waiter.query("SELECT id FROM jobq_checkout($1, '{wq}', 1, '60 s')", &[&w]).unwrap();
+        (rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(), start.elapsed())
+    });
+    let mut other = Client::connect(&url, postgres::NoTls).unwrap();
+    wait_until("the checkout to wait", PATIENCE, || {
+        let n: i64 = other.query_one("SELECT cardinality(jobq._waiting_workers())::bigint", &[]).unwrap().get(0);
+        n == 1
+    });
+    // Passes every half second (as pg_cron or the workers' heartbeats run them), past the
+    // heartbeat timeout: each finds it alive, since it waits.
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        let reaped: i32 = other.query_one("SELECT workers_reaped FROM jobq_reap()", &[]).unwrap().get(0);
+        assert_eq!(reaped, 0, "a waiting worker is alive");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let id: i64 = other.query_one("SELECT jobq_enqueue('wq')", &[]).unwrap().get(0);
+    let (got, took) = t.join().unwrap();
+    assert_eq!(got, vec![id]);
+    assert!(took < Duration::from_secs(50), "woken by the commit, not by the end of its wait: {took:?}");
+}
+
+/// Privileges of the edition's own functions: jobq_admin's, refused to a worker role.
+#[test]
+fn passes_are_scheduled_by_jobq_admin_only() {
+    let c = cluster("sqlprivs", &[]);
+    database(&c, "app");
+    c.install_sql_edition("app", INSTALLER).unwrap();
+    let mut su = c.connect("postgres");
+    su.batch_execute("CREATE ROLE sqlprivs_worker LOGIN; GRANT jobq_worker TO sqlprivs_worker; CREATE ROLE sqlprivs_reader LOGIN; GRANT jobq_reader TO sqlprivs_reader; CREATE ROLE sqlprivs_none LOGIN").unwrap();
+    let mut w = c.connect_as("app", "sqlprivs_worker");
+    for f in ["jobq_schedule_passes()", "jobq_unschedule_passes()", "jobq._ring()"] {
+        let e = w.batch_execute(&format!("SELECT {f}")).unwrap_err();
+        assert_eq!(sqlstate(&e), "42501", "{f}: {e:?}");
+    }
+    let edition: String = c.connect_as("app", "sqlprivs_reader").query_one("SELECT edition FROM jobq_version()", &[]).unwrap().get(0);
+    assert_eq!(edition, "sql");
+    let e = c.connect_as("app", "sqlprivs_none").batch_execute("SELECT jobq_version()").unwrap_err();
+    assert_eq!(sqlstate(&e), "42501");
+    // Without pg_cron in the database, the admin is told what to do instead.
+    let mut admin = c.connect("app");
+    let e = admin.batch_execute("SELECT jobq_schedule_passes()").unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    assert!(e.as_db_error().unwrap().hint().unwrap().contains("cron.schedule_in_database"), "{e:?}");
+}
+
+/// With pg_cron (1.5 or later, scripts/build-pg-cron.sh) in the database, jobq_schedule_passes()
+/// serves it with no client running: a dead worker's job is requeued by pg_cron's passes.
+#[test]
+fn pg_cron_runs_the_passes() {
+    let c = cluster(
+        "sqlcron",
+        // Jobs in background workers: no connection, so no authentication to set up.
+        &["shared_preload_libraries = 'pg_cron'", "cron.database_name = 'app'", "cron.use_background_workers = on", "jobq.heartbeat_timeout = '1s'"],
+    );
+    database(&c, "app");
+    let mut su = c.connect("app");
+    su.batch_execute("CREATE EXTENSION pg_cron").expect("pg_cron 1.5 or later is installed (scripts/build-pg-cron.sh)");
+    let version: String = su.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'", &[]).unwrap().get(0);
+    assert!(version.as_str() >= "1.5", "{version}");
+    su.batch_execute(&format!("GRANT USAGE ON SCHEMA cron TO {INSTALLER}")).unwrap();
+    c.install_sql_edition("app", INSTALLER).unwrap();
+    su.batch_execute("CREATE ROLE sqlcron_admin LOGIN; GRANT jobq_admin TO sqlcron_admin").unwrap();
+    let mut admin = c.connect_as("app", "sqlcron_admin");
+    let job: i64 = admin.query_one("SELECT jobq_schedule_passes()", &[]).unwrap().get(0);
+    let schedule: String = su.query_one("SELECT schedule FROM cron.job WHERE jobid = $1", &[&job]).unwrap().get(0);
+    assert_eq!(schedule, "1 seconds");
+    // A worker that dies holding a job.
+    let w = register(&mut su);
+    let id: i64 = su.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let _ = su.query("SELECT jobq_checkout($1, '{q}')", &[&w]).unwrap();
+    wait_until("pg_cron's passes to requeue the dead worker's job", PATIENCE, || {
+        let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+        state == "ready"
+    });
+    let passes: i64 = su
+        .query_one("SELECT count(*) FROM cron.job_run_details WHERE jobid = $1 AND status = 'succeeded'", &[&job])
+        .unwrap()
+        .get(0);
+    assert!(passes >= 1);
+    assert!(admin.query_one("SELECT jobq_unschedule_passes()", &[]).unwrap().get::<_, bool>(0));
+    assert!(!admin.query_one("SELECT jobq_unschedule_passes()", &[]).unwrap().get::<_, bool>(0));
+}
