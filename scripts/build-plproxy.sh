@@ -23,22 +23,9 @@ as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-r
 # version's files (sid listed 2.12.0 with none of its files in the pool; trixie's .dsc of 2.11.0
 # was missing while its upstream tarball was there): only the upstream tarball is needed, and
 # when the suite yields none, trixie's is used (2.11.0, which builds for 17 and 18).
-fetch() {  # fetch SUITE: the newest upstream tarball of postgresql-plproxy in SUITE's cache
-  local cache=/var/cache/jobq-pg/$1 found
-  found=$(ls "$cache"/src/postgresql-plproxy_*.orig.tar.* 2>/dev/null | sort -V | tail -1 || true)
-  if [ -z "$found" ]; then
-    as_root mkdir -p "$cache/lists/partial" "$cache/src"
-    echo "deb-src http://deb.debian.org/debian $1 main" | as_root tee "$cache/sources.list" >/dev/null
-    local apt_suite=(apt-get -q -o Dir::Etc::sourcelist="$cache/sources.list" -o Dir::Etc::sourceparts=/dev/null
-      -o Dir::State::Lists="$cache/lists" -o APT::Get::List-Cleanup=0)
-    as_root "${apt_suite[@]}" update >/dev/null
-    (cd "$cache/src" && as_root "${apt_suite[@]}" source --download-only postgresql-plproxy >/dev/null 2>&1) || true
-    found=$(ls "$cache"/src/postgresql-plproxy_*.orig.tar.* 2>/dev/null | sort -V | tail -1 || true)
-  fi
-  echo "$found"
-}
-tarball=$(fetch "$suite")
-[ -n "$tarball" ] || tarball=$(fetch trixie)
+. "$(dirname "$0")/lib/debsrc.sh"
+tarball=$(debsrc_orig "$suite" postgresql-plproxy)
+[ -n "$tarball" ] || tarball=$(debsrc_orig trixie postgresql-plproxy)
 [ -n "$tarball" ] || { echo "build-plproxy: no postgresql-plproxy source could be fetched" >&2; exit 1; }
 echo "build-plproxy: from $(basename "$tarball")"
 build=/var/cache/jobq-pg/build-plproxy-$v

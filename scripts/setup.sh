@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine of this kind (Debian 12, Rust 1.95, root):
 # Debian packages, cargo-pgrx 0.18.0, PostgreSQL 17 and 18 built from Debian's source packages
-# (scripts/build-postgres.sh, once per machine) with PL/Proxy (scripts/build-plproxy.sh), and
+# (scripts/build-postgres.sh, once per machine) with PL/Proxy (scripts/build-plproxy.sh) and
+# pg_cron 1.6 (scripts/build-pg-cron.sh, for the SQL edition's tests), and
 # `cargo pgrx init` against 15 (Debian's),
 # 17 and 18. Then the client libraries and the example workers' dependencies. Every step checks
 # first and skips what is already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the
@@ -74,6 +75,8 @@ for v in 15 17 18; do
   if [[ " ${JOBQ_PG_VERSIONS:-15 17 18} " == *" $v "* ]]; then
     # 17 and 18: the server, then PL/Proxy for it (15 has Debian's postgresql-15-plproxy).
     [ "$v" = 15 ] || { ./scripts/build-postgres.sh "$v"; ./scripts/build-plproxy.sh "$v"; }
+    # pg_cron 1.5 or later for the SQL edition's tests (Debian 12's is 1.4.2); tests only.
+    [ "${JOBQ_TEST_TOOLS:-1}" = 0 ] || ./scripts/build-pg-cron.sh "$v"
     grep -qs "pg$v = \"$pgc\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" || missing_init=true
   fi
   if [ -x "$pgc" ]; then init_args+=("--pg$v" "$pgc"); fi
