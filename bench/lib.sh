@@ -38,13 +38,28 @@ start_cluster() {
   init_cluster "$DATA" "$PORT" "$1" 200
   trap 'as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || true' EXIT
   "${PSQL[@]}" -d postgres -c "CREATE DATABASE bench"
+  # Removes the SQL edition (docs/sql-edition.md, Uninstalling) where a run installed it.
+  "${PSQL[@]}" -d bench >/dev/null <<'SQL'
+CREATE FUNCTION public.bench_uninstall_jobq_sql() RETURNS void LANGUAGE plpgsql AS $$
+DECLARE f regprocedure;
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'jobq') THEN RETURN; END IF;
+  DROP SCHEMA IF EXISTS jobq CASCADE;
+  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+            WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'jobq\_%' LOOP
+    EXECUTE format('DROP FUNCTION %s', f);
+  END LOOP;
+END $$;
+SQL
 }
 
-# A fresh jobq with one registered worker per pgbench client (table bench_workers).
+# A fresh jobq with one registered worker per pgbench client (table bench_workers). The SQL
+# edition (bench/systems/jobq_sql.sh), if a run installed it, goes first.
 reset_jobq() {
   "${PSQL[@]}" -d bench <<SQL
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS jobq CASCADE; DROP TABLE IF EXISTS bench_workers;
+SELECT bench_uninstall_jobq_sql();
 CREATE EXTENSION jobq;
 CREATE TABLE bench_workers AS SELECT c AS client, jobq_register_worker('bench-' || c) AS w FROM generate_series(0, 255) c;
 ALTER TABLE bench_workers ADD PRIMARY KEY (client);

@@ -11,6 +11,10 @@
 #                                         depends on postgresql-NN and postgresql-NN-plproxy
 #   jobq-dash_V_amd64.deb                 the dashboard, /usr/bin/jobq-dash (one for every NN), and
 #                                         /usr/share/jobq-dash: alert rules, a Grafana dashboard
+#   jobq-sql--V.sql                       the SQL edition (docs/sql-edition.md), for servers where
+#                                         no library can be installed: one file, run with psql
+#   jobq-sql_V_amd64.deb                  the same file in /usr/share/jobq/, for hosts that keep
+#                                         their tools in packages
 # Files go where Debian's postgresql-NN looks for them (/usr/lib/postgresql/NN/lib,
 # /usr/share/postgresql/NN/extension), whatever prefix the build's PostgreSQL has (17 and 18
 # are built under /opt/jobq-pg by scripts/build-postgres.sh). V is the workspace's version.
@@ -96,3 +100,12 @@ install -D -m 644 deploy/grafana/jobq.json "$root/usr/share/jobq-dash/grafana/jo
 build_deb "$root" jobq-dash "$(shlibs "$root/usr/bin/jobq-dash")" \
   "web dashboard for the jobq job queue" \
   "jobq-dash serves queues, jobs, workers, locks, schedules, rate limits and health of a database with jobq, read from the extension's views, as a login role granted jobq_reader (read-only) or jobq_admin (with actions), and its metrics for Prometheus at /metrics, with alert rules and a Grafana dashboard in /usr/share/jobq-dash. Basic auth is required off loopback."
+
+# The SQL edition: one file, built from the same SQL (scripts/build-sql-edition.py).
+python3 scripts/build-sql-edition.py "$OUT/jobq-sql--$VERSION.sql" >/dev/null
+echo "package: $OUT/jobq-sql--$VERSION.sql"
+root=$work/jobq-sql
+install -D -m 644 "$OUT/jobq-sql--$VERSION.sql" "$root/usr/share/jobq/jobq-sql--$VERSION.sql"
+build_deb "$root" jobq-sql "postgresql-client" \
+  "jobq for PostgreSQL where no library can be installed (SQL edition)" \
+  "The SQL edition of jobq: the same SQL functions, in SQL and PL/pgSQL alone, installed into a database with psql -f /usr/share/jobq/jobq-sql--$VERSION.sql by a role with CREATEROLE that owns it (no superuser), as managed services (RDS, Cloud SQL, Azure, Supabase, Neon) allow."

@@ -9,6 +9,8 @@
 #   3. ALTER EXTENSION jobq UPDATE from the previous release (0.1.0, whose install script is
 #      kept in sql/jobq--0.1.0.sql) reaches the packaged version with the job it held.
 #   4. jobq_proxy installs (CREATE EXTENSION jobq_proxy CASCADE); jobq-dash serves its overview.
+#      The SQL edition's file of jobq-sql installs with psql as a role with CREATEROLE that is no
+#      superuser, and a job goes through it.
 #   5. The packages are removed again (scripts/test.sh reinstalls from the build tree after).
 #   scripts/test-package.sh [NN]     (default 15; scripts/package.sh NN first)
 set -euo pipefail
@@ -17,7 +19,7 @@ repo=$PWD
 v=${1:-15}
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 ARCH=$(dpkg --print-architecture)
-PKGS=(postgresql-$v-jobq postgresql-$v-jobq-proxy jobq-dash)
+PKGS=(postgresql-$v-jobq postgresql-$v-jobq-proxy jobq-dash jobq-sql)
 debs=()
 for p in "${PKGS[@]}"; do
   f=$PWD/target/packages/${p}_${VERSION}_${ARCH}.deb
@@ -95,10 +97,22 @@ SQL
 [ "$out" = t ] || fail "the job made at 0.1.0 after the update: $out"
 ok "ALTER EXTENSION jobq UPDATE from 0.1.0 to $VERSION keeps the job"
 
-# 4. The proxy extension and the dashboard.
+# 4. The proxy extension, the SQL edition and the dashboard.
 sql postgres -c "CREATE DATABASE proxy"
 sql proxy -c "CREATE EXTENSION jobq_proxy CASCADE"
 ok "CREATE EXTENSION jobq_proxy CASCADE"
+sql postgres -c "CREATE ROLE package_installer LOGIN CREATEROLE" -c "CREATE DATABASE sqled OWNER package_installer"
+psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U package_installer -d sqled <"/usr/share/jobq/jobq-sql--$VERSION.sql" \
+  || fail "the SQL edition's file did not install"
+out=$(sql sqled <<'SQL'
+SELECT version || ' ' || edition FROM jobq_version();
+SELECT jobq_enqueue('mail') AS id \gset
+SELECT jobq_register_worker('sql-edition') AS w \gset
+SELECT jobq_complete(id, :'w') FROM jobq_checkout(:'w', ARRAY['mail']);
+SQL
+)
+[ "$out" = "$VERSION sql"$'\nt' ] || fail "the SQL edition: $out"
+ok "/usr/share/jobq/jobq-sql--$VERSION.sql installs as a role that is no superuser; a job goes through"
 dash_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 /usr/bin/jobq-dash --database-url "host=127.0.0.1 port=$port user=postgres dbname=app" --listen "127.0.0.1:$dash_port" >"$tmp/dash.log" 2>&1 &
 dash_pid=$!

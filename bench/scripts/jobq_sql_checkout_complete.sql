@@ -1,0 +1,1 @@
+jobq_checkout_complete.sql

@@ -1,0 +1,1 @@
+jobq_mixed.sql
