@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The jobq demo (what scripts/demo.sh runs): a worker pool in two languages, a stream of jobs,
-a worker killed mid-job and its job rescued by the background worker inside PostgreSQL, and a
+a worker killed mid-job and its job rescued by the background worker inside PostgreSQL (or, on the SQL edition, by the passes the workers' heartbeats run), and a
 workflow (an order of durable steps) that resumes after its last checkpoint when its worker is
 killed.
 
@@ -37,6 +37,9 @@ REPORT_LIMIT = 2
 API_LIMIT = 5        # 'partner-api' calls: at most 5 starts in any second (a rate limit)
 TICK_CRON = "*/3 * * * * *"  # the recurring job: every 3 s (six fields, seconds first)
 TTY = sys.stdout.isatty()
+# scripts/demo.sh --sql: jobq is the SQL edition, its passes run by the workers' heartbeats.
+SQL_EDITION = os.environ.get("JOBQ_EDITION") == "sql"
+RESCUER = "the workers' passes" if SQL_EDITION else "the background worker"
 STARTED = []  # every worker process, killed if the demo itself fails
 
 
@@ -114,27 +117,37 @@ def producer(stop, counts):
 def main():
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
         admin.execute("SET client_min_messages = warning")
-        admin.execute("DROP EXTENSION IF EXISTS jobq CASCADE")
-        admin.execute("CREATE EXTENSION jobq")
-        # The launcher starts this database's reaper when CREATE EXTENSION commits: with the
-        # preload, wait for it (the contract: within 10 s) rather than report what is not there yet.
-        # (The superuser looks: the application's role may not read these settings.)
-        preloaded = "jobq" in admin.execute("SHOW shared_preload_libraries").fetchone()[0].replace(" ", "").split(",")
-        reaper = lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jobq reaper'"
-                                       " AND datname = current_database()").fetchone()[0] > 0
-        if preloaded:
-            wait_for("the background worker to serve this database", reaper, timeout=10)
-        bgw = reaper()
+        if SQL_EDITION:
+            # scripts/demo.sh --sql made the database afresh and installed the SQL edition in it.
+            bgw = False
+        else:
+            admin.execute("DROP EXTENSION IF EXISTS jobq CASCADE")
+            admin.execute("CREATE EXTENSION jobq")
+            # The launcher starts this database's reaper when CREATE EXTENSION commits: with the
+            # preload, wait for it (the contract: within 10 s) rather than report what is not there yet.
+            # (The superuser looks: the application's role may not read these settings.)
+            preloaded = "jobq" in admin.execute("SHOW shared_preload_libraries").fetchone()[0].replace(" ", "").split(",")
+            reaper = lambda: admin.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jobq reaper'"
+                                           " AND datname = current_database()").fetchone()[0] > 0
+            if preloaded:
+                wait_for("the background worker to serve this database", reaper, timeout=10)
+            bgw = reaper()
         # What only an administrator sets (the application's role holds jobq_worker): a
         # recurring job, fired by the background worker, and the partner API's rate limit.
         admin.execute("SELECT jobq_schedule('tick', %s, 'cron', '{\"sleep_ms\": 10}', kind => 'tick')", (TICK_CRON,))
         admin.execute("SELECT jobq_set_rate_limit('partner-api', %s, '1 second')", (API_LIMIT,))
     with psycopg.connect(DSN, autocommit=True) as db:
-        hb, reap = db.execute("SELECT current_setting('jobq.heartbeat_timeout'), current_setting('jobq.reap_interval')").fetchone()
-    say("jobq demo: every coordination step below is a SQL function call; the workers are plain")
-    say("programs using their language's jobq client library, and the reaping of dead workers")
-    say(f"is done by a background worker inside PostgreSQL ({'running' if bgw else 'NOT running: preload jobq'};"
-        f" heartbeat_timeout {hb}, reap_interval {reap}).")
+        hb, reap = db.execute("SELECT coalesce(current_setting('jobq.heartbeat_timeout', true), '30s'),"
+                              " coalesce(current_setting('jobq.reap_interval', true), '1s')").fetchone()
+        version, edition = db.execute("SELECT version, edition FROM jobq_version()").fetchone()
+    say(f"jobq {version} ({edition} edition) demo: every coordination step below is a SQL function call; the workers")
+    say("are plain programs using their language's jobq client library, and the reaping of dead workers")
+    if SQL_EDITION:
+        say("is done by the passes the workers' heartbeats run (the SQL edition: no library, no background"
+            f" worker; heartbeat_timeout {hb}, reap_interval {reap}).")
+    else:
+        say(f"is done by a background worker inside PostgreSQL ({'running' if bgw else 'NOT running: preload jobq'};"
+            f" heartbeat_timeout {hb}, reap_interval {reap}).")
     say()
     workers = [Worker(lang, n) for n, lang in enumerate(("python", "node") * 3, 1)]
     with psycopg.connect(DSN, autocommit=True) as db:
@@ -145,7 +158,7 @@ def main():
     say(f"  {REPORT_LIMIT} at once: concurrency key 'reporting-db'); an inventory sync asked 4 times a second (unique key")
     say("  'sync:inventory': asked again while one exists, it is discarded); every 2 s a mail that always fails;")
     say(f"  ~6 partner API calls/s (rate key 'partner-api': at most {API_LIMIT} start in any second, the rest wait)")
-    say(f"▶ and a recurring job: schedule 'tick' ('{TICK_CRON}', every 3 s), enqueued by the background worker")
+    say(f"▶ and a recurring job: schedule 'tick' ('{TICK_CRON}', every 3 s), enqueued by {RESCUER}")
     say("▶ and a workflow: order 1 (durable steps in the worker's handler): charge, pack (3 s), three shipments")
     say("  fanned out and gathered, then it waits for the event 'order-1:delivered', which this demo emits")
     say()
@@ -177,7 +190,7 @@ def main():
             victim.proc.wait()
             killed_at = time.time()
             say(f"✖ killed {victim.name} ({victim.lang}) with SIGKILL, 0.5 s into job {video} (a 4 s 'transcode').")
-            say("  Its session is gone, so the background worker will requeue the job; nobody calls anything.")
+            say(f"  Its session is gone, so {RESCUER} will requeue the job; nobody calls anything.")
         if packer is None:
             packer = next((w for w in workers if order in w.ids("step") and order not in w.ids("finished")), None)
             if packer is not None:
@@ -207,7 +220,7 @@ def main():
                              (video,)).fetchone()
             if row[2] is not None and not requeued:
                 requeued = True
-                say(f"↻ job {video} requeued by the background worker {row[2].timestamp() - killed_at:.1f} s after the kill"
+                say(f"↻ job {video} requeued by {RESCUER} {row[2].timestamp() - killed_at:.1f} s after the kill"
                     " (attempt 1 marked interrupted)")
             if row[0] == "completed":
                 rescued = True
@@ -276,7 +289,7 @@ def main():
         + ("" if one_per_tick else f": PROBLEM, steps {sorted(steps)}"))
     dead_rows = db.execute("SELECT count(*), min(last_error->>'message') FROM jobq.jobs WHERE state = 'dead'").fetchone()
     say(f"  dead:            {dead_rows[0]} always-failing mail(s) after 2 attempts, e.g. \"{dead_rows[1]}\"")
-    say(f"  crash rescue:    job {video}: {victim.name} killed mid-job, requeued by the background worker,"
+    say(f"  crash rescue:    job {video}: {victim.name} killed mid-job, requeued by {RESCUER},"
         " completed by another worker")
     o = db.execute("SELECT attempt, result, checkpoints FROM jobq.jobs WHERE id = %s", (order,)).fetchone()
     ships = db.execute("SELECT count(*) FROM jobq.jobs WHERE kind = 'ship' AND state = 'completed'").fetchone()[0]
