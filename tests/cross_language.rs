@@ -23,17 +23,16 @@ use std::time::Duration;
 const PATIENCE: Duration = Duration::from_secs(90);
 const DB: &str = "xlang";
 
-/// One cluster for this file, its background worker serving database `xlang`. Heartbeats
-/// come every second: the libraries heartbeat every third of the server's
-/// jobq.heartbeat_timeout.
+/// One cluster for this file, its background worker serving database `xlang` (in the SQL
+/// edition, the workers' heartbeats run the passes). Heartbeats come every second: the
+/// libraries heartbeat every third of the server's jobq.heartbeat_timeout.
 fn cluster() -> &'static Cluster {
     static C: OnceLock<Cluster> = OnceLock::new();
     C.get_or_init(|| {
         let c = Cluster::start("xlang", &["jobq.database = 'xlang'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '3s'"]);
-        let mut admin = c.connect("postgres");
-        admin.batch_execute("CREATE DATABASE xlang").unwrap();
+        c.create_jobq_db("xlang");
         // The workers and producers log in as an application role holding jobq_worker only.
-        c.connect(DB).batch_execute(&format!("CREATE EXTENSION jobq; CREATE ROLE {APP} LOGIN; GRANT jobq_worker TO {APP};")).unwrap();
+        c.connect(DB).batch_execute(&format!("CREATE ROLE {APP} LOGIN; GRANT jobq_worker TO {APP};")).unwrap();
         c
     })
 }

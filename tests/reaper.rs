@@ -519,8 +519,7 @@ fn a_full_max_worker_processes_gets_a_backoff_not_a_line_every_tick() {
 #[test]
 fn an_immediate_shutdown_loses_no_committed_job() {
     let cluster = Cluster::start("crash", &["jobq.database = 'crashdb'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1s'"]);
-    cluster.connect("postgres").batch_execute("CREATE DATABASE crashdb").unwrap();
-    cluster.connect("crashdb").batch_execute("CREATE EXTENSION jobq").unwrap();
+    cluster.create_jobq_db("crashdb");
 
     let enqueued = Arc::new(Mutex::new(Vec::<i64>::new()));
     let completed = Arc::new(Mutex::new(Vec::<i64>::new()));
@@ -576,7 +575,8 @@ fn an_immediate_shutdown_loses_no_committed_job() {
     assert!(states.iter().all(|(_, s)| s == "completed"), "every completion the client saw survived");
 
     // Drain after the restart: executing jobs of the dead workers come back through the
-    // background worker's reaping and complete, each exactly once.
+    // background worker's reaping (in the SQL edition, the passes of this worker's
+    // heartbeats) and complete, each exactly once.
     let w = register(&mut c);
     let mut after = Vec::new();
     wait_until("every job to complete after the restart", PATIENCE, || {

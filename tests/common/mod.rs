@@ -199,6 +199,20 @@ impl Cluster {
         name
     }
 
+    /// Database `name`, made with jobq in it: `CREATE EXTENSION jobq`, or in the SQL edition the
+    /// file run by `jobq_installer`, which owns it.
+    pub fn create_jobq_db(&self, name: &str) {
+        let mut admin = self.connect("postgres");
+        if sql_edition().is_some() {
+            self.create_installer();
+            admin.batch_execute(&format!("CREATE DATABASE {name} OWNER {INSTALLER}")).unwrap();
+            self.install_sql_edition(name, INSTALLER).unwrap();
+        } else {
+            admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+            self.connect(name).batch_execute("CREATE EXTENSION jobq").unwrap();
+        }
+    }
+
     /// The SQL edition's template database of this cluster, made once.
     fn sql_edition_template(&self) -> &'static str {
         static MADE: Mutex<Vec<u16>> = Mutex::new(Vec::new());

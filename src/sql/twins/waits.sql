@@ -7,6 +7,10 @@
 -- reads that sequence every 50 ms (one page, no lock) and looks again when it moved.
 -- A ring comes just before its commit becomes visible (the WAL flush lies between), so the
 -- look it causes may miss it: a call that saw a ring looks once more 10 ms later.
+-- A ring is for every waiting call of the database; before a whole look (a checkout), a call
+-- asks one index probe whether it could find anything: a due waiting job of its queues, or its
+-- worker told to stop. When a job is there, the first call to look takes it and the others,
+-- whose probes come after its commit, sleep on.
 -- A waiting call holds an advisory lock named after its worker for the rest of its transaction:
 -- jobq._waiting_workers() finds it, and the reap pass refreshes that worker's heartbeat (a
 -- worker counts as alive while it waits), as the extension's does.
@@ -26,32 +30,63 @@ BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, jobq._waiter_key(worker));
     PERFORM set_config('jobq.rung', (SELECT last_value FROM jobq.rings)::text, true);
     PERFORM set_config('jobq.relook', '', true);
+    PERFORM set_config('jobq.waiter', worker::text, true);
+    PERFORM set_config('jobq.wait_queues', coalesce(queues::text, ''), true);
     RETURN true;
 END $$;
 
--- Sleeps in steps of 50 ms until a ring since the last look, `due`, `opens`, `until`, or a
--- second; `keys`, `rate` and `opening` are the extension's finer wake-ups, which a ring covers.
+-- Whether a look could find anything: a due waiting job of the call's queues, or its worker
+-- told to stop.
+CREATE FUNCTION jobq._worth_a_look() RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_queues text[] := nullif(current_setting('jobq.wait_queues', true), '')::text[];
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM jobq.ready r
+                    WHERE r.run_at <= clock_timestamp()
+                      AND (v_queues IS NULL
+                           OR (r.queue_hash = ANY (ARRAY(SELECT hashtext(q) FROM unnest(v_queues) q))
+                               AND r.queue = ANY (v_queues))))
+        OR EXISTS (SELECT 1 FROM jobq.workers w
+                    WHERE w.id = current_setting('jobq.waiter')::uuid AND w.stopping_at IS NOT NULL);
+END $$;
+
+-- Sleeps in steps of 50 ms until a ring since the last look that a probe finds worth a look,
+-- `due`, `opens`, `until`, or a second; `keys`, `rate` and `opening` are the extension's finer
+-- wake-ups, which a ring covers. A ring whose probe finds nothing is probed again 10 ms later,
+-- in case its commit was not visible yet.
 CREATE FUNCTION jobq._wait(until timestamptz, due timestamptz, keys text[] DEFAULT NULL, rate text DEFAULT NULL,
                            opens timestamptz DEFAULT NULL, opening integer DEFAULT 1)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_end  timestamptz := least(until, due, opens, clock_timestamp() + interval '1 second');
-    v_seen text := current_setting('jobq.rung', true);
-    v_now  text;
+    v_end     timestamptz := least(until, due, opens, clock_timestamp() + interval '1 second');
+    v_seen    text := current_setting('jobq.rung', true);
+    v_recheck boolean := current_setting('jobq.relook', true) = 'yes';
+    v_now     text;
 BEGIN
-    IF current_setting('jobq.relook', true) = 'yes' THEN
-        PERFORM set_config('jobq.relook', '', true);
-        PERFORM pg_sleep(0.01);
-        RETURN;
-    END IF;
     LOOP
+        IF v_recheck THEN
+            PERFORM pg_sleep(0.01);
+            v_recheck := false;
+            IF jobq._worth_a_look() THEN
+                PERFORM set_config('jobq.relook', '', true);
+                RETURN;
+            END IF;
+        END IF;
         v_now := (SELECT last_value FROM jobq.rings)::text;
         IF v_now IS DISTINCT FROM v_seen THEN
+            v_seen := v_now;
             PERFORM set_config('jobq.rung', v_now, true);
+            -- Looked at now, and once more 10 ms later whatever this look finds.
             PERFORM set_config('jobq.relook', 'yes', true);
-            RETURN;
+            IF jobq._worth_a_look() THEN
+                RETURN;
+            END IF;
+            v_recheck := true;
+            CONTINUE;
         END IF;
+        PERFORM set_config('jobq.relook', '', true);
         EXIT WHEN clock_timestamp() >= v_end;
         PERFORM pg_sleep(least(0.05, greatest(0, extract(epoch FROM v_end - clock_timestamp()))));
     END LOOP;
