@@ -1,4 +1,5 @@
-//! The connection pool, what the connected role may do, and the errors a page can end in.
+//! The connection pool, what the connected role may do, which jobq the database has (release
+//! and edition), and the errors a page can end in.
 
 use crate::config::Config;
 use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -31,7 +32,64 @@ pub struct Access {
     pub counters: bool,
     /// May read jobq.pauses: the queue page says whether the queue is paused.
     pub pauses: bool,
+    /// The jobq the database has: its release and edition.
+    pub jobq: Installed,
 }
+
+/// The jobq a database has, as `jobq_version()` says (0.4 on, both editions), else (an older
+/// extension, which has no jobq_version(), or a role that may not call it) as pg_extension
+/// says: the SQL edition is no extension.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Installed {
+    /// Its release ("0.4.0"), when known.
+    pub version: Option<String>,
+    pub edition: Edition,
+}
+
+/// jobq's two editions: the extension (its library, preloaded, with its background worker)
+/// and the SQL edition (the same SQL contract from one file, `jobq-sql--V.sql`: no library,
+/// custom settings, the passes run by pg_cron or by the workers' heartbeats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edition {
+    Extension,
+    Sql,
+}
+
+impl Edition {
+    /// As jobq_version() names it, and /health.json: "extension" or "sql".
+    pub fn name(self) -> &'static str {
+        match self {
+            Edition::Extension => "extension",
+            Edition::Sql => "sql",
+        }
+    }
+
+    /// For people: "extension" or "SQL edition".
+    pub fn label(self) -> &'static str {
+        match self {
+            Edition::Extension => "extension",
+            Edition::Sql => "SQL edition",
+        }
+    }
+}
+
+impl Installed {
+    /// "jobq 0.4.0 (SQL edition)".
+    pub fn label(&self) -> String {
+        match &self.version {
+            Some(v) => format!("jobq {v} ({})", self.edition.label()),
+            None => format!("jobq ({})", self.edition.label()),
+        }
+    }
+}
+
+/// jobq.heartbeat_timeout, as an interval, in SQL: the extension's setting, or the SQL
+/// edition's custom one (`ALTER DATABASE app SET jobq.heartbeat_timeout = '10s'`), else the
+/// contract's default of 30 s. current_setting(name, true) is NULL (or '') where nothing
+/// defines it: the SQL edition with the setting unset, or a session of the extension that has
+/// not loaded its library yet.
+pub const HEARTBEAT_TIMEOUT: &str =
+    "coalesce(nullif(current_setting('jobq.heartbeat_timeout', true), '')::interval, interval '30 seconds')";
 
 /// The jobs in states ready and executing (jobq_reader may read both tables behind jobq.jobs):
 /// a query about live jobs never walks the history.
@@ -56,7 +114,7 @@ impl Db {
         let current: String = row.get(0);
         if !row.get::<_, bool>(1) {
             return Err(format!(
-                "jobq is not installed in database \"{current}\" ({}): CREATE EXTENSION jobq there, or connect to another database",
+                "jobq is not installed in database \"{current}\" ({}): CREATE EXTENSION jobq there (or install its SQL edition, jobq-sql--V.sql), or connect to another database",
                 crate::pgerror::servers(&db.pg)
             ));
         }
@@ -114,7 +172,7 @@ impl Db {
             .map_err(|e| AppError::Unavailable(crate::pgerror::pool(&e, &self.pg)))
     }
 
-    /// What the role may do, asked at most every few seconds.
+    /// What the role may do, and which jobq the database has, asked at most every few seconds.
     pub async fn access(&self) -> Result<Access, AppError> {
         let mut cached = self.access.lock().await;
         if let Some((at, a)) = cached.as_ref() {
@@ -122,22 +180,39 @@ impl Db {
                 return Ok(a.clone());
             }
         }
-        let row = self
-            .client()
-            .await?
+        let client = self.client().await?;
+        let row = client
             .query_one(
                 "SELECT current_user::text,
                         pg_has_role(current_user, 'jobq_admin', 'MEMBER'),
                         coalesce(has_function_privilege(to_regprocedure('jobq.throughput(timestamptz, interval)'), 'EXECUTE'), false),
-                        coalesce(has_table_privilege(to_regclass('jobq.pauses'), 'SELECT'), false)",
+                        coalesce(has_table_privilege(to_regclass('jobq.pauses'), 'SELECT'), false),
+                        coalesce(has_function_privilege(to_regprocedure('jobq_version()'), 'EXECUTE'), false),
+                        (SELECT extversion::text FROM pg_extension WHERE extname = 'jobq')",
                 &[],
             )
             .await?;
+        let extversion: Option<String> = row.get(5);
+        // jobq_version() is named in a statement of its own: where it does not exist (an
+        // extension older than 0.4), naming it would fail the statement.
+        let jobq = if row.get::<_, bool>(4) {
+            let v = client.query_one("SELECT version, edition FROM jobq_version()", &[]).await?;
+            Installed {
+                version: v.get(0),
+                edition: if v.get::<_, Option<&str>>(1) == Some("sql") { Edition::Sql } else { Edition::Extension },
+            }
+        } else {
+            Installed {
+                edition: if extversion.is_some() { Edition::Extension } else { Edition::Sql },
+                version: extversion,
+            }
+        };
         let a = Access {
             user: row.get(0),
             admin: row.get(1),
             counters: row.get(2),
             pauses: row.get(3),
+            jobq,
         };
         *cached = Some((Instant::now(), a.clone()));
         Ok(a)

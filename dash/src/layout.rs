@@ -58,8 +58,8 @@ const NAV: &[(&str, &str)] = &[
     ("/health", "Health"),
 ];
 
-/// A whole HTML page: nav bar (with `active` highlighted), who the dashboard is connected as,
-/// and `body`.
+/// A whole HTML page: nav bar (with `active` highlighted), the database's jobq (release and
+/// edition) and who the dashboard is connected as, and `body`.
 pub fn page(app: &App, access: Option<&Access>, active: &str, title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
@@ -89,6 +89,8 @@ pub fn page(app: &App, access: Option<&Access>, active: &str, title: &str, body:
                     }
                     @if let Some(a) = access {
                         span.who {
+                            // Which jobq this database has: "jobq 0.4.0 (SQL edition)".
+                            (a.jobq.label()) " · "
                             "connected as " (a.user) " · "
                             @if app.may_act(a) { "may act" }
                             @else if app.cfg.read_only { "read-only (--read-only)" }

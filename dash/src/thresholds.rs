@@ -4,6 +4,8 @@
 //! `deploy/prometheus/jobq-alerts.yml`, on the metric named here, at the same value
 //! (dash/tests checks that the two agree). docs/monitoring.md lists them.
 
+use crate::db::Edition;
+
 /// How a figure is shown.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Unit {
@@ -65,9 +67,20 @@ pub struct Check {
     pub amber: f64,
     pub red: f64,
     pub when_red: &'static str,
+    /// What to do when red in the SQL edition, where it differs: there the passes are run by
+    /// pg_cron or by the workers' heartbeats, not by a background worker.
+    pub when_red_sql: Option<&'static str>,
 }
 
 impl Check {
+    /// What to do when red, for a database of `edition`.
+    pub fn what_to_do(&self, edition: Edition) -> &'static str {
+        match (edition, self.when_red_sql) {
+            (Edition::Sql, Some(sql)) => sql,
+            _ => self.when_red,
+        }
+    }
+
     pub fn level(&self, v: f64) -> Level {
         if v > self.red {
             Level::Red
@@ -88,6 +101,7 @@ pub const REAPER_PASS_AGE: Check = Check {
     amber: 10.0,
     red: 60.0,
     when_red: "Check that jobq is in shared_preload_libraries and that this database is served (jobq.database names it or is empty, jobq.max_databases leaves room); the server log says why the worker stopped. SELECT * FROM jobq_reap() runs a pass by hand meanwhile.",
+    when_red_sql: Some("The SQL edition has no background worker: its passes run when pg_cron runs them (SELECT jobq_schedule_passes(), or cron.schedule_in_database from pg_cron's database; see cron.job_run_details for its runs) or in the heartbeats of running workers. Check that one of them runs; SELECT * FROM jobq_reap() runs a pass by hand meanwhile."),
 };
 
 pub const REAPER_PASS_FAILED: Check = Check {
@@ -99,6 +113,7 @@ pub const REAPER_PASS_FAILED: Check = Check {
     amber: 0.0,
     red: 0.5,
     when_red: "Read last_pass_error below and the server log; a pass that fails keeps failing until its cause is removed (a lock held on jobq's tables, a full disk).",
+    when_red_sql: None,
 };
 
 pub const HORIZON_AGE: Check = Check {
@@ -110,6 +125,7 @@ pub const HORIZON_AGE: Check = Check {
     amber: 300.0,
     red: 900.0,
     when_red: "Find the session below (pid, role, state); if it should not be open, end it: SELECT pg_terminate_backend(pid). idle in transaction sessions are the usual cause (set idle_in_transaction_session_timeout).",
+    when_red_sql: None,
 };
 
 /// Dead rows count only in a table with more than this many: a quiet queue's small tables
@@ -125,6 +141,7 @@ pub const DEAD_ROWS: Check = Check {
     amber: 0.2,
     red: 0.5,
     when_red: "Usually the horizon is held (above): end the session holding it. Otherwise autovacuum lags: VACUUM (VERBOSE) jobq.<table> and check autovacuum_max_workers.",
+    when_red_sql: None,
 };
 
 pub const QUEUE_WAIT: Check = Check {
@@ -136,6 +153,7 @@ pub const QUEUE_WAIT: Check = Check {
     amber: 60.0,
     red: 300.0,
     when_red: "Workers are too few, stopped, or do not serve that queue: check /workers and the queue's page (is it paused? are its jobs held back by a concurrency or rate key?).",
+    when_red_sql: None,
 };
 
 pub const JOBS_DYING: Check = Check {
@@ -147,6 +165,7 @@ pub const JOBS_DYING: Check = Check {
     amber: 0.0,
     red: 5.0,
     when_red: "Open /jobs?state=dead: the last error of each says why; jobq_retry(id) runs one again once the cause is fixed.",
+    when_red_sql: None,
 };
 
 pub const SCHEDULE_LATENESS: Check = Check {
@@ -158,6 +177,7 @@ pub const SCHEDULE_LATENESS: Check = Check {
     amber: 30.0,
     red: 120.0,
     when_red: "The background worker is not passing (above), or its passes fail; a tick is enqueued at the next pass once it runs again.",
+    when_red_sql: Some("The passes are not running (above), or they fail: in the SQL edition a tick is enqueued by the next pass that pg_cron or a worker's heartbeat runs."),
 };
 
 pub const NOTIFY_QUEUE: Check = Check {
@@ -169,6 +189,7 @@ pub const NOTIFY_QUEUE: Check = Check {
     amber: 0.5,
     red: 0.9,
     when_red: "Find the session that listens and does not read (pg_stat_activity, state idle in transaction, a LISTEN in its query) and end it.",
+    when_red_sql: None,
 };
 
 /// Every figure, in the order the health page shows them.
@@ -195,5 +216,17 @@ mod unit {
         assert_eq!(REAPER_PASS_FAILED.level(1.0), Level::Red);
         assert_eq!(REAPER_PASS_FAILED.level(0.0), Level::Green);
         assert_eq!(JOBS_DYING.level(1.0), Level::Amber);
+    }
+
+    #[test]
+    fn what_to_do_follows_the_edition() {
+        assert_eq!(QUEUE_WAIT.what_to_do(Edition::Sql), QUEUE_WAIT.when_red);
+        assert_eq!(REAPER_PASS_AGE.what_to_do(Edition::Extension), REAPER_PASS_AGE.when_red);
+        let sql = REAPER_PASS_AGE.what_to_do(Edition::Sql);
+        assert!(sql.contains("pg_cron") && sql.contains("jobq_reap()") && !sql.contains("shared_preload_libraries"), "{sql}");
+        for c in ALL {
+            // Nothing the SQL edition's advice says may send someone to the library.
+            assert!(!c.what_to_do(Edition::Sql).contains("shared_preload_libraries"), "{}", c.alert);
+        }
     }
 }

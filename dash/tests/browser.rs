@@ -38,16 +38,11 @@ struct Seeded {
 async fn seed() -> Seeded {
     let c = cluster();
     let db = c.fresh_db().await;
-    let s = c.connect(&db, "postgres").await;
     // Counters reach jobq.queue_minutes at each reap pass: pass often. The worker below does
-    // not heartbeat: it must not be found dead while the suite runs.
-    for sql in [
-        "ALTER SYSTEM SET jobq.reap_interval = '100ms'",
-        "ALTER SYSTEM SET jobq.heartbeat_timeout = '1h'",
-        "SELECT pg_reload_conf()",
-    ] {
-        s.batch_execute(sql).await.unwrap();
-    }
+    // not heartbeat: it must not be found dead while the suite runs. (ALTER SYSTEM with the
+    // extension, ALTER DATABASE in the SQL edition: before the sessions that read them.)
+    c.set_jobq(&db, &[("reap_interval", "100ms"), ("heartbeat_timeout", "1h")]).await;
+    let s = c.connect(&db, "postgres").await;
     s.batch_execute(
         "SELECT jobq_schedule('nightly-report', '30 2 * * *', 'reports', time_zone => 'Europe/Paris');
          SELECT jobq_set_rate_limit('partner-api', 100, '1 minute');",

@@ -997,3 +997,46 @@ async fn the_health_page_says_what_is_wrong_and_what_to_do() {
     assert!(m.contains(&format!("jobq_horizon_holder_info{{database=\"{db}\",holder=\"session\",pid=\"{pid}\",role=\"postgres\",state=")), "{m}");
     holder.batch_execute("COMMIT").await.unwrap();
 }
+
+/// The dashboard names the jobq each database has, as jobq_version() says: its release and its
+/// edition (the extension, or the SQL edition when the tests run against it), in the nav bar
+/// and in /health.json; and, in the SQL edition, a database where nothing runs the passes
+/// (no pg_cron, no worker that heartbeats) is told what runs them there, not to preload a
+/// library.
+#[tokio::test]
+async fn the_dashboard_names_the_edition_it_serves() {
+    use jobq_dash::thresholds::REAPER_PASS_AGE;
+    let c = cluster();
+    let db = c.fresh_db().await;
+    let s = c.connect(&db, "postgres").await;
+    let v = s.query_one("SELECT version, edition FROM jobq_version()", &[]).await.unwrap();
+    let (version, edition): (String, String) = (v.get(0), v.get(1));
+    let (want, label) = if common::sql_edition() { ("sql", "SQL edition") } else { ("extension", "extension") };
+    assert_eq!(edition, want, "the edition the tests run against");
+    assert_eq!(version, env!("CARGO_PKG_VERSION"), "the release of this workspace");
+    let d = start(&db, "dash_reader", &[]).await;
+    let named = format!("jobq {version} ({label}) · connected as dash_reader");
+    for path in ["/", "/workers", "/health"] {
+        let page = d.ok(path).await;
+        assert!(page.contains(&named), "{path} names {named:?}: {page}");
+    }
+    let j: serde_json::Value = serde_json::from_str(&d.ok("/health.json").await).unwrap();
+    assert_eq!(j["databases"][0]["jobq"], serde_json::json!({"version": version, "edition": want}), "{j:#}");
+
+    if !common::sql_edition() {
+        return;
+    }
+    // No pass ever ran here: the figure is red, and what to do names pg_cron and heartbeats.
+    let idle = c.fresh_db_without_passes().await;
+    let d = start(&idle, "dash_reader", &[]).await;
+    let page = d.ok("/health").await;
+    assert!(page.contains("no pass yet") && !page.contains("not preloaded"), "{page}");
+    let j: serde_json::Value = serde_json::from_str(&d.ok("/health.json").await).unwrap();
+    let figures = j["databases"][0]["figures"].as_array().unwrap();
+    let passes = figures.iter().find(|f| f["alert"] == REAPER_PASS_AGE.alert).unwrap();
+    assert_eq!((passes["level"].as_str(), &passes["value"]), (Some("red"), &serde_json::Value::Null), "{passes:#}");
+    let todo = REAPER_PASS_AGE.when_red_sql.unwrap();
+    assert_eq!(passes["what_to_do"].as_str(), Some(todo), "{passes:#}");
+    assert!(todo.contains("jobq_schedule_passes()") && !todo.contains("shared_preload_libraries"));
+    assert!(page.contains(todo), "{page}");
+}

@@ -3,7 +3,7 @@
 //! deploy/prometheus) and, when it is not green, what to do; then every column of jobq.health
 //! and jobq's tables (jobq.table_stats).
 
-use crate::db::{AppError, Db};
+use crate::db::{AppError, Db, Edition, Installed};
 use crate::layout::{self, age, dur, num};
 use crate::thresholds::{self, Check, Level, Unit};
 use crate::App;
@@ -48,8 +48,9 @@ pub struct Table {
 }
 
 /// A database's health: the figures in the order of `thresholds::ALL`, every column of
-/// jobq.health, jobq's tables.
+/// jobq.health, jobq's tables, and which jobq it has (what to do differs by edition).
 pub struct Health {
+    pub jobq: Installed,
     pub figures: Vec<Figure>,
     pub columns: serde_json::Map<String, serde_json::Value>,
     pub tables: Vec<Table>,
@@ -142,7 +143,7 @@ pub async fn read(db: &Db) -> Result<Health, AppError> {
         figure(&thresholds::DEAD_ROWS, dead_share, vec![]),
         figure(&thresholds::NOTIFY_QUEUE, f.get(7), vec![]),
     ];
-    Ok(Health { figures, columns, tables })
+    Ok(Health { jobq: access.jobq, figures, columns, tables })
 }
 
 /// A figure's value as its unit says.
@@ -187,8 +188,9 @@ fn detail(app: &App, f: &Figure) -> Option<Markup> {
     }
 }
 
-/// One figure: its badge, label, value, thresholds, meaning, and what to do unless green.
-fn figure(app: &App, f: &Figure) -> Markup {
+/// One figure: its badge, label, value, thresholds, meaning, and what to do unless green (for
+/// the database's edition).
+fn figure(app: &App, edition: Edition, f: &Figure) -> Markup {
     let (c, level) = (f.check, f.level());
     html! {
         tr.bad[level == Level::Red] .warn[level == Level::Amber] {
@@ -199,7 +201,7 @@ fn figure(app: &App, f: &Figure) -> Markup {
                 (c.meaning)
                 br; span.muted { (threshold(c)) " (alert " code { (c.alert) } ")" }
                 @if let Some(d) = detail(app, f) { br; (d) }
-                @if level != Level::Green { br; strong { "What to do: " } (c.when_red) }
+                @if level != Level::Green { br; strong { "What to do: " } (c.what_to_do(edition)) }
             }
         }
     }
@@ -209,6 +211,7 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
     let access = app.db.access().await?;
     let h = read(&app.db).await?;
     let pass_age = h.figures[0].value;
+    let sql = h.jobq.edition == Edition::Sql;
     let error = h.columns.get("last_pass_error").is_some_and(|v| !v.is_null());
     let trs: Vec<Markup> = h
         .tables
@@ -224,12 +227,15 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
         })
         .collect();
     let body = html! {
-        table.figures { tbody { @for f in &h.figures { (figure(&app, f)) } } }
+        table.figures { tbody { @for f in &h.figures { (figure(&app, h.jobq.edition, f)) } } }
         p.muted { "The same as JSON: " a href=(app.link("/health.json")) { "health.json" } "; for a load balancer or an uptime check: " a href=(app.link("/healthz")) { "healthz" } " (200 when every figure is green, else 503)." }
-        h2 { "Background worker" }
+        // The SQL edition has no background worker: pg_cron or the workers' heartbeats run its
+        // passes, and its last pass is a table's row (kept across restarts).
+        @if sql { h2 { "Passes" } } @else { h2 { "Background worker" } }
         p {
-            "Background worker: "
+            @if sql { "Passes (" (h.jobq.label()) ": run by pg_cron or by the workers' heartbeats): " } @else { "Background worker: " }
             @match pass_age {
+                a if a.is_infinite() && sql => { span.badge.warn { "no pass yet" } " (nothing runs them: SELECT jobq_schedule_passes() where pg_cron is installed, or workers that heartbeat)" },
                 a if a.is_infinite() => { span.badge.warn { "no pass since the server started" } " (not preloaded, or this database is not served)" },
                 a if error => { span.badge.bad { "last pass failed" } " " (age(Some(a))) },
                 a => { span.badge.ok { "last pass " (age(Some(a))) } },

@@ -5,7 +5,7 @@
 //! cannot be read is not green.
 
 use super::health::{self, Figure, Health};
-use crate::db::{AppError, Db};
+use crate::db::{AppError, Db, Edition};
 use crate::thresholds::Level;
 use crate::App;
 use axum::extract::State;
@@ -32,7 +32,7 @@ async fn read_all(app: &App) -> Vec<(Arc<Db>, Result<Health, AppError>)> {
     out
 }
 
-fn figure_json(f: &Figure) -> Value {
+fn figure_json(f: &Figure, edition: Edition) -> Value {
     let c = f.check;
     let level = f.level();
     let mut v = json!({
@@ -49,7 +49,7 @@ fn figure_json(f: &Figure) -> Value {
         "meaning": c.meaning,
     });
     if level != Level::Green {
-        v["what_to_do"] = json!(c.when_red);
+        v["what_to_do"] = json!(c.what_to_do(edition));
     }
     if !f.about.is_empty() {
         v["about"] = Value::Object(f.about.iter().map(|(k, s)| (k.to_string(), json!(s))).collect());
@@ -57,8 +57,9 @@ fn figure_json(f: &Figure) -> Value {
     v
 }
 
-/// `/health.json`: `{"status", "databases": [{"database", "status", "figures", "health",
-/// "tables"}]}`, a status being the worst level of its figures (green, amber, red), or
+/// `/health.json`: `{"status", "databases": [{"database", "status", "jobq", "figures",
+/// "health", "tables"}]}`, "jobq" being `{"version", "edition"}` (edition "extension" or
+/// "sql", as jobq_version() says), a status being the worst level of its figures (green, amber, red), or
 /// "unreadable" (with "error") for a database that cannot be read; the whole's status is the
 /// worst of its databases', an unreadable one counting as red.
 pub async fn json(State(app): State<Arc<App>>) -> Response {
@@ -71,7 +72,8 @@ pub async fn json(State(app): State<Arc<App>>) -> Response {
             Ok(h) => {
                 worst = worst.max(h.level());
                 d.insert("status".into(), json!(h.level().word()));
-                d.insert("figures".into(), Value::Array(h.figures.iter().map(figure_json).collect()));
+                d.insert("jobq".into(), json!({"version": h.jobq.version, "edition": h.jobq.edition.name()}));
+                d.insert("figures".into(), Value::Array(h.figures.iter().map(|f| figure_json(f, h.jobq.edition)).collect()));
                 d.insert("health".into(), Value::Object(h.columns));
                 d.insert("tables".into(), json!(h.tables));
             }

@@ -200,10 +200,13 @@ async fn read(db: &Db, rate_keys: i64) -> Result<Snapshot, AppError> {
             .await?;
         let workers = client
             .query(
-                "SELECT coalesce(w.heartbeat_at > now() - current_setting('jobq.heartbeat_timeout', true)::interval, true) AS alive,
-                        count(*), coalesce(sum((SELECT count(*) FROM jobq.live_jobs j
-                                                 WHERE j.worker_id = w.id AND j.state = 'executing')), 0)::bigint
-                   FROM jobq.workers w GROUP BY 1",
+                &format!(
+                    "SELECT coalesce(w.heartbeat_at > now() - {}, true) AS alive,
+                            count(*), coalesce(sum((SELECT count(*) FROM jobq.live_jobs j
+                                                     WHERE j.worker_id = w.id AND j.state = 'executing')), 0)::bigint
+                       FROM jobq.workers w GROUP BY 1",
+                    crate::db::HEARTBEAT_TIMEOUT
+                ),
                 &[],
             )
             .await?;

@@ -1,5 +1,6 @@
-//! `/workers`: registered workers (jobq.workers), their owner role, heartbeat age, and the
-//! jobs each holds (executing jobs per worker_id, from the live jobs only).
+//! `/workers`: registered workers (jobq.workers), their owner role, heartbeat age (marked when
+//! past jobq.heartbeat_timeout, either edition's), and the jobs each holds (executing jobs per
+//! worker_id, from the live jobs only).
 
 use crate::db::AppError;
 use crate::layout::{self, age, name, num};
@@ -18,11 +19,12 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
                         extract(epoch FROM now() - w.heartbeat_at)::float8,
                         extract(epoch FROM now() - w.registered_at)::float8,
                         w.backend_pid, coalesce(h.n, 0),
-                        extract(epoch FROM current_setting('jobq.heartbeat_timeout', true)::interval)::float8
+                        extract(epoch FROM {})::float8
                    FROM jobq.workers w
                    LEFT JOIN (SELECT worker_id, count(*) AS n FROM {} WHERE state = 'executing' GROUP BY worker_id) h
                      ON h.worker_id = w.id
                   ORDER BY w.registered_at LIMIT 1000",
+                crate::db::HEARTBEAT_TIMEOUT,
                 crate::db::LIVE_JOBS
             ),
             &[],
@@ -32,8 +34,8 @@ pub async fn page(State(app): State<Arc<App>>) -> Result<Markup, AppError> {
         .iter()
         .map(|r| {
             let hb: f64 = r.get(4);
-            let timeout: Option<f64> = r.get(8);
-            let stale = timeout.is_some_and(|t| hb > t);
+            let timeout: f64 = r.get(8);
+            let stale = hb > timeout;
             let id: String = r.get(0);
             html! { tr.bad[stale] {
                 td { code { (id) } }
