@@ -40,6 +40,8 @@ for v in $JOBQ_PG_VERSIONS; do
   if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "pg$v"); fi
   ./scripts/install-proxy.sh "$pgc"
   cargo test -p jobq-proxy "${feature[@]}"
+  # The SQL edition's cron twin answers as the extension's Rust (src/sql/twins/schedules.sql).
+  [ "$v" != 15 ] || ./scripts/check-cron-twin.sh
   # The suites of the guarantees again, against the SQL edition (jobq-sql--V.sql installed by a
   # role that is no superuser, no library), on the oldest and the newest version.
   if [ "$v" = 15 ] || [ "$v" = 18 ]; then
