@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
 # The client libraries' tests (clients/python, clients/node, clients/rust), each in its own
-# runner, against a real PostgreSQL 15 with jobq (installed already: `cargo pgrx install`, as
-# scripts/test.sh leaves it) and a PgBouncer in transaction mode in front of it. One throwaway
-# cluster per run, on free loopback ports, stopped and removed at exit:
-#   - shared_preload_libraries = 'jobq', jobq.reap_interval = 200ms, jobq.heartbeat_timeout = 3s
-#     (so that a killed worker's jobs come back within seconds);
-#   - databases jobq_python, jobq_node, jobq_rust, each with jobq created;
+# runner, against a real PostgreSQL 15 with jobq and a PgBouncer in transaction mode in front
+# of it. jobq is either the extension (installed already: `cargo pgrx install`, as
+# scripts/test.sh leaves it), or, with JOBQ_SQL_EDITION naming a built jobq-sql--V.sql (an
+# absolute path; scripts/build-sql-edition.py), the SQL edition (docs/sql-edition.md). One
+# throwaway cluster per run, on free loopback ports, stopped and removed at exit:
+#   - jobq.reap_interval = 200ms, jobq.heartbeat_timeout = 3s (so that a killed worker's jobs
+#     come back within seconds); the extension: shared_preload_libraries = 'jobq'; the SQL
+#     edition: shared_preload_libraries = '' (no library, no background worker: the jobq.*
+#     lines are custom settings, and the workers' heartbeats run the passes);
+#   - databases jobq_python, jobq_node, jobq_rust, each with jobq: CREATE EXTENSION jobq (by
+#     postgres), or the SQL edition's file run into it with psql by jobq_installer, a login
+#     role with CREATEROLE that is no superuser and owns the three databases;
 #   - login roles: jobq_test_app (granted jobq_worker), jobq_test_producer (jobq_producer),
 #     jobq_test_reader (jobq_reader), jobq_test_admin (jobq_admin), jobq_test_nobody (nothing);
 #     the superuser is postgres; every login is trusted on loopback.
 # The suites read, from the environment:
 #   JOBQ_TEST_HOST=127.0.0.1  JOBQ_TEST_PORT (the server)  JOBQ_TEST_SERVER_LOG (its log)
+#   JOBQ_TEST_EDITION    extension, or sql (the SQL edition)
 #   JOBQ_TEST_POOLER_PORT (PgBouncer,
 #   pool_mode = transaction, every database above, every role above)
 #   JOBQ_TEST_DSN        postgresql://jobq_test_app@HOST:PORT/jobq_<language>   (a worker's)
 #   JOBQ_TEST_ADMIN_DSN  postgresql://postgres@HOST:PORT/jobq_<language>        (superuser)
 #   JOBQ_TEST_POOLER_DSN postgresql://jobq_test_app@HOST:POOLER_PORT/jobq_<language>
 #   scripts/test-clients.sh [python] [node] [rust]     (default: all three)
+#   JOBQ_SQL_EDITION=/abs/jobq-sql--V.sql scripts/test-clients.sh [...]   the same, SQL edition
 #   JOBQ_TEST_KEEP=1 scripts/test-clients.sh shell     a cluster for trying things: prints the
 #                                                     variables and waits until interrupted
 set -euo pipefail
@@ -26,20 +34,37 @@ langs=("${@:-python node rust}")
 # shellcheck disable=SC2206
 langs=(${langs[*]})
 bindir=/usr/lib/postgresql/15/bin
-[ -f /usr/lib/postgresql/15/lib/jobq.so ] || { echo "test-clients: jobq is not installed (cargo pgrx install)" >&2; exit 1; }
+sql_file=${JOBQ_SQL_EDITION:-}
+if [ -n "$sql_file" ]; then
+  case $sql_file in /*) ;; *) echo "test-clients: JOBQ_SQL_EDITION must be an absolute path" >&2; exit 2 ;; esac
+  [ -f "$sql_file" ] || { echo "test-clients: $sql_file does not exist (scripts/build-sql-edition.py)" >&2; exit 1; }
+  edition=sql preload=("shared_preload_libraries = ''")   # a later line: overrides pg_init's
+else
+  [ -f /usr/lib/postgresql/15/lib/jobq.so ] || { echo "test-clients: jobq is not installed (cargo pgrx install)" >&2; exit 1; }
+  edition=extension preload=()
+fi
 
 # The cluster and, at exit, its removal with the pooler (scripts/lib/pg.sh).
 . scripts/lib/pg.sh
 bouncer_pid=
 pg_on_exit=('[ -z "$bouncer_pid" ] || kill "$bouncer_pid" 2>/dev/null')
 pg_throwaway "$bindir" jobq-clients "max_connections = 300" "fsync = off" \
-  "jobq.reap_interval = '200ms'" "jobq.heartbeat_timeout = '3s'"
+  "jobq.reap_interval = '200ms'" "jobq.heartbeat_timeout = '3s'" "${preload[@]}"
 tmp=$pg_tmp data=$pg_data port=$pg_port pooler_port=$(pg_free_port)
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@"; }
-for db in jobq_python jobq_node jobq_rust; do
-  psql_ -d postgres -c "CREATE DATABASE $db"
-  psql_ -d "$db" -c "SET client_min_messages = warning; CREATE EXTENSION jobq"
-done
+if [ "$edition" = sql ]; then
+  psql_ -d postgres -c "CREATE ROLE jobq_installer LOGIN CREATEROLE"
+  for db in jobq_python jobq_node jobq_rust; do
+    psql_ -d postgres -c "CREATE DATABASE $db OWNER jobq_installer"
+    # On stdin: the server's OS user may not read the checkout. As the docs say to run it.
+    psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U jobq_installer -d "$db" -f - <"$sql_file" >/dev/null
+  done
+else
+  for db in jobq_python jobq_node jobq_rust; do
+    psql_ -d postgres -c "CREATE DATABASE $db"
+    psql_ -d "$db" -c "SET client_min_messages = warning; CREATE EXTENSION jobq"
+  done
+fi
 psql_ -d postgres <<'SQL'
 CREATE ROLE jobq_test_app LOGIN;      GRANT jobq_worker TO jobq_test_app;
 CREATE ROLE jobq_test_producer LOGIN; GRANT jobq_producer TO jobq_test_producer;
@@ -78,6 +103,7 @@ for _ in $(seq 100); do
 done
 
 export JOBQ_TEST_HOST=127.0.0.1 JOBQ_TEST_PORT=$port JOBQ_TEST_POOLER_PORT=$pooler_port
+export JOBQ_TEST_EDITION=$edition
 # The server's log, which the suites read to prove that a clean shutdown logs no error.
 export JOBQ_TEST_SERVER_LOG=$data/server.log
 env_for() {
@@ -107,7 +133,7 @@ for lang in "${langs[@]}"; do
   shell)
     env_for python
     env | grep '^JOBQ_TEST_' | sort
-    echo "test-clients: cluster up (databases jobq_python, jobq_node, jobq_rust); Ctrl-C stops it"
+    echo "test-clients: cluster up ($edition edition; databases jobq_python, jobq_node, jobq_rust); Ctrl-C stops it"
     while true; do sleep 3600; done
     ;;
   *) echo "test-clients: unknown suite $lang (python, node, rust, shell)" >&2; exit 2 ;;

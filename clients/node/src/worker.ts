@@ -77,7 +77,8 @@ export interface WorkerOptions {
   waitMs?: number;
   /**
    * The heartbeat period, in ms. Default: a third of the server's
-   * `jobq.heartbeat_timeout`, read at each registration.
+   * `jobq.heartbeat_timeout`, read at each registration. On the SQL edition, at most the
+   * server's `jobq.reap_interval`: its heartbeats run the maintenance passes there.
    */
   heartbeatMs?: number;
   /** Handlers by kind (or by queue, for jobs without a kind); see {@link Worker.handle}. */
@@ -198,6 +199,20 @@ function sqlstate(e: unknown): string | undefined {
   return typeof code === 'string' ? code : undefined;
 }
 
+/**
+ * The server's jobq edition (`jobq_version()`): `'extension'` or `'sql'`. A server without
+ * `jobq_version` (jobq before 0.4: `42883`) has the extension.
+ */
+async function serverEdition(db: Client): Promise<string> {
+  try {
+    const { rows } = await db.query('SELECT edition FROM jobq_version()');
+    return (rows[0] as { edition: string }).edition;
+  } catch (e) {
+    if (sqlstate(e) === '42883') return 'extension';
+    throw fromDriverError(e);
+  }
+}
+
 /** `{type, message}` of what a handler threw. */
 function describe(e: unknown): { type: string; message: string } {
   if (e instanceof Error) return { type: e.constructor?.name || e.name, message: e.message };
@@ -230,6 +245,13 @@ function describe(e: unknown): { type: string; message: string } {
  * - A job whose kind (or queue) has no handler is failed with error type `"NoHandler"` and
  *   `discard`: it becomes `dead` at once, never retried (register the handler, then
  *   `retry()` it).
+ * - On the SQL edition (`jobq_version()` says `sql`, learnt at the first registration:
+ *   {@link Worker.serverEdition}) there is no background worker: each heartbeat runs the
+ *   maintenance pass (reaping dead workers and requeueing their jobs, pruning, firing
+ *   schedules) when the last one is older than `jobq.reap_interval`. There the worker beats
+ *   every min(`heartbeat_timeout / 3` or `heartbeatMs`, `jobq.reap_interval`), the latter read
+ *   at each registration (1 s when unset), so a database whose workers run needs no pg_cron.
+ *   On the extension nothing changes.
  * - `stop()`, SIGTERM or SIGINT: takes no more jobs, lets those in flight finish, reports
  *   them, unregisters; `run()` then resolves.
  * - `JQ001` (the worker was reaped or unregistered): aborts the signals of the jobs in hand
@@ -257,7 +279,11 @@ export class Worker {
   private finished: Promise<void> = Promise.resolve();
   private workerId: string | null = null;
   private reapedId: string | null = null;
+  /** The period of the heartbeat timer. */
   private heartbeatMs = 10_000;
+  /** The longest the checkout loop leaves `holding` unsent: the usual heartbeat period. */
+  private holdingMs = 10_000;
+  private edition: string | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private heartbeatBusy: Promise<void> | null = null;
   private mainPid: number | null = null;
@@ -326,6 +352,14 @@ export class Worker {
   /** The worker's current registration id; null before `run()` registers it and after it ends. */
   get id(): string | null {
     return this.workerId;
+  }
+
+  /**
+   * The server's jobq edition, `'extension'` or `'sql'` (`jobq_version()`), learnt at the
+   * first registration; null before it.
+   */
+  get serverEdition(): string | null {
+    return this.edition;
   }
 
   /** How many handlers are running now. */
@@ -593,12 +627,19 @@ export class Worker {
          SELECT jobq_register_worker($1::text, $2::jsonb, bind_to_session => $3::boolean) AS id)
        SELECT w.id, pg_backend_pid() AS pid,
               (extract(epoch FROM coalesce(current_setting('jobq.heartbeat_timeout', true), '30s')::interval)
-               * 1000)::float8 AS timeout_ms
+               * 1000)::float8 AS timeout_ms,
+              (extract(epoch FROM coalesce(nullif(current_setting('jobq.reap_interval', true), ''), '1s')::interval)
+               * 1000)::float8 AS reap_ms
          FROM w`,
       [this.name, JSON.stringify(this.metadata ?? {}), !this.pooled],
     ).catch((e: unknown) => { throw fromDriverError(e); }));
-    const row = rows[0] as { id: string; pid: number; timeout_ms: number };
-    this.heartbeatMs = this.heartbeatOverride ?? Math.max(100, row.timeout_ms / 3);
+    const row = rows[0] as { id: string; pid: number; timeout_ms: number; reap_ms: number };
+    if (this.edition === null) this.edition = await this.onMain(() => serverEdition(main));
+    this.holdingMs = this.heartbeatMs = this.heartbeatOverride ?? Math.max(100, row.timeout_ms / 3);
+    // The SQL edition has no background worker: the heartbeats run the passes, each when the
+    // last one is older than jobq.reap_interval, so beat at least that often. (`holding` keeps
+    // its own period: it is about heartbeat_timeout, not the passes.)
+    if (this.edition === 'sql') this.heartbeatMs = Math.min(this.heartbeatMs, Math.max(100, row.reap_ms));
     this.mainPid = this.pooled ? null : row.pid;
     this.inHand.clear();
     this.pending = [];
@@ -657,7 +698,7 @@ export class Worker {
         await this.nextWake();
         continue;
       }
-      if (this.checkoutFailed || performance.now() - this.holdingSentAt >= this.heartbeatMs) {
+      if (this.checkoutFailed || performance.now() - this.holdingSentAt >= this.holdingMs) {
         await this.reconcile();
         if (this.stopping || this.reapedId === this.workerId) continue;
       }

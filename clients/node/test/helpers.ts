@@ -21,6 +21,16 @@ export const ADMIN_DSN = env('JOBQ_TEST_ADMIN_DSN');
 export const SERVER_LOG = env('JOBQ_TEST_SERVER_LOG');
 /** A worker's DSN through PgBouncer in transaction mode. */
 export const POOLER_DSN = env('JOBQ_TEST_POOLER_DSN');
+/**
+ * The server's jobq: `extension`, or `sql` for the SQL edition (no background worker: the
+ * workers' heartbeats run the passes).
+ */
+export const EDITION = process.env['JOBQ_TEST_EDITION'] || 'extension';
+/**
+ * What a waiting checkout waits on in pg_stat_activity.wait_event: the extension's latch, or
+ * the SQL edition's pg_sleep between two looks (docs/sql-edition.md, "Waiting checkout polls").
+ */
+export const WAITING_EVENT = EDITION === 'sql' ? 'PgSleep' : 'Extension';
 
 /** The DSN with another login role. */
 export function dsnAs(dsn: string, user: string): string {

@@ -2,7 +2,9 @@
 
 It exports JOBQ_TEST_DSN (role jobq_test_app, granted jobq_worker), JOBQ_TEST_ADMIN_DSN (the
 superuser) and JOBQ_TEST_POOLER_DSN (jobq_test_app through PgBouncer in transaction mode), with
-jobq.heartbeat_timeout = 3s and jobq.reap_interval = 200ms.
+jobq.heartbeat_timeout = 3s and jobq.reap_interval = 200ms, and JOBQ_TEST_EDITION: "extension",
+or "sql" when the database has the SQL edition (no background worker: the workers' heartbeats
+run the passes).
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ DSN = _env("JOBQ_TEST_DSN")
 ADMIN_DSN = _env("JOBQ_TEST_ADMIN_DSN")
 POOLER_DSN = _env("JOBQ_TEST_POOLER_DSN")
 SERVER_LOG = _env("JOBQ_TEST_SERVER_LOG")
+EDITION = os.environ.get("JOBQ_TEST_EDITION", "extension")
+#: What a waiting checkout waits on, in pg_stat_activity.wait_event: the extension's latch, or
+#: the SQL edition's pg_sleep between two looks (docs/sql-edition.md, "Waiting checkout polls").
+WAITING_EVENT = "PgSleep" if EDITION == "sql" else "Extension"
 
 
 class ServerLog:
@@ -53,8 +59,8 @@ def await_waiting_checkout(admin: psycopg.Connection[Any], worker_name: str) -> 
     wait_until(
         lambda: admin.execute(
             "SELECT count(*) = 1 AS yes FROM pg_stat_activity"
-            " WHERE application_name = %s AND state = 'active' AND wait_event = 'Extension'",
-            (f"{worker_name}-jobs",),
+            " WHERE application_name = %s AND state = 'active' AND wait_event = %s",
+            (f"{worker_name}-jobs", WAITING_EVENT),
         ).fetchone()["yes"],  # type: ignore[index]
         what=f"worker {worker_name} to wait inside the server",
     )

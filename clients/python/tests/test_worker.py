@@ -15,7 +15,19 @@ import pytest
 
 import jobq
 
-from .conftest import DSN, POOLER_DSN, RunningWorker, ServerLog, await_waiting_checkout, dsn_as, job_row, wait_state, wait_until
+from .conftest import (
+    DSN,
+    EDITION,
+    POOLER_DSN,
+    WAITING_EVENT,
+    RunningWorker,
+    ServerLog,
+    await_waiting_checkout,
+    dsn_as,
+    job_row,
+    wait_state,
+    wait_until,
+)
 
 Start = Callable[[jobq.Worker], RunningWorker]
 
@@ -312,8 +324,9 @@ def test_stopping_an_idle_worker_logs_no_error_on_the_server(admin: Any, queue: 
         await_waiting_checkout(admin, name)
     else:
         wait_until(lambda: admin.execute(
-            "SELECT count(*) > 0 AS yes FROM pg_stat_activity WHERE state = 'active' AND wait_event = 'Extension'"
-            " AND usename = 'jobq_test_app'").fetchone()["yes"], what="the pooled worker to wait inside the server")
+            "SELECT count(*) > 0 AS yes FROM pg_stat_activity WHERE state = 'active' AND wait_event = %s"
+            " AND usename = 'jobq_test_app'", (WAITING_EVENT,)).fetchone()["yes"],
+            what="the pooled worker to wait inside the server")
     running.stop()
     written = log.since()
     assert "ERROR" not in written and "canceling statement" not in written, written
@@ -397,3 +410,27 @@ def test_holding_reaches_the_server_while_the_worker_idles_in_waiting_checkouts(
     after = jobq.enqueue(conn, queue)
     done = wait_state(admin, [after], "completed")[0]  # type: ignore[list-item]
     assert done["result"] == "ran" and done["worker_id"] == wid == worker.worker_id
+
+
+def test_a_dead_workers_job_comes_back_to_a_running_worker_with_nobody_reaping(
+    start_worker: Start, conn: Any, admin: Any, queue: str
+) -> None:
+    """The SQL edition has no background worker: the passes that reap dead workers are run by
+    the heartbeats of the workers (at least every jobq.reap_interval there), so a database
+    whose only activity is this library's worker is served. Nothing here calls jobq_reap().
+    On the extension its background worker reaps too: the same holds, in both editions."""
+    # A second worker, registered in SQL and not bound to its session, takes a job of the
+    # queue and dies: it never beats again.
+    doomed = jobq.register_worker(conn, "doomed", bind_to_session=False)
+    job = jobq.enqueue(conn, queue, {"n": 1})
+    assert [j.id for j in jobq.checkout(conn, doomed, [queue])] == [job]
+    worker = jobq.Worker(DSN, [queue], concurrency=2)
+    worker.add_handler(queue, lambda j: {"attempt": j.attempt})
+    start_worker(worker)
+    assert worker.server_edition == EDITION
+    # Once jobq.heartbeat_timeout (3 s) has passed, a pass reaps the dead worker and requeues
+    # its job, which the running worker then takes and completes.
+    row = wait_state(admin, [job], "completed")[0]  # type: ignore[list-item]
+    assert row["result"] == {"attempt": 2} and row["worker_id"] == worker.worker_id
+    assert row["interrupted_at"] is not None
+    assert admin.execute("SELECT count(*) AS n FROM jobq.workers WHERE id = %s", (doomed,)).fetchone()["n"] == 0

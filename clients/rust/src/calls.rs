@@ -1145,6 +1145,29 @@ pub async fn heartbeat_timeout<C: GenericClient>(client: &C) -> Result<Option<Du
     Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
 }
 
+/// The server's jobq edition (`jobq_version()`): `"extension"` or `"sql"`. A server without
+/// `jobq_version` (jobq before 0.4: `42883`) has the extension. For the worker.
+pub(crate) async fn server_edition<C: GenericClient>(client: &C) -> Result<String, Error> {
+    match one(client, "SELECT edition FROM jobq_version()", &Args::new()).await {
+        Ok(row) => Ok(row.try_get(0)?),
+        Err(e) if e.sqlstate() == Some("42883") => Ok("extension".to_string()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The server's `jobq.reap_interval`, 1 s when the setting is not defined or empty (as the SQL
+/// edition reads it). For the worker.
+pub(crate) async fn reap_interval<C: GenericClient>(client: &C) -> Result<Duration, Error> {
+    let row = one(
+        client,
+        "SELECT extract(epoch FROM coalesce(nullif(current_setting('jobq.reap_interval', true), ''), '1s')::interval)::float8",
+        &Args::new(),
+    )
+    .await?;
+    let secs: f64 = row.try_get(0)?;
+    Ok(Duration::from_secs_f64(secs.max(0.0)))
+}
+
 // ---------------------------------------------------------------------------------------
 // Workflows
 

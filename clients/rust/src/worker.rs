@@ -291,6 +291,8 @@ impl WorkerBuilder {
                     worker: None,
                     reaped: None,
                     period: Duration::from_secs(1),
+                    beat: Duration::from_secs(1),
+                    edition: None,
                 }),
                 hand: tokio::sync::Mutex::new(Hand::default()),
                 reaped_notify: Notify::new(),
@@ -336,6 +338,14 @@ fn hostname() -> String {
 ///   cancelled and the server logs no error; jobs a checkout claimed as the stop came are
 ///   held unstarted, and unregistering returns them, their attempt not counted), finishes
 ///   and reports those in hand, unregisters, and returns `Ok(())`.
+///
+/// On the SQL edition (`jobq_version()` says `sql`, learnt at the first registration:
+/// [`WorkerHandle::server_edition`]) there is no background worker: each heartbeat runs the
+/// maintenance pass (reaping dead workers and requeueing their jobs, pruning, firing
+/// schedules) when the last one is older than `jobq.reap_interval`. There the worker beats
+/// every min(`heartbeat_timeout / 3`, `jobq.reap_interval`), the latter read at each
+/// registration (1 s when unset), so a database whose workers run needs no pg_cron. On the
+/// extension nothing changes.
 pub struct Worker {
     shared: Arc<Shared>,
 }
@@ -381,6 +391,12 @@ impl WorkerHandle {
     /// the worker unregistered.
     pub fn worker_id(&self) -> Option<Uuid> {
         self.shared.reg().worker
+    }
+
+    /// The server's jobq edition, `"extension"` or `"sql"` (`jobq_version()`; a server
+    /// without it has the extension), learnt at the first registration; `None` before it.
+    pub fn server_edition(&self) -> Option<String> {
+        self.shared.reg().edition.clone()
     }
 }
 
@@ -539,8 +555,14 @@ struct Registration {
     worker: Option<Uuid>,
     /// A registration that got `JQ001`.
     reaped: Option<Uuid>,
-    /// The heartbeat period: a third of the server's `jobq.heartbeat_timeout`.
+    /// The heartbeat period: a third of the server's `jobq.heartbeat_timeout`. The job loop
+    /// sends `holding` at least this often, and a heartbeat call is given up after two.
     period: Duration,
+    /// How often the heartbeat task beats: `period`, or on the SQL edition at most the
+    /// server's `jobq.reap_interval` (its heartbeats run the passes).
+    beat: Duration,
+    /// The server's edition (`jobq_version()`), learnt at the first registration.
+    edition: Option<String>,
 }
 
 #[derive(Default)]
@@ -784,11 +806,28 @@ impl Dispatcher {
         let timeout = calls::heartbeat_timeout(c1)
             .await?
             .unwrap_or(Duration::from_secs(30));
+        let known = self.s.reg().edition.clone();
+        let edition = match known {
+            Some(edition) => edition,
+            None => calls::server_edition(c1).await?,
+        };
+        let period = (timeout / 3).max(Duration::from_millis(10));
+        // The SQL edition has no background worker: the heartbeats run the passes, each when
+        // the last one is older than jobq.reap_interval, so beat at least that often. (The
+        // `holding` list keeps `period`: it is about heartbeat_timeout, not the passes.)
+        let beat = if edition == "sql" {
+            let reap = calls::reap_interval(c1).await?;
+            period.min(reap.max(Duration::from_millis(10)))
+        } else {
+            period
+        };
         {
             let mut reg = self.s.reg();
             reg.worker = Some(id);
             reg.reaped = None;
-            reg.period = (timeout / 3).max(Duration::from_millis(10));
+            reg.period = period;
+            reg.beat = beat;
+            reg.edition = Some(edition);
         }
         // The new registration's first checkout is followed by its first `holding`.
         self.s.hand.lock().await.holding_sent = None;
@@ -1213,16 +1252,20 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Heartbeats on a connection of its own, every third of `jobq.heartbeat_timeout`, with the
-/// jobs in hand as `holding` (none while a checkout is in flight: then the job loop sends the
-/// list when the checkout returns, [`Dispatcher::send_holding`]); fires the tokens of jobs whose cancellation was requested, and
-/// tells the job loop about `JQ001`.
+/// Heartbeats on a connection of its own, every third of `jobq.heartbeat_timeout` (on the SQL
+/// edition, at most every `jobq.reap_interval`), with the jobs in hand as `holding` (none
+/// while a checkout is in flight: then the job loop sends the list when the checkout returns,
+/// [`Dispatcher::send_holding`]); fires the tokens of jobs whose cancellation was requested,
+/// and tells the job loop about `JQ001`.
 async fn heartbeat_loop(s: Arc<Shared>, stop: CancellationToken) {
     let mut db: Option<Client> = None;
     loop {
-        let period = s.reg().period;
+        let (period, beat) = {
+            let reg = s.reg();
+            (reg.period, reg.beat)
+        };
         tokio::select! {
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep(beat) => {}
             _ = stop.cancelled() => return,
         }
         let Some(worker) = s.current_worker() else {

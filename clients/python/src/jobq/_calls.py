@@ -521,3 +521,20 @@ def heartbeat_timeout() -> Call[timedelta]:
         (),
         lambda rows: _scalar(rows) or timedelta(seconds=30),
     )
+
+
+def server_edition() -> Call[str]:
+    """Which edition of jobq the database has (``jobq_version()``): ``"extension"`` or
+    ``"sql"``. A server older than 0.4 has no ``jobq_version`` (``42883``): the caller takes
+    that for ``"extension"``."""
+    return Call("SELECT edition AS v FROM jobq_version()", (), lambda rows: str(_scalar(rows)))
+
+
+def reap_interval() -> Call[timedelta]:
+    """The server's ``jobq.reap_interval`` (1 s when the setting is not defined or empty, as
+    the SQL edition reads it)."""
+    return Call(
+        "SELECT nullif(current_setting('jobq.reap_interval', true), '')::interval AS v",
+        (),
+        lambda rows: timedelta(seconds=1) if _scalar(rows) is None else _scalar(rows),
+    )

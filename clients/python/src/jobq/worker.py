@@ -17,7 +17,8 @@ A whole worker::
 What it does, all of it through the SQL functions (no guarantee is kept client-side):
 
 - Registers (``jobq_register_worker``; with ``bind_to_session`` unless ``pooled``) and reads
-  ``jobq.heartbeat_timeout`` from the server.
+  ``jobq.heartbeat_timeout`` from the server. At its first registration it learns the
+  server's edition (``jobq_version()``; :attr:`Worker.server_edition`).
 - Keeps up to ``concurrency`` jobs in flight: plain ``def`` handlers run in a thread pool,
   ``async def`` handlers as asyncio tasks, all in the process that calls :meth:`Worker.run`.
 - Checks out as many jobs as it has free slots. When it has finished jobs to report it does
@@ -34,6 +35,13 @@ What it does, all of it through the SQL functions (no guarantee is kept client-s
   ``max(heartbeat interval, wait)``. It delivers cancellation requests to their handlers:
   :attr:`jobq.Job.cancelled` turns True, and an ``async def`` handler's task is cancelled.
   A cancelled handler that raises fails its job, which becomes ``cancelled``.
+- On the SQL edition (``jobq_version()`` says ``sql``) there is no background worker: each
+  heartbeat runs the server's maintenance pass (reaping dead workers and requeueing their
+  jobs, pruning, firing schedules) when the last one is older than ``jobq.reap_interval``. So
+  there the worker heartbeats every min(``heartbeat_timeout / 3`` or ``heartbeat_interval``,
+  ``jobq.reap_interval``), ``jobq.reap_interval`` read at each registration (1 s when unset),
+  and a database whose workers run is served without pg_cron. On the extension nothing
+  changes.
 - On ``JQ001`` (this worker was reaped or unregistered) it drops the jobs in hand without
   reporting them (their handlers see :attr:`~jobq.Job.cancelled`; what they return is
   ignored: the jobs run again), registers again, and goes on.
@@ -71,7 +79,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar, Union
 
 import psycopg
 
-from . import aio
+from . import _calls, aio
 from .durable import Suspended
 from .errors import JobqError, JobsFenced, RetryIn, WorkerLost
 from .types import Job
@@ -138,7 +146,8 @@ class Worker:
             statements (``prepare_threshold=None``); liveness is the heartbeats alone.
         wait: how long an idle checkout waits inside the server, seconds (at most 3600).
         heartbeat_interval: seconds between heartbeats; default the server's
-            ``jobq.heartbeat_timeout`` / 3, read at each registration.
+            ``jobq.heartbeat_timeout`` / 3, read at each registration. On the SQL edition,
+            at most the server's ``jobq.reap_interval``: its heartbeats run the passes.
         handlers: handlers by kind, as :meth:`add_handler` takes them.
         connect_kwargs: more keyword arguments for ``psycopg.AsyncConnection.connect``.
         handle_signals: stop gracefully on SIGTERM and SIGINT when :meth:`run` /
@@ -182,6 +191,7 @@ class Worker:
         # The current registration. Each registration is its own UUID object (the one
         # jobq_register_worker returned), so registrations are compared with ``is``.
         self._wid: uuid.UUID | None = None
+        self._edition: str | None = None  # jobq_version()'s, learnt at the first registration
 
     # -- public API --------------------------------------------------------------------
 
@@ -211,6 +221,13 @@ class Worker:
         """The current registration's worker id (it changes when the worker registers again),
         or None when not registered."""
         return self._wid
+
+    @property
+    def server_edition(self) -> str | None:
+        """The server's jobq edition, ``"extension"`` or ``"sql"`` (``jobq_version()``; a
+        server without it has the extension), learnt at the first registration; None before
+        it."""
+        return self._edition
 
     def run(self) -> None:
         """Runs the worker until :meth:`stop`, SIGTERM or SIGINT, then drains and returns.
@@ -264,7 +281,8 @@ class Worker:
         self._reaped: uuid.UUID | None = None
         self._dispatcher_waiting = False
         self._cancelling: asyncio.Future[None] | None = None
-        self._heartbeat_s = self.heartbeat_interval or 10.0
+        self._heartbeat_s = self.heartbeat_interval or 10.0  # between periodic heartbeats
+        self._holding_s = self._heartbeat_s  # the longest the checkout loop leaves a list unsent
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="jobq-handler")
         self._loop = asyncio.get_running_loop()
         signals = self._install_signals()
@@ -310,7 +328,20 @@ class Worker:
         again = self._reaped is not None
         wid = await aio.register_worker(conn, self.name, self.metadata, bind_to_session=not self.pooled)
         timeout = await aio.heartbeat_timeout(conn)
-        self._heartbeat_s = self.heartbeat_interval or max(timeout.total_seconds() / 3, 0.05)
+        self._holding_s = self._heartbeat_s = self.heartbeat_interval or max(timeout.total_seconds() / 3, 0.05)
+        if self._edition is None:
+            try:
+                self._edition = await aio.execute(conn, _calls.server_edition())
+            except JobqError as e:
+                if e.sqlstate != "42883":  # no jobq_version(): a jobq older than 0.4, an extension
+                    raise
+                self._edition = "extension"
+        if self._edition == "sql":
+            # No background worker: the heartbeats run the passes, each when the last one is
+            # older than jobq.reap_interval, so beat at least that often. (The list of jobs in
+            # hand keeps its own period: it is about heartbeat_timeout, not the passes.)
+            reap = await aio.execute(conn, _calls.reap_interval())
+            self._heartbeat_s = min(self._heartbeat_s, max(reap.total_seconds(), 0.05))
         self._wid = wid
         self._holding_at = asyncio.get_running_loop().time()  # a new registration holds nothing
         self._holding_due = False
@@ -568,7 +599,7 @@ class Worker:
                 self._wake_dispatcher.clear()
                 await self._wake_dispatcher.wait()
                 continue
-            if self._holding_due or asyncio.get_running_loop().time() - self._holding_at >= self._heartbeat_s:
+            if self._holding_due or asyncio.get_running_loop().time() - self._holding_at >= self._holding_s:
                 # The periodic heartbeat sends no list while a checkout is on its way, and an
                 # idle worker is nearly always inside one: send it here, where this loop (the
                 # only one that checks out) has none on its way, so that a claim whose reply

@@ -33,6 +33,23 @@ pub fn pooler_dsn() -> String {
     env("JOBQ_TEST_POOLER_DSN")
 }
 
+/// The server's jobq: `"extension"`, or `"sql"` for the SQL edition (no background worker: the
+/// workers' heartbeats run the passes).
+pub fn edition() -> String {
+    std::env::var("JOBQ_TEST_EDITION").unwrap_or_else(|_| "extension".into())
+}
+
+/// What a waiting checkout waits on in `pg_stat_activity.wait_event`: the extension's latch,
+/// or the SQL edition's `pg_sleep` between two looks (docs/sql-edition.md, "Waiting checkout
+/// polls").
+pub fn waiting_event() -> &'static str {
+    if edition() == "sql" {
+        "PgSleep"
+    } else {
+        "Extension"
+    }
+}
+
 /// The worker's connection string with another login role.
 pub fn dsn_as(role: &str) -> String {
     dsn().replacen("jobq_test_app@", &format!("{role}@"), 1)
