@@ -8,7 +8,7 @@
 # No network, no pgbench, no flush waits: what the server's CPU does per job, which is what
 # bounds jobs/s once both cores are busy (16 and 64 clients; docs/performance.md).
 #
-#   bench/instructions.sh [--rows "baseline jobq jobq_any jobq_ckey statements layout"]
+#   bench/instructions.sh [--rows "baseline jobq jobq_any jobq_ckey jobq_sql statements layout"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
 #                                   10 % above bench/results/instructions-reference, a CPU regression of
 #                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
@@ -20,6 +20,8 @@
 #   jobq_any       the same with jobq_checkout(worker, NULL): a worker of every queue (ready_any)
 #   jobq_ckey      the same for jobs with a concurrency key (100 keys of limit 5, queue 'keyed'):
 #                  the keyed claim and the slot's release
+#   jobq_sql       jobq's SQL edition (docs/sql-edition.md), the same two calls, in a database of
+#                  its own (bench_sql) where a role that is no superuser installed it
 #   statements     the job's two steps as plain statements, issued directly, as the SQL does them
 #                  (jobq._checkout's first statement, jobq._complete's DELETE and INSERT, with the
 #                  worker test, floor read and counters): what the common checkout and completion
@@ -33,7 +35,7 @@
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS="baseline jobq jobq_any jobq_ckey statements layout"; CHECK=0
+ROWS="baseline jobq jobq_any jobq_ckey jobq_sql statements layout"; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -59,6 +61,18 @@ jobq_reset 2000
 baseline_reset 2000
 "${PSQL[@]}" -d bench -c "SELECT count(jobq_enqueue('keyed', concurrency_key => 'k' || (g % 100), concurrency_limit => 5)) FROM generate_series(1, 2000) g" >/dev/null
 "${PSQL[@]}" -d bench -c "UPDATE jobq.workers SET id = '$W' WHERE name = 'bench-0'"
+# The SQL edition in database bench_sql, its worker $W and 2,000 ready jobs (ids 1 to 2,000).
+if [[ " $ROWS " == *" jobq_sql "* ]]; then
+  sqlfile=$(python3 scripts/build-sql-edition.py)
+  "${PSQL[@]}" -d postgres -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'bench_installer') THEN CREATE ROLE bench_installer LOGIN CREATEROLE; END IF; END \$\$" -c "CREATE DATABASE bench_sql OWNER bench_installer" >/dev/null
+  psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U bench_installer -d bench_sql -f "$sqlfile" >/dev/null
+  "${PSQL[@]}" -d bench_sql >/dev/null <<SQL
+SELECT count(*) FROM jobq_enqueue_batch('bench', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 2000)));
+INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at)
+  SELECT '$W', 'postgres'::regrole, 'bench-0', '{}', now(), now() + interval '1 day';
+VACUUM ANALYZE;
+SQL
+fi
 as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
 rm -rf "$SNAP"; cp -a "$DATA" "$SNAP"
 
@@ -73,7 +87,7 @@ script() {
     baseline)
       echo "PREPARE ck AS UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id = (SELECT id FROM baseline_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id;"
       echo "PREPARE cm(bigint) AS DELETE FROM baseline_jobs WHERE id = \$1;" ;;
-    jobq|jobq_any|jobq_ckey)
+    jobq|jobq_any|jobq_ckey|jobq_sql)
       echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', $(queues "$row")) j;"
       echo "PREPARE cm(bigint) AS SELECT jobq_complete(\$1, '$W');" ;;
     statements)
@@ -99,12 +113,15 @@ count() {
   local row=$1 n=$2
   rm -rf "$WORK"; cp -a "$SNAP" "$WORK"
   script "$row" "$n" > "$WORK.in"; chmod 644 "$WORK.in"
-  as_pg valgrind --tool=callgrind --callgrind-out-file="$PROF/$row.$n.out" "$PGBIN/postgres" --single -D "$WORK" bench \
+  local db=bench; [ "$row" = jobq_sql ] && db=bench_sql
+  as_pg valgrind --tool=callgrind --callgrind-out-file="$PROF/$row.$n.out" "$PGBIN/postgres" --single -D "$WORK" "$db" \
     < "$WORK.in" > "$WORK.out" 2> "$WORK.err"
   if grep -q 'ERROR' "$WORK.out"; then grep -m3 ERROR "$WORK.out" >&2; exit 1; fi
   # The backend's own check: every job's rows moved as they should.
-  as_pg "$PGBIN/postgres" --single -D "$WORK" bench > "$WORK.check" 2>&1 <<SQL
-SELECT CASE WHEN '$row' = 'baseline' THEN (SELECT count(*) FROM baseline_jobs WHERE id <= $n) = 0 ELSE (SELECT count(*) FROM jobq.finished_jobs WHERE id > $(first "$row") AND id <= $(first "$row") + $n AND state = 'completed') = $n END AS all_done
+  local done="(SELECT count(*) FROM jobq.finished_jobs WHERE id > $(first "$row") AND id <= $(first "$row") + $n AND state = 'completed') = $n"
+  [ "$row" = baseline ] && done="(SELECT count(*) FROM baseline_jobs WHERE id <= $n) = 0"
+  as_pg "$PGBIN/postgres" --single -D "$WORK" "$db" > "$WORK.check" 2>&1 <<SQL
+SELECT $done AS all_done
 SQL
   grep -q 'all_done = "t"' "$WORK.check" || { echo "instructions.sh: row $row did not complete its $n jobs" >&2; cat "$WORK.check" >&2; exit 1; }
   grep -o 'Collected : [0-9]*' "$WORK.err" | awk '{print $3}'

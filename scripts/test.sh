@@ -62,6 +62,8 @@ python3 scripts/build-sql-edition.py >/dev/null
 JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) cargo test -p jobq-dash
 echo "test: the client libraries (PostgreSQL 15)"
 ./scripts/test-clients.sh python node rust
+echo "test: the client libraries on the SQL edition (PostgreSQL 15)"
+JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) ./scripts/test-clients.sh python node rust
 # Each typed as its ecosystem checks it, and packaged as its registry expects, with the
 # project's version (the workspace's, which the Debian packages also carry).
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
