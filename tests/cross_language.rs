@@ -274,7 +274,7 @@ fn every_example_worker_waits_inside_the_server_when_idle() {
         let waiting = |c: &mut Client| -> bool {
             c.query_one(
                 "SELECT count(*) = 1 FROM pg_stat_activity
-                  WHERE (application_name = $1 OR application_name LIKE $1 || '-%') AND wait_event = 'Extension' AND query LIKE '%jobq_checkout%wait%'",
+                  WHERE (application_name = $1 OR application_name LIKE $1 || '-%') AND wait_event IN ('Extension', 'PgSleep') AND query LIKE '%jobq_checkout%wait%'",
                 &[&name],
             )
             .unwrap()
@@ -483,9 +483,9 @@ fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
     let cluster = Cluster::start("pooled", &["jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '3s'"]);
     let db = "pooled";
     let app = "pooled_app";
-    cluster.connect("postgres").batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    cluster.create_jobq_db(db);
     let mut c = cluster.connect(db);
-    c.batch_execute(&format!("CREATE EXTENSION jobq; CREATE ROLE {app} LOGIN; GRANT jobq_worker TO {app};")).unwrap();
+    c.batch_execute(&format!("CREATE ROLE {app} LOGIN; GRANT jobq_worker TO {app};")).unwrap();
     // Four server sessions: a waiting checkout holds one while it waits (three workers), the
     // heartbeats and the reports of results share the fourth.
     let bouncer = Bouncer::start(&cluster, db, app, 4);
@@ -559,7 +559,7 @@ fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
         first(p.simple_query(&format!("SELECT id FROM jobq_checkout('{w}', ARRAY['pwait'], 1, '20 s')")).unwrap())
     });
     wait_until("the pooled checkout to wait", PATIENCE, || {
-        c.query_one("SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = $1 AND wait_event = 'Extension'", &[&app])
+        c.query_one("SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = $1 AND wait_event IN ('Extension', 'PgSleep')", &[&app])
             .unwrap()
             .get(0)
     });

@@ -2,7 +2,7 @@
 -- passes are run by pg_cron (jobq_schedule_passes) or by the client libraries' workers
 -- (src/sql/twins/edition.sql).
 CREATE FUNCTION jobq._serve_database() RETURNS boolean
-LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT true $$;
+LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN RETURN true; END $$;
 
 -- Twin of `_pass_if_due`, called by every heartbeat: with no pg_cron and no background worker,
 -- the workers that beat run the passes. One pass when the last one (by anyone: a heartbeat,

@@ -2,7 +2,7 @@
 -- compacting transaction recorded in shared memory; the SQL edition never compacts
 -- (jobq.compact_after() is 0), so there is nothing to record and nothing to wait for.
 CREATE FUNCTION jobq._note_compaction() RETURNS boolean
-LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT false $$;
+LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN RETURN false; END $$;
 
 CREATE FUNCTION jobq._hold_hot_tables() RETURNS void
-LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT $$;
+LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN END $$;

@@ -7,7 +7,7 @@
 CREATE TABLE jobq.settle_later (job_id bigint PRIMARY KEY);
 
 CREATE FUNCTION jobq._note_edges() RETURNS void
-LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT $$;
+LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN END $$;
 
 CREATE FUNCTION jobq._refuse_unseen_edges(parents bigint[]) RETURNS void
 LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$

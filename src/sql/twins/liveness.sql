@@ -6,21 +6,36 @@
 -- transaction, so by the next reap pass at the latest.
 CREATE FUNCTION jobq.worker_alive(heartbeat_at timestamptz, backend_pid integer, backend_start timestamptz)
 RETURNS boolean
-LANGUAGE sql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
-    SELECT heartbeat_at IS NOT NULL
-       AND heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
-       AND (backend_pid IS NULL
-            OR EXISTS (SELECT 1 FROM pg_stat_get_activity(backend_pid) a
-                        WHERE a.pid = backend_pid
-                          AND (a.backend_start IS NULL OR backend_start IS NULL
-                               OR a.backend_start = backend_start)))
-$$;
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF heartbeat_at IS NULL
+       OR heartbeat_at <= clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s') THEN
+        RETURN false;
+    END IF;
+    RETURN backend_pid IS NULL
+        OR EXISTS (SELECT 1 FROM pg_stat_get_activity(worker_alive.backend_pid) a
+                    WHERE a.pid = worker_alive.backend_pid
+                      AND (a.backend_start IS NULL OR worker_alive.backend_start IS NULL
+                           OR a.backend_start = worker_alive.backend_start));
+END $$;
 
--- Checkout's test: registered, alive, not stopping, and the caller may act for it.
+-- Checkout's test: registered, alive, not stopping, and the caller may act for it. The common
+-- case (a fresh heartbeat, no bound session, the caller's own worker) is decided here without
+-- calling the two functions that decide the others (each call of a function with a pinned
+-- search_path costs a job about 10 µs: bench/results/instructions.md, row jobq_sql).
 CREATE FUNCTION jobq._usable_worker(worker uuid) RETURNS boolean
-LANGUAGE sql STRICT VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
-    SELECT EXISTS (SELECT 1 FROM jobq.workers w
-                    WHERE w.id = worker AND w.stopping_at IS NULL
-                      AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
-                      AND jobq._may_act_for(w.owner))
-$$;
+LANGUAGE plpgsql STRICT VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    w jobq.workers;
+BEGIN
+    SELECT * INTO w FROM jobq.workers x WHERE x.id = worker;
+    IF NOT FOUND OR w.stopping_at IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    IF w.backend_pid IS NULL AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
+       AND w.owner = to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user
+                                                 ELSE current_setting('role') END)) THEN
+        RETURN true;
+    END IF;
+    RETURN jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) AND jobq._may_act_for(w.owner);
+END $$;

@@ -20,9 +20,10 @@ CREATE SEQUENCE jobq.rings AS bigint CYCLE;
 
 -- The advisory lock of a waiting worker: class 'jobq' (as jobq._take_slot's), then the worker.
 CREATE FUNCTION jobq._waiter_key(worker uuid) RETURNS integer
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
-    SELECT hashtext('waiting ' || worker::text)
-$$;
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    RETURN hashtext('waiting ' || worker::text);
+END $$;
 
 CREATE FUNCTION jobq._wait_begin(worker uuid, queues text[]) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -93,17 +94,17 @@ BEGIN
 END $$;
 
 CREATE FUNCTION jobq._wait_end(took_nothing boolean) RETURNS void
-LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT $$;
+LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN END $$;
 
 -- The extension rings at commit what these note; here the triggers of edition.sql ring.
 CREATE FUNCTION jobq._wake(queue text, run_at timestamptz, jobs bigint) RETURNS boolean
-LANGUAGE sql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT true $$;
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN RETURN true; END $$;
 
 CREATE FUNCTION jobq._freed(key text) RETURNS boolean
-LANGUAGE sql STRICT VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT true $$;
+LANGUAGE plpgsql STRICT VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN RETURN true; END $$;
 
 CREATE FUNCTION jobq._stop_checkouts(worker uuid) RETURNS boolean
-LANGUAGE sql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ SELECT true $$;
+LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN RETURN true; END $$;
 
 -- The workers whose checkouts wait now, in this database (their advisory locks).
 CREATE FUNCTION jobq._waiting_workers() RETURNS uuid[]
