@@ -829,13 +829,39 @@ fn every_function_pins_its_search_path() {
     // The keyed claim's per-job helpers leave the setting to their callers (src/sql/checkout.sql,
     // the header): each runs with the definer's rights of no one, and only jobq's own functions,
     // which pin it, may call it.
-    let hot = [
+    let mut hot = vec![
         "jobq._claim_keyed(bigint,tid,uuid,timestamp with time zone)",
         "jobq._release_keys(bigint,text,text,text,text,text,integer)",
         "jobq._take_keys(bigint,tid,timestamp with time zone)",
         "jobq._take_rate(text,timestamp with time zone)",
         "jobq._take_slot(\"char\",text,integer,bigint)",
     ];
+    // So do the SQL edition's twins on a job's path (src/sql/twins/), for the same reason and
+    // on the same terms (the extension's are C, with nothing to pin).
+    if sql_edition().is_some() {
+        hot.extend([
+            "jobq._caller()",
+            "jobq._floor(oid,text)",
+            "jobq._freed(text)",
+            "jobq._hold_hot_tables()",
+            "jobq._lower_floor(oid,text,integer,timestamp with time zone,bigint)",
+            "jobq._may_act_for(oid)",
+            "jobq._note_compaction()",
+            "jobq._note_edges()",
+            "jobq._notify(text)",
+            "jobq._refuse_unseen_edges(bigint[])",
+            "jobq._setting(text,interval)",
+            "jobq._tally(text,text,timestamp with time zone,timestamp with time zone)",
+            "jobq._usable_worker(uuid)",
+            "jobq._wake(text,timestamp with time zone,bigint)",
+            "jobq.compact_after()",
+            "jobq.retention_ms()",
+            "jobq.worker_alive(timestamp with time zone,integer,timestamp with time zone)",
+        ]);
+        hot.sort();
+    }
+    let mut unpinned = unpinned;
+    unpinned.sort();
     assert_eq!(unpinned, hot, "functions without a pinned search_path");
     for f in hot {
         let (definer, callers): (bool, Vec<String>) = c

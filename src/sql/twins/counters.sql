@@ -15,8 +15,9 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, 
     SELECT '{1,2,5,10,20,50,100,200,500,1000,2000,5000,10000,20000,60000,120000,300000,600000,1800000,3600000,7200000,21600000,86400000,Infinity}'::double precision[]
 $$;
 
+-- On every job's path: it leaves the search_path to its callers, which pin it.
 CREATE FUNCTION jobq._tally(queue text, event text, since timestamptz, at timestamptz) RETURNS boolean
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
 DECLARE
     v_event smallint := array_position(ARRAY['enqueued', 'started', 'completed', 'failed', 'dead'], event);
 BEGIN

@@ -7,10 +7,10 @@
 CREATE TABLE jobq.settle_later (job_id bigint PRIMARY KEY);
 
 CREATE FUNCTION jobq._note_edges() RETURNS void
-LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN END $$;
+LANGUAGE sql VOLATILE AS $$ SELECT NULL::void $$;
 
 CREATE FUNCTION jobq._refuse_unseen_edges(parents bigint[]) RETURNS void
-LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql STRICT VOLATILE AS $$
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         INSERT INTO jobq.settle_later SELECT DISTINCT p FROM unnest(parents) p ON CONFLICT DO NOTHING;

@@ -6,7 +6,7 @@
 -- transaction, so by the next reap pass at the latest.
 CREATE FUNCTION jobq.worker_alive(heartbeat_at timestamptz, backend_pid integer, backend_start timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 BEGIN
     IF heartbeat_at IS NULL
        OR heartbeat_at <= clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s') THEN
@@ -23,8 +23,10 @@ END $$;
 -- case (a fresh heartbeat, no bound session, the caller's own worker) is decided here without
 -- calling the two functions that decide the others (each call of a function with a pinned
 -- search_path costs a job about 10 µs: bench/results/instructions.md, row jobq_sql).
+-- These twins leave the search_path to their callers, jobq's functions, which pin it (as the
+-- keyed claim's helpers of src/sql/checkout.sql do): no jobq role may call them.
 CREATE FUNCTION jobq._usable_worker(worker uuid) RETURNS boolean
-LANGUAGE plpgsql STRICT VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql STRICT VOLATILE PARALLEL UNSAFE AS $$
 DECLARE
     w jobq.workers;
 BEGIN

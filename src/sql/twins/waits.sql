@@ -98,10 +98,10 @@ LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS 
 
 -- The extension rings at commit what these note; here the triggers of edition.sql ring.
 CREATE FUNCTION jobq._wake(queue text, run_at timestamptz, jobs bigint) RETURNS boolean
-LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN RETURN true; END $$;
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT true $$;
 
 CREATE FUNCTION jobq._freed(key text) RETURNS boolean
-LANGUAGE plpgsql STRICT VOLATILE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN RETURN true; END $$;
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$ SELECT true $$;
 
 CREATE FUNCTION jobq._stop_checkouts(worker uuid) RETURNS boolean
 LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$ BEGIN RETURN true; END $$;
