@@ -12,11 +12,18 @@ CREATE TABLE jobq.last_pass (
     error          text
 );
 
--- Skips the write when another pass holds the row: its note is as recent.
+-- Skips the write when another pass holds the row: its note is as recent. Every pass ends
+-- here: it also sends the NOTIFYs deferred since the last one (src/sql/twins/wakes.sql).
 CREATE FUNCTION jobq._note_pass(ended timestamptz, took_us bigint, counts integer[], error text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_sent bigint;
 BEGIN
+    WITH taken AS (
+        DELETE FROM jobq.pending_notifies RETURNING queue
+    )
+    SELECT count(pg_notify('jobq', q.queue)) INTO v_sent FROM (SELECT DISTINCT t.queue FROM taken t) q;
     IF pg_try_advisory_xact_lock(1785684593, hashtext('jobq.last_pass')) THEN
         INSERT INTO jobq.last_pass AS p VALUES (true, ended, took_us / 1000.0, counts[1], counts[2], counts[3],
                                                 counts[4], counts[5], error)

@@ -53,15 +53,16 @@ BEGIN
 END $$;
 
 -- Sleeps in steps of 50 ms until a ring since the last look that a probe finds worth a look,
--- `due`, `opens`, `until`, or a second; `keys`, `rate` and `opening` are the extension's finer
--- wake-ups, which a ring covers. A ring whose probe finds nothing is probed again 10 ms later,
--- in case its commit was not visible yet.
+-- `due`, `opens`, `until`, or five seconds (the extension's net is one second; here each look of
+-- 64 idle waiters a second cost more than the 50 ms polls: bench/results/wait-sql.md); `keys`,
+-- `rate` and `opening` are the extension's finer wake-ups, which a ring covers. A ring whose
+-- probe finds nothing is probed again 10 ms later, in case its commit was not visible yet.
 CREATE FUNCTION jobq._wait(until timestamptz, due timestamptz, keys text[] DEFAULT NULL, rate text DEFAULT NULL,
                            opens timestamptz DEFAULT NULL, opening integer DEFAULT 1)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_end     timestamptz := least(until, due, opens, clock_timestamp() + interval '1 second');
+    v_end     timestamptz := least(until, due, opens, clock_timestamp() + interval '5 seconds');
     v_seen    text := current_setting('jobq.rung', true);
     v_recheck boolean := current_setting('jobq.relook', true) = 'yes';
     v_now     text;

@@ -1,4 +1,22 @@
--- Twin of src/wakes.rs: the NOTIFY that wakes listening workers, sent by the transaction that
--- makes a job ready (PostgreSQL sends one per queue however often a transaction asks).
+-- Twin of src/wakes.rs: the NOTIFY that wakes listening workers. As in the extension,
+-- jobq.notify = immediate sends it from the transaction that makes a job ready (PostgreSQL
+-- sends one per queue however often a transaction asks); by default it is deferred, because
+-- PostgreSQL serialises the commits of transactions that notify: that halved the enqueue rate
+-- at 16 clients (docs/performance.md, "The SQL edition"). The extension's background worker sends
+-- the deferred ones right after the commit; here the transaction notes its queue (once) in an
+-- unlogged table, and the next pass sends them (jobq._note_pass, src/sql/twins/health.sql).
+CREATE UNLOGGED TABLE jobq.pending_notifies (queue text NOT NULL);
+
+-- On every enqueue's path: it leaves the search_path to its callers, which pin it.
 CREATE FUNCTION jobq._notify(queue text) RETURNS void
-LANGUAGE sql VOLATILE PARALLEL UNSAFE AS $$ SELECT pg_catalog.pg_notify('jobq', queue) $$;
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
+DECLARE
+    v_noted text := coalesce(current_setting('jobq.notified', true), '');
+BEGIN
+    IF current_setting('jobq.notify', true) = 'immediate' THEN
+        PERFORM pg_catalog.pg_notify('jobq', queue);
+    ELSIF strpos(v_noted, E'\n' || queue || E'\n') = 0 THEN
+        INSERT INTO jobq.pending_notifies VALUES (queue);
+        PERFORM set_config('jobq.notified', coalesce(nullif(v_noted, ''), E'\n') || queue || E'\n', true);
+    END IF;
+END $$;
