@@ -16,10 +16,10 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = --sql ]; then
   shift
   export JOBQ_EDITION=sql JOBQ_DATA=${JOBQ_DATA:-$PWD/.pgdata-sql} JOBQ_PORT=${JOBQ_PORT:-5498}
-  ADMIN_ROLE=jobq_demo_installer DEFAULT_DASH=8081
+  ADMIN_ROLE=jobq_demo_installer DEFAULT_DASH=8081 CLUSTER_ENV="JOBQ_DATA=.pgdata-sql JOBQ_PORT=5498 "
 else
   export JOBQ_EDITION=extension
-  ADMIN_ROLE=postgres DEFAULT_DASH=8080
+  ADMIN_ROLE=postgres DEFAULT_DASH=8080 CLUSTER_ENV=""
 fi
 # Only what the demo runs: PostgreSQL 15 (not 17 and 18, which only the test suite needs), no
 # browser, no test runners.
@@ -49,7 +49,7 @@ cat <<MSG
 
 The server is still running (data in ${JOBQ_DATA:-.pgdata}, port ${JOBQ_PORT:-5499}, database ${JOBQ_DB:-jobq_demo}; jobq, $JOBQ_EDITION edition).
   dashboard: http://127.0.0.1:$DASH_PORT/   (jobq-dash, as jobq_demo_ops; log in ${JOBQ_DATA:-.pgdata}/dash.log)
-  connect:  scripts/cluster.sh psql        (or: psql -h 127.0.0.1 -p ${JOBQ_PORT:-5499} -U postgres ${JOBQ_DB:-jobq_demo})
+  connect:  ${CLUSTER_ENV}scripts/cluster.sh psql        (or: psql -h 127.0.0.1 -p ${JOBQ_PORT:-5499} -U postgres ${JOBQ_DB:-jobq_demo})
   workers:  .venv/bin/python examples/python/worker.py | node examples/node/worker.js | examples/rust/target/release/jobq-worker
-  stop:     scripts/cluster.sh stop        (the server and the dashboard)
+  stop:     ${CLUSTER_ENV}scripts/cluster.sh stop        (the server and the dashboard)
 MSG
