@@ -402,11 +402,14 @@ fn pg_cron_runs_the_passes() {
         let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
         state == "ready"
     });
-    let passes: i64 = su
-        .query_one("SELECT count(*) FROM cron.job_run_details WHERE jobid = $1 AND status = 'succeeded'", &[&job])
-        .unwrap()
-        .get(0);
-    assert!(passes >= 1);
+    // pg_cron records a run as succeeded after its command's transaction commits.
+    wait_until("pg_cron to record a pass that succeeded", PATIENCE, || {
+        let passes: i64 = su
+            .query_one("SELECT count(*) FROM cron.job_run_details WHERE jobid = $1 AND status = 'succeeded'", &[&job])
+            .unwrap()
+            .get(0);
+        passes >= 1
+    });
     assert!(admin.query_one("SELECT jobq_unschedule_passes()", &[]).unwrap().get::<_, bool>(0));
     assert!(!admin.query_one("SELECT jobq_unschedule_passes()", &[]).unwrap().get::<_, bool>(0));
 }
