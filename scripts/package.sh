@@ -106,6 +106,6 @@ python3 scripts/build-sql-edition.py "$OUT/jobq-sql--$VERSION.sql" >/dev/null
 echo "package: $OUT/jobq-sql--$VERSION.sql"
 root=$work/jobq-sql
 install -D -m 644 "$OUT/jobq-sql--$VERSION.sql" "$root/usr/share/jobq/jobq-sql--$VERSION.sql"
-build_deb "$root" jobq-sql "postgresql-client" \
+build_deb "$root" jobq-sql "postgresql-client | postgresql-client-15" \
   "jobq for PostgreSQL where no library can be installed (SQL edition)" \
   "The SQL edition of jobq: the same SQL functions, in SQL and PL/pgSQL alone, installed into a database with psql -f /usr/share/jobq/jobq-sql--$VERSION.sql by a role with CREATEROLE that owns it (no superuser), as managed services (RDS, Cloud SQL, Azure, Supabase, Neon) allow."
