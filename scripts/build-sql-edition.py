@@ -112,8 +112,9 @@ def build():
     # What SQL may call of the library: its #[pg_extern] functions, and the C functions src/sql
     # declares (the hot path). Each needs its twin.
     needed = set(rust_functions())
+    files = shared_files()
     parts = []
-    for f in shared_files():
+    for f in files:
         text = (SRC / "sql" / f).read_text()
         kept = []
         for s in statements(text):
@@ -131,7 +132,7 @@ def build():
     body = []
     for f, text in parts:
         body.append("-- ---- src/sql/%s ----\n%s\n" % (f, text))
-        if f == shared_files()[0]:
+        if f == files[0]:
             body.extend(twin_sql)
     body.append("-- ---- src/sql/twins/edition.sql ----\n" + (TWINS / "edition.sql").read_text())
     install = "\n".join(body).replace("@extschema@.", "public.")

@@ -188,13 +188,13 @@ impl Cluster {
     /// copy of a template database where `jobq_installer` ran the file once.
     pub fn fresh_db(&self) -> String {
         let name = format!("t{}_{}", std::process::id(), DB_COUNTER.fetch_add(1, Ordering::SeqCst));
-        let mut admin = self.connect("postgres");
         if sql_edition().is_some() {
             let template = self.sql_edition_template();
-            admin.batch_execute(&format!("CREATE DATABASE {name} OWNER {INSTALLER} TEMPLATE {template}")).unwrap();
+            self.connect("postgres")
+                .batch_execute(&format!("CREATE DATABASE {name} OWNER {INSTALLER} TEMPLATE {template}"))
+                .unwrap();
         } else {
-            admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
-            self.connect(&name).batch_execute("CREATE EXTENSION jobq").unwrap();
+            self.create_jobq_db(&name);
         }
         name
     }

@@ -35,8 +35,7 @@ BEGIN
         RETURN false;
     END IF;
     IF w.backend_pid IS NULL AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
-       AND w.owner = to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user
-                                                 ELSE current_setting('role') END)) THEN
+       AND w.owner::oid = jobq._caller() THEN
         RETURN true;
     END IF;
     RETURN jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) AND jobq._may_act_for(w.owner);
