@@ -6,7 +6,8 @@
 # `cargo pgrx init` against 15 (Debian's),
 # 17 and 18. Then the client libraries and the example workers' dependencies. Every step checks
 # first and skips what is already there. JOBQ_PG_VERSIONS (default "15 17 18") limits the
-# versions it prepares; JOBQ_TEST_TOOLS=0 skips what only the tests use: Debian's chromium and
+# versions it prepares; JOBQ_TEST_TOOLS=0 skips what only the tests use: Debian's chromium, Ruby's
+# ActiveJob, ActiveRecord and minitest, and
 # the npm dependencies of the dashboard's browser suite (dash/browser), pytest, mypy and build.
 # Python packages go into a virtual environment of this checkout, .venv/ (ignored by git; a
 # stock Debian 12 refuses `pip install` into its own Python, PEP 668): every script and test
@@ -28,7 +29,9 @@ fi
 
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 # postgresql-15-plproxy: PL/Proxy, under the proxy extension jobq_proxy (proxy/).
-PKGS=(build-essential clang libclang-dev postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy sudo pgbouncer)
+# ruby, ruby-pg: clients/ruby (the demo runs a Ruby worker); Debian's, as RubyGems may be unreachable.
+PKGS=(build-essential clang libclang-dev postgresql-15 postgresql-server-dev-15 postgresql-15-plproxy sudo pgbouncer
+  ruby ruby-pg)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -41,6 +44,12 @@ done
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# clients/ruby's tests: ActiveJob, ActiveRecord and Rails 6.1, minitest and rake, from Debian (tests only).
+if [ "${JOBQ_TEST_TOOLS:-1}" = 1 ]; then
+  for p in ruby-activejob ruby-activerecord ruby-railties ruby-minitest rake; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   as_root apt-get update -qq

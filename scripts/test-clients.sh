@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The client libraries' tests (clients/python, clients/node, clients/rust), each in its own
+# The client libraries' tests (clients/python, clients/node, clients/rust, clients/ruby), each in its own
 # runner, against a real PostgreSQL 15 with jobq and a PgBouncer in transaction mode in front
 # of it. jobq is either the extension (installed already: `cargo pgrx install`, as
 # scripts/test.sh leaves it), or, with JOBQ_SQL_EDITION naming a built jobq-sql--V.sql (an
@@ -9,9 +9,9 @@
 #     come back within seconds); the extension: shared_preload_libraries = 'jobq'; the SQL
 #     edition: shared_preload_libraries = '' (no library, no background worker: the jobq.*
 #     lines are custom settings, and the workers' heartbeats run the passes);
-#   - databases jobq_python, jobq_node, jobq_rust, each with jobq: CREATE EXTENSION jobq (by
+#   - databases jobq_python, jobq_node, jobq_rust, jobq_ruby, each with jobq: CREATE EXTENSION jobq (by
 #     postgres), or the SQL edition's file run into it with psql by jobq_installer, a login
-#     role with CREATEROLE that is no superuser and owns the three databases;
+#     role with CREATEROLE that is no superuser and owns the four databases;
 #   - login roles: jobq_test_app (granted jobq_worker), jobq_test_producer (jobq_producer),
 #     jobq_test_reader (jobq_reader), jobq_test_admin (jobq_admin), jobq_test_nobody (nothing);
 #     the superuser is postgres; every login is trusted on loopback.
@@ -23,14 +23,14 @@
 #   JOBQ_TEST_DSN        postgresql://jobq_test_app@HOST:PORT/jobq_<language>   (a worker's)
 #   JOBQ_TEST_ADMIN_DSN  postgresql://postgres@HOST:PORT/jobq_<language>        (superuser)
 #   JOBQ_TEST_POOLER_DSN postgresql://jobq_test_app@HOST:POOLER_PORT/jobq_<language>
-#   scripts/test-clients.sh [python] [node] [rust]     (default: all three)
+#   scripts/test-clients.sh [python] [node] [rust] [ruby]   (default: all four)
 #   JOBQ_SQL_EDITION=/abs/jobq-sql--V.sql scripts/test-clients.sh [...]   the same, SQL edition
 #   JOBQ_TEST_KEEP=1 scripts/test-clients.sh shell     a cluster for trying things: prints the
 #                                                     variables and waits until interrupted
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-langs=("${@:-python node rust}")
+langs=("${@:-python node rust ruby}")
 # shellcheck disable=SC2206
 langs=(${langs[*]})
 bindir=/usr/lib/postgresql/15/bin
@@ -54,13 +54,13 @@ tmp=$pg_tmp data=$pg_data port=$pg_port pooler_port=$(pg_free_port)
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@"; }
 if [ "$edition" = sql ]; then
   psql_ -d postgres -c "CREATE ROLE jobq_installer LOGIN CREATEROLE"
-  for db in jobq_python jobq_node jobq_rust; do
+  for db in jobq_python jobq_node jobq_rust jobq_ruby; do
     psql_ -d postgres -c "CREATE DATABASE $db OWNER jobq_installer"
     # On stdin: the server's OS user may not read the checkout. As the docs say to run it.
     psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U jobq_installer -d "$db" -f - <"$sql_file" >/dev/null
   done
 else
-  for db in jobq_python jobq_node jobq_rust; do
+  for db in jobq_python jobq_node jobq_rust jobq_ruby; do
     psql_ -d postgres -c "CREATE DATABASE $db"
     psql_ -d "$db" -c "SET client_min_messages = warning; CREATE EXTENSION jobq"
   done
@@ -130,13 +130,18 @@ for lang in "${langs[@]}"; do
     echo "test-clients: Rust (clients/rust, cargo test)"
     (cd "$repo" && cargo test -p jobq-client) || status=1
     ;;
+  ruby)
+    env_for ruby
+    echo "test-clients: Ruby (clients/ruby, minitest)"
+    (cd clients/ruby && rake test) || status=1
+    ;;
   shell)
-    env_for python
+    env_for "${JOBQ_TEST_SHELL_LANG:-python}"
     env | grep '^JOBQ_TEST_' | sort
-    echo "test-clients: cluster up ($edition edition; databases jobq_python, jobq_node, jobq_rust); Ctrl-C stops it"
+    echo "test-clients: cluster up ($edition edition; databases jobq_python, jobq_node, jobq_rust, jobq_ruby); Ctrl-C stops it"
     while true; do sleep 3600; done
     ;;
-  *) echo "test-clients: unknown suite $lang (python, node, rust, shell)" >&2; exit 2 ;;
+  *) echo "test-clients: unknown suite $lang (python, node, rust, ruby, shell)" >&2; exit 2 ;;
   esac
 done
 exit $status

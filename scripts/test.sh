@@ -13,9 +13,9 @@
 # docs/getting-started.md run block by block as a reader would (scripts/test-getting-started.py),
 # and the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
 # Chromium), against PostgreSQL 15 with jobq installed; last the client libraries (clients/:
-# pytest, node --test, cargo test, through scripts/test-clients.sh), mypy --strict (the Python
-# library and its tests), and their packages (wheel and sdist, npm pack, cargo package). Python
-# is .venv/bin/python, the virtual environment scripts/setup.sh makes.
+# pytest, node --test, cargo test, minitest, through scripts/test-clients.sh), mypy --strict (the
+# Python library and its tests), and their packages (wheel and sdist, npm pack, cargo package,
+# gem build). Python is .venv/bin/python, the virtual environment scripts/setup.sh makes.
 # Extra arguments go to cargo pgrx test (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,9 +61,9 @@ echo "test: jobq-dash on the SQL edition (PostgreSQL 15)"
 python3 scripts/build-sql-edition.py >/dev/null
 JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) cargo test -p jobq-dash
 echo "test: the client libraries (PostgreSQL 15)"
-./scripts/test-clients.sh python node rust
+./scripts/test-clients.sh python node rust ruby
 echo "test: the client libraries on the SQL edition (PostgreSQL 15)"
-JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) ./scripts/test-clients.sh python node rust
+JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) ./scripts/test-clients.sh python node rust ruby
 # Each typed as its ecosystem checks it, and packaged as its registry expects, with the
 # project's version (the workspace's, which the Debian packages also carry).
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
@@ -71,9 +71,11 @@ for manifest in dash/Cargo.toml proxy/Cargo.toml clients/rust/Cargo.toml clients
   grep -q "^version = \"$version\"$" "$manifest" || { echo "test: $manifest is not at version $version" >&2; exit 1; }
 done
 grep -q "^__version__ = \"$version\"$" clients/python/src/jobq/__init__.py || { echo "test: jobq.__version__ is not $version" >&2; exit 1; }
+grep -q "^  VERSION = \"$version\"$" clients/ruby/lib/jobq/version.rb || { echo "test: Jobq::VERSION is not $version" >&2; exit 1; }
 rm -rf target/clients target/package/jobq-client-*
 mkdir -p target/clients
 (cd clients/python && ../../.venv/bin/python -m mypy --strict src tests && ../../.venv/bin/python -m build --no-isolation --outdir ../../target/clients/python >/dev/null)
 (cd clients/node && npm pack --silent --pack-destination ../../target/clients >/dev/null)
 cargo package -q -p jobq-client --allow-dirty
-ls "target/clients/python/jobq-$version-py3-none-any.whl" "target/clients/python/jobq-$version.tar.gz" "target/clients/jobq-$version.tgz" "target/package/jobq-client-$version.crate"
+(cd clients/ruby && gem build -q jobq.gemspec --output "../../target/clients/jobq-$version.gem" >/dev/null 2>&1)
+ls "target/clients/jobq-$version.gem" "target/clients/python/jobq-$version-py3-none-any.whl" "target/clients/python/jobq-$version.tar.gz" "target/clients/jobq-$version.tgz" "target/package/jobq-client-$version.crate"
