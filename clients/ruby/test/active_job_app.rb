@@ -55,6 +55,12 @@ class UniqueReportJob < ActiveJob::Base
   def perform(tag) = AjRun.create!(tag: tag, provider_job_id: provider_job_id, executions: executions)
 end
 
+class LimitedJob < ActiveJob::Base
+  jobq_options concurrency_key: ->(job) { "limited-#{job.arguments.first}" }, concurrency_limit: 3
+
+  def perform(_tag); end
+end
+
 class StrictUniqueJob < ActiveJob::Base
   jobq_options unique_key: ->(job) { "strict-#{job.arguments.first}" }
 

@@ -101,16 +101,20 @@ class ActiveJobTest < JobqTest
   end
 
   def test_enqueue_all_puts_jobs_without_keys_in_one_call_and_keyed_ones_alone
-    jobs = [RecordJob.new("all-#{queue}", 1), RecordJob.new("all-#{queue}", 2), UniqueReportJob.new("all-#{queue}"),
-            UniqueReportJob.new("all-#{queue}")]
+    jobs = [RecordJob.new("all-#{queue}", 1), RecordJob.new("all-#{queue}", 2), RecordJob.new("all-#{queue}", 3),
+            LimitedJob.new("all-#{queue}"), UniqueReportJob.new("all-#{queue}"), UniqueReportJob.new("all-#{queue}")]
     jobs.each { |j| j.queue_name = queue }
     jobs[1].scheduled_at = Time.now.to_f + 600
     enqueued = ActiveJob::Base.queue_adapter.enqueue_all(jobs)
-    assert_equal 3, enqueued
+    assert_equal 5, enqueued
     ids = jobs.map(&:provider_job_id)
-    assert_equal [true, true, true, false], ids.map { |i| !i.nil? }
-    assert_in_delta Time.now.to_f + 600, Time.parse(job_row(ids[1])["run_at"]).to_f, 5
-    assert_equal "report-all-#{queue}", job_row(ids[2])["unique_key"]
+    assert_equal [true, true, true, true, true, false], ids.map { |i| !i.nil? }
+    rows = ids.compact.map { |i| job_row(i) }
+    assert_equal [%w[1 2 3], "RecordJob"], [rows[0, 3].map { |r| JSON.parse(r["payload"])["arguments"][1].to_s }, rows[0]["kind"]]
+    assert_in_delta Time.now.to_f + 600, Time.parse(rows[1]["run_at"]).to_f, 5
+    assert_operator Time.parse(rows[0]["run_at"]), :<=, Time.now
+    assert_equal ["limited-all-#{queue}", "3"], rows[3].values_at("concurrency_key", "concurrency_limit")
+    assert_equal "report-all-#{queue}", rows[4]["unique_key"]
   end
 
   def test_recurring_jobs_are_kept_by_jobq_schedules

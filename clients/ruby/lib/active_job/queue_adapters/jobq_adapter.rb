@@ -22,29 +22,34 @@ module ActiveJob
         enqueue_one(job, Time.at(timestamp))
       end
 
-      # ActiveJob 7.1+ (perform_all_later): the jobs without a unique key in one call
-      # (jobq_enqueue_graph), those with one each on its own, so that a taken key refuses only
-      # its job. Returns how many were enqueued (those with a provider_job_id).
+      # ActiveJob 7.1+ (perform_all_later). Jobs with no key of jobq's go in one
+      # jobq_enqueue_batch per (queue, class, priority, run_at, max_attempts); a job with a
+      # unique key on its own, so that a taken key refuses only its job; jobs with other keys in
+      # one jobq_enqueue_graph. Returns how many were enqueued (those with a provider_job_id).
       def enqueue_all(jobs)
         client = Jobq::ActiveJob.client
-        keyed, plain = jobs.partition { |job| Jobq::ActiveJob.enqueue_options(job).key?(:unique_key) }
-        unless plain.empty?
-          graph = plain.map do |job|
-            run_at = job.respond_to?(:scheduled_at) && job.scheduled_at ? Time.at(job.scheduled_at.to_f) : nil
-            options = Jobq::ActiveJob.enqueue_options(job, run_at)
-            options[:run_at] = Jobq::Calls.time(options[:run_at]) if options[:run_at]
-            { queue: job.queue_name, payload: job.serialize }.merge(options)
-          end
-          client.enqueue_graph(graph).zip(plain).each { |id, job| accepted(job, id) }
+        planned = jobs.map { |job| [job, Jobq::ActiveJob.enqueue_options(job, scheduled_at(job))] }
+        keyed, rest = planned.partition { |_, options| options.key?(:unique_key) }
+        plain, other = rest.partition { |_, options| (options.keys - BATCH_OPTIONS).empty? }
+        plain.group_by { |job, options| [job.queue_name, options] }.each do |(queue, options), group|
+          ids = client.enqueue_batch(queue, group.map { |job, _| job.serialize }, **options)
+          ids.zip(group) { |id, (job, _)| accepted(job, id) }
         end
-        keyed.each do |job|
-          run_at = job.respond_to?(:scheduled_at) && job.scheduled_at ? Time.at(job.scheduled_at.to_f) : nil
-          accepted(job, insert(job, run_at, client))
+        unless other.empty?
+          graph = other.map do |job, options|
+            { queue: job.queue_name, payload: job.serialize }.merge(options, run_at: Jobq::Calls.time(options[:run_at])).compact
+          end
+          client.enqueue_graph(graph).zip(other) { |id, (job, _)| accepted(job, id) }
+        end
+        keyed.each do |job, options|
+          accepted(job, client.enqueue(job.queue_name, job.serialize, **options))
         rescue Jobq::UniqueConflict
           job.successfully_enqueued = false if job.respond_to?(:successfully_enqueued=)
         end
         jobs.count(&:provider_job_id)
       end
+
+      BATCH_OPTIONS = %i[kind priority run_at max_attempts].freeze
 
       private
 
@@ -63,6 +68,12 @@ module ActiveJob
 
       def insert(job, run_at, client)
         client.enqueue(job.queue_name, job.serialize, **Jobq::ActiveJob.enqueue_options(job, run_at))
+      end
+
+      # When a job built for enqueue_all is due: ActiveJob 6.1 and 7.0 keep a Float, 7.1+ a Time.
+      def scheduled_at(job)
+        at = job.respond_to?(:scheduled_at) ? job.scheduled_at : nil
+        at && Time.at(at.to_f)
       end
 
       def accepted(job, id)
