@@ -21,10 +21,12 @@
 # Writes bench/results/rails-race.md.
 #   bench/rails/race.sh                  the race as above
 #   BACKLOG=20000 bench/rails/race.sh    a shorter one (the results file says which)
+#   BACKENDS=jobq PROCS=1 OUT=/tmp/r.md bench/rails/race.sh    one backend, one process count
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . bench/lib.sh
 BACKLOG=${BACKLOG:-100000}
+BACKENDS=${BACKENDS:-jobq sidekiq delayed_job} PROCS=${PROCS:-1 2}   # experiments: fewer
 MAX_WINDOW=${MAX_WINDOW:-60}   # seconds: a drain slower than this is measured over this long
 OUT=${OUT:-bench/results/rails-race.md}
 
@@ -152,12 +154,12 @@ drain() {
   for p in "${workers[@]}"; do wait "$p" 2>/dev/null || true; done
   workers=()
   awk -v a="$t90" -v b="$t10" -v t0="$t0" -v e="$end" -v n=$((high - low)) -v r=$((r10 - r90)) -v s=$((s10 - s90)) \
-    'BEGIN { printf "%.0f %s %.2f %.2f\n", n / (b - a), (e == "" ? "-" : sprintf("%.1f s", e - t0)), r / 100 / (n / 1000), s / 100 / (n / 1000) }'
+    'BEGIN { printf "%.0f %s %.2f %.2f\n", n / (b - a), (e == "" ? "-" : sprintf("%.1f", e - t0)), r / 100 / (n / 1000), s / 100 / (n / 1000) }'
 }
 
 declare -A single bulkr rate total rcpu scpu
-for procs in 1 2; do
-  for b in jobq sidekiq delayed_job; do
+for procs in $PROCS; do
+  for b in $BACKENDS; do
     echo "race: $b, $procs x 10 threads" >&2
     reset_backend "$b"
     single[$b,$procs]=$(enqueue_rate "$b" single 10000 "$procs")
@@ -183,9 +185,9 @@ commit=$(git rev-parse --short HEAD)
   echo
   echo "| backend | processes x threads | perform_later, one per call | bulk | drain of $BACKLOG | drain, whole | Ruby CPU s / 1,000 jobs | server CPU s / 1,000 jobs |"
   echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-  for procs in 1 2; do
-    for b in jobq sidekiq delayed_job; do
-      echo "| $b | $procs x 10 | ${single[$b,$procs]} | ${bulkr[$b,$procs]} | ${rate[$b,$procs]} | ${total[$b,$procs]} | ${rcpu[$b,$procs]} | ${scpu[$b,$procs]} |"
+  for procs in $PROCS; do
+    for b in $BACKENDS; do
+      echo "| $b | $procs x 10 | ${single[$b,$procs]} | ${bulkr[$b,$procs]} | ${rate[$b,$procs]} | ${total[$b,$procs]} s | ${rcpu[$b,$procs]} | ${scpu[$b,$procs]} |"
     done
   done
   echo

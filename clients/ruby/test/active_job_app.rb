@@ -35,6 +35,16 @@ class RetriedJob < ActiveJob::Base
   end
 end
 
+class UniqueRetriedJob < ActiveJob::Base
+  jobq_options unique_key: ->(job) { "unique-retried-#{job.arguments.first}" }
+  retry_on FlakyError, wait: 0, attempts: 2
+
+  def perform(tag)
+    AjRun.create!(tag: tag, provider_job_id: provider_job_id, executions: executions)
+    raise FlakyError, "still flaky"
+  end
+end
+
 class DiscardedJob < ActiveJob::Base
   discard_on DiscardMe
 

@@ -27,7 +27,7 @@ class ActiveJobTest < JobqTest
   def test_perform_later_maps_queue_priority_wait_class_and_provider_job_id
     job = RecordJob.set(queue: queue, priority: 7).perform_later("mapped", 1)
     row = job_row(job.provider_job_id)
-    assert_equal [queue, "RecordJob", "7", "1", "ready"], row.values_at("queue", "kind", "priority", "max_attempts", "state")
+    assert_equal [queue, "RecordJob", "7", "25", "ready"], row.values_at("queue", "kind", "priority", "max_attempts", "state")
     payload = JSON.parse(row["payload"])
     assert_equal ["RecordJob", job.job_id, ["mapped", 1]], payload.values_at("job_class", "job_id", "arguments")
     later = RecordJob.set(queue: queue, wait: 3600).perform_later("later")
@@ -75,6 +75,15 @@ class ActiveJobTest < JobqTest
     assert_equal({ "type" => "FlakyError", "message" => "still flaky" }, error)
   end
 
+  def test_retry_on_of_a_job_with_a_unique_key_is_not_refused_by_its_own_key
+    start_aj_worker
+    tag = "unique-retried-#{queue}"
+    UniqueRetriedJob.set(queue: queue).perform_later(tag)
+    rows = wait_until("two attempts, the last dead") { (r = jobs_of("UniqueRetriedJob", tag)).size == 2 && r.last["state"] == "dead" && r }
+    assert_equal [["completed", "unique-retried-#{tag}"], ["dead", nil]], rows.map { |r| r.values_at("state", "unique_key") }
+    assert_equal [1, 2], runs(tag).map { |r| r["executions"].to_i }
+  end
+
   def test_discard_on_completes_the_job_and_an_unhandled_error_makes_it_dead
     start_aj_worker
     discarded = DiscardedJob.set(queue: queue).perform_later("discarded-#{queue}")
@@ -83,7 +92,7 @@ class ActiveJobTest < JobqTest
     assert_equal 1, runs("discarded-#{queue}").size
     dead = wait_state([broken.provider_job_id], "dead").first
     assert_equal({ "type" => "ArgumentError", "message" => "broken for good" }, JSON.parse(dead["last_error"]))
-    assert_equal "1", dead["attempt"]
+    assert_equal %w[1 25], dead.values_at("attempt", "max_attempts") # final at once: retry_on is what retries
   end
 
   def test_jobq_options_set_keys_limits_and_attempts
@@ -126,7 +135,7 @@ class ActiveJobTest < JobqTest
     names = Jobq::ActiveJob.apply_schedules(admin_client)
     assert_equal ["activejob:nightly-#{queue}", "activejob:hourly-#{queue}"], names
     row = admin.exec_params("SELECT * FROM jobq.schedules WHERE name = $1", ["activejob:nightly-#{queue}"]).first
-    assert_equal ["0 3 * * *", "Europe/Paris", queue, "RecordJob", "1"], row.values_at("cron", "time_zone", "queue", "kind", "max_attempts")
+    assert_equal ["0 3 * * *", "Europe/Paris", queue, "RecordJob", "25"], row.values_at("cron", "time_zone", "queue", "kind", "max_attempts")
     payload = JSON.parse(row["payload"])
     assert_nil payload["job_id"]
     # What a tick enqueues runs: the same payload, through the worker.

@@ -42,6 +42,34 @@ class WorkerTest < JobqTest
     wait_state(ids, "completed")
   end
 
+  def test_short_jobs_are_taken_ahead_and_run_as_threads_free_up
+    # After short jobs (handlers under 10 ms on average) the worker holds up to twice its
+    # concurrency in hand: the jobs beyond it wait for a thread, not for a round trip.
+    worker = new_worker(concurrency: 2)
+    gate = Thread::Queue.new
+    inside = Thread::Queue.new
+    worker.handle("short") { |job| job.payload["n"] }
+    worker.handle("held") do |job|
+      inside << job.id
+      gate.pop
+      "held"
+    end
+    start_worker(worker)
+    short = client.enqueue_batch(queue, (1..30).map { |n| { "n" => n } }, kind: "short")
+    wait_state(short, "completed")
+    held = client.enqueue_batch(queue, [{}, {}, {}, {}, {}], kind: "held")
+    2.times { Timeout.timeout(10) { inside.pop } }
+    executing = wait_until("four jobs in the worker's hand") do
+      n = admin.exec_params("SELECT count(*) FROM jobq.jobs WHERE id = ANY($1::bigint[]) AND state = 'executing' AND worker_id = $2",
+                            ["{#{held.join(',')}}", worker.worker_id]).getvalue(0, 0).to_i
+      n == 4 && n
+    end
+    assert_equal 4, executing
+    assert inside.empty?, "only two handlers run at once"
+    5.times { gate << 1 }
+    wait_state(held, "completed")
+  end
+
   def test_results_errors_no_handler_and_retry_delays
     worker = new_worker
     worker.handle("ok") { |job| { "n" => job.payload["n"], "attempt" => job.attempt } }
@@ -52,18 +80,26 @@ class WorkerTest < JobqTest
       raise Jobq::RetryIn, 3600
     end
     worker.handle("not_json") { |_job| Object.new.tap { |o| def o.to_json(*) = raise(JSON::GeneratorError, "no") } }
+    worker.handle("final") do |_job|
+      raise IOError, "card declined"
+    rescue IOError
+      raise Jobq::Discard
+    end
     start_worker(worker)
     ok = client.enqueue(queue, { "n" => 7 }, kind: "ok")
     boom = client.enqueue(queue, nil, kind: "boom", max_attempts: 1)
     later = client.enqueue(queue, nil, kind: "later")
     nohandler = client.enqueue(queue, nil, kind: "nobody-handles-this")
     not_json = client.enqueue(queue, nil, kind: "not_json", max_attempts: 1)
+    final = client.enqueue(queue, nil, kind: "final")
     assert_equal({ "n" => 7, "attempt" => 1 }, JSON.parse(wait_state([ok], "completed").first["result"]))
     assert_equal({ "type" => "ArgumentError", "message" => "bad input" }, JSON.parse(wait_state([boom], "dead").first["last_error"]))
     dead = wait_state([nohandler], "dead").first
     assert_equal "NoHandler", JSON.parse(dead["last_error"])["type"]
     assert_equal "1", dead["attempt"] # discarded, not retried
     assert_equal "JSON::GeneratorError", JSON.parse(wait_state([not_json], "dead").first["last_error"])["type"]
+    discarded = wait_state([final], "dead").first
+    assert_equal [{ "type" => "IOError", "message" => "card declined" }, "1"], [JSON.parse(discarded["last_error"]), discarded["attempt"]]
     row = wait_until("the retry to be scheduled") { (r = job_row(later))["last_error"] && r }
     assert_equal({ "type" => "Timeout::Error", "message" => "slow upstream" }, JSON.parse(row["last_error"]))
     assert_equal "ready", row["state"]

@@ -23,9 +23,11 @@ module Jobq
     #   end
     #
     # unique_key, unique_strategy, on_conflict, concurrency_key, concurrency_limit, rate_key and
-    # max_attempts are jobq_enqueue's arguments. max_attempts defaults to
-    # Jobq::ActiveJob.max_attempts (1): ActiveJob's retry_on is what retries, and an error past
-    # it makes the jobq job dead with the error recorded. Set it above 1 to have jobq retry too.
+    # max_attempts are jobq_enqueue's arguments. ActiveJob's retry_on is what retries errors: an
+    # error past retry_on and discard_on makes the jobq job dead at once, its error recorded.
+    # max_attempts (default Jobq::ActiveJob.max_attempts, nil: the server's 25) bounds the runs
+    # of a job whose worker died under it (killed, out of memory, its host gone): the server
+    # runs it again on another worker while attempts remain.
     module Options
       KEYS = %i[unique_key unique_strategy on_conflict concurrency_key concurrency_limit rate_key max_attempts].freeze
 
@@ -45,7 +47,8 @@ module Jobq
     end
 
     class << self
-      # max_attempts of ActiveJob jobs whose class sets none (default 1: see Options).
+      # max_attempts of ActiveJob jobs whose class sets none (nil: the server's default; see
+      # Options).
       attr_accessor :max_attempts
       # The connection the adapter enqueues on: a callable returning a PG::Connection or an
       # ActiveRecord connection. Default: ActiveRecord::Base.connection, so that a job enqueued
@@ -65,9 +68,14 @@ module Jobq
       def client = Client.new(connection)
 
       # jobq_enqueue's arguments for an ActiveJob job (run_at: a Time, or nil for now).
+      #
+      # A job enqueued by itself while it runs (retry_on's retry, which keeps its job_id) goes
+      # without its unique key: the running job holds that key until it finishes, and the retry
+      # would be refused. Its concurrency and rate keys stay.
       def enqueue_options(job, run_at = nil)
         options = job.class.respond_to?(:jobq_options_hash) ? job.class.jobq_options_hash : {}
         resolved = options.transform_values { |v| v.respond_to?(:call) ? v.call(job) : v }
+        resolved = resolved.except(:unique_key, :unique_strategy, :on_conflict) if job.job_id == Thread.current[:jobq_running_job_id]
         { kind: job.class.name, priority: job.priority, run_at: run_at, max_attempts: max_attempts }
           .merge(resolved).compact
       end
@@ -75,12 +83,22 @@ module Jobq
       # Runs the ActiveJob job a jobq job carries (what the worker's handler does): ActiveJob's
       # own execution, with its callbacks, retry_on and discard_on (and, in a Rails app, its
       # executor). Returns nil: an ActiveJob job has no result.
+      #
+      # An error that ActiveJob lets out (past retry_on and discard_on) is final: the jobq job
+      # fails for good (Jobq::Discard), with that error recorded.
       def execute(job)
         data = job.payload.dup
         data["provider_job_id"] = job.id
         data["job_id"] ||= SecureRandom.uuid # a recurring job's payload has none of its own
-        ::ActiveJob::Base.execute(data)
+        Thread.current[:jobq_running_job_id] = data["job_id"]
+        begin
+          ::ActiveJob::Base.execute(data)
+        rescue StandardError
+          raise Discard
+        end
         nil
+      ensure
+        Thread.current[:jobq_running_job_id] = nil
       end
 
       # A Jobq::Worker that runs ActiveJob jobs (every kind), with Rails' executor around each
@@ -118,7 +136,7 @@ module Jobq
       end
     end
 
-    self.max_attempts = 1
+    self.max_attempts = nil
     self.recurring = {}
   end
 end

@@ -104,6 +104,17 @@ module Jobq
     end
   end
 
+  # Raised by a handler to fail its job for good: dead at once, whatever attempts remain
+  # (jobq_fail's discard). The error recorded is the exception's #cause if any, else this one:
+  #
+  #   rescue PaymentDeclined
+  #     raise Jobq::Discard
+  class Discard < StandardError
+    def initialize(message = "discarded")
+      super
+    end
+  end
+
   # Raised by durable steps when the job is no longer this worker's (cancelled, reaped).
   class Cancelled < StandardError; end
 

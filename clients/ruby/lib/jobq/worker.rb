@@ -20,9 +20,12 @@ module Jobq
   # - Registers (jobq_register_worker; with bind_to_session unless pooled) and reads
   #   jobq.heartbeat_timeout. At its first registration it learns the server's edition
   #   (jobq_version(); #server_edition).
-  # - Keeps up to concurrency jobs in flight, each handler on one of concurrency threads.
+  # - Keeps up to concurrency jobs in flight, each handler on one of concurrency threads; while
+  #   its jobs are short (handlers under 10 ms on average) it holds as many again in hand, so
+  #   its threads never wait for the job loop's round trip.
   # - Checks out as many jobs as it has free slots. When it has finished jobs to report it does
-  #   both in one call and one commit (jobq_complete_and_checkout); if a job in hand was
+  #   both in one call and one commit (jobq_complete_and_checkout), gathering finished jobs for
+  #   up to 5 ms while fewer than half of its slots are free; if a job in hand was
   #   finished elsewhere meanwhile (JQ002) it reports the others with jobq_complete_many. When
   #   there is nothing to do it waits inside the server (jobq_checkout(..., wait)), never
   #   polling; jobs that finish meanwhile are reported on a second connection
@@ -50,10 +53,14 @@ module Jobq
   #
   # A handler's return value is the job's result (JSON). An exception fails the job with
   # {"type" => class name, "message" => message} and the server's backoff; Jobq::RetryIn asks
-  # for a delay of its own. A job whose kind (or, with no kind, queue) has no handler and no
+  # for a delay of its own, Jobq::Discard makes the job dead at once. A job whose kind (or, with no kind, queue) has no handler and no
   # fallback fails with type "NoHandler" and is discarded (dead, not retried).
   class Worker
     MAX_BACKOFF = 30.0
+    # The longest the job loop holds finished jobs back to report several in one call.
+    BATCH_WAIT = 0.005
+    # Jobs whose handlers take less than this on average are taken ahead (#capacity).
+    PREFETCH_BELOW = 0.01
 
     # A job in hand: checked out under registration reg and not yet reported.
     Slot = Struct.new(:job, :reg, :cancel_requested, :dropped)
@@ -186,7 +193,8 @@ module Jobq
       end
       @ready = Thread::Queue.new
       @in_hand = {}
-      @running = 0          # slots taken: jobs whose handlers have not ended
+      @running = 0          # jobs in hand whose handlers have not ended (started or queued)
+      @avg_s = nil          # the handlers' average duration (seconds, moving)
       @done = []            # [slot, Encoded result or nil]
       @failed = []
       @reaped = nil
@@ -202,6 +210,7 @@ module Jobq
       @holding_due = false
       @hb_conn = nil
       @steps_conn = nil
+      @steps_runner = method(:run_steps)
     end
 
     def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -283,7 +292,7 @@ module Jobq
         return []
       end
       jobs.map do |job|
-        job._runner = method(:run_steps)
+        job._runner = @steps_runner
         @in_hand[job.id] = Slot.new(job, reg, false, false)
       end
     end
@@ -320,6 +329,7 @@ module Jobq
 
     def handler_loop
       while (slot = @ready.pop)
+        began = now
         begin
           run_handler(slot)
         rescue Exception => e # rubocop:disable Lint/RescueException -- the thread must go on
@@ -327,6 +337,7 @@ module Jobq
         ensure
           @lock.synchronize do
             @running -= 1 # its slot is free
+            timed(now - began)
             @dispatch_cv.signal
           end
         end
@@ -347,10 +358,10 @@ module Jobq
         # report, and its slot is free.
         @log.debug("jobq worker #{@name}: job #{job.id} suspended: #{e.message}")
         return
-      rescue RetryIn => e
+      rescue RetryIn, Discard => e
         cause = e.cause
-        described = cause ? { "type" => cause.class.name, "message" => cause.message } : { "type" => "RetryIn", "message" => e.message }
-        return failure(slot, described, e.delay)
+        described = cause ? { "type" => cause.class.name, "message" => cause.message } : { "type" => e.class.name.split("::").last, "message" => e.message }
+        return e.is_a?(Discard) ? failure(slot, described, nil, true) : failure(slot, described, e.delay)
       rescue Exception => e # rubocop:disable Lint/RescueException -- every error fails the job
         raise if e.is_a?(SystemExit) || e.is_a?(NoMemoryError)
 
@@ -436,11 +447,22 @@ module Jobq
             drop_all("this worker was reaped")
             next [nil]
           end
-          free = @concurrency - @running
+          free = capacity - @running
           if free <= 0
             @dispatch_cv.wait(@lock)
             next [:again]
           end
+          if @running.positive? && free * 2 < capacity && !@stopping
+            # Fewer than half the slots free and jobs still running: gather more finished jobs
+            # (at most BATCH_WAIT) so that one call and one commit report and replace several.
+            @batch_until ||= now + BATCH_WAIT
+            left = @batch_until - now
+            if left.positive?
+              @dispatch_cv.wait(@lock, left)
+              next [:again]
+            end
+          end
+          @batch_until = nil
           if @holding_due || now - @holding_at >= @holding_s
             # The periodic heartbeat sends no list while a checkout is on its way, and an idle
             # worker is nearly always inside one: send it here, where this loop (the only one
@@ -478,6 +500,20 @@ module Jobq
         end
         start(slots)
       end
+    end
+
+    # How many jobs the worker keeps in hand: its concurrency, and as many again while its jobs
+    # are short (their handlers' average under PREFETCH_BELOW), so that its threads have the
+    # next jobs at hand while the job loop's call is on its way. A job in hand waits for a free
+    # thread; with short jobs that is short, and as soon as jobs take longer the worker takes
+    # no more than it runs. Called with @lock held.
+    def capacity
+      @avg_s && @avg_s < PREFETCH_BELOW ? @concurrency * 2 : @concurrency
+    end
+
+    # Called with @lock held, as each handler ends.
+    def timed(seconds)
+      @avg_s = @avg_s ? @avg_s * 0.9 + seconds * 0.1 : seconds
     end
 
     def start(slots)
