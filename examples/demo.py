@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The jobq demo (what scripts/demo.sh runs): a worker pool in two languages, a stream of jobs,
+"""The jobq demo (what scripts/demo.sh runs): a worker pool in three languages, a stream of jobs,
 a worker killed mid-job and its job rescued by the background worker inside PostgreSQL (or, on the SQL edition, by the passes the workers' heartbeats run), and a
 workflow (an order of durable steps) that resumes after its last checkpoint when its worker is
 killed.
@@ -9,9 +9,9 @@ killed.
 
 Everything runs as JOBQ_DSN's role, which holds jobq_worker only (as an application's role
 would), except the reset at the start: jobq is dropped and created again in that database
-through JOBQ_ADMIN_DSN, the extension's owner. Then it starts three Python and three Node
-example workers (examples/python/worker.py, examples/node/worker.js: a few lines each over the
-jobq client libraries of clients/), enqueues a steady
+through JOBQ_ADMIN_DSN, the extension's owner. Then it starts two Python, two Node and two Ruby
+example workers (examples/python/worker.py, examples/node/worker.js, examples/ruby/worker.rb: a
+few lines each over the jobq client libraries of clients/), enqueues a steady
 stream of jobs for SECONDS (default 20) from this process, kills one worker with SIGKILL while
 it runs a long job, prints one live progress line, and ends with a summary checked against the
 database and the workers' own logs.
@@ -55,8 +55,9 @@ class Worker:
 
     def __init__(self, lang, n):
         # The Python workers run under this interpreter (.venv's: psycopg and clients/python).
-        cmd = [sys.executable, str(ROOT / "python/worker.py")] if lang == "python" else ["node", str(ROOT / "node/worker.js")]
-        self.name = f"{'py' if lang == 'python' else 'node'}-demo-{n}"
+        cmd = {"python": [sys.executable, str(ROOT / "python/worker.py")], "node": ["node", str(ROOT / "node/worker.js")],
+               "ruby": ["ruby", f"-I{ROOT.parent / 'clients/ruby/lib'}", str(ROOT / "ruby/worker.rb")]}[lang]
+        self.name = f"{ {'python': 'py', 'node': 'node', 'ruby': 'rb'}[lang]}-demo-{n}"
         # Heartbeat cadence: the library's, a third of the server's jobq.heartbeat_timeout.
         env = dict(os.environ, JOBQ_DSN=DSN, JOBQ_LOG_JSON="1", JOBQ_CONCURRENCY="2", JOBQ_NAME=self.name)
         env.pop("JOBQ_QUEUES", None)
@@ -149,7 +150,7 @@ def main():
         say(f"is done by a background worker inside PostgreSQL ({'running' if bgw else 'NOT running: preload jobq'};"
             f" heartbeat_timeout {hb}, reap_interval {reap}).")
     say()
-    workers = [Worker(lang, n) for n, lang in enumerate(("python", "node") * 3, 1)]
+    workers = [Worker(lang, n) for n, lang in enumerate(("python", "node", "ruby") * 2, 1)]
     with psycopg.connect(DSN, autocommit=True) as db:
         wait_for("the workers to register", lambda: db.execute("SELECT count(*) FROM jobq.workers WHERE name = ANY(%s)",
                                                                ([w.name for w in workers],)).fetchone()[0] == len(workers))

@@ -2,8 +2,8 @@
 # The main job: set up what it runs (PostgreSQL 15, cargo-pgrx, the client libraries and the
 # example workers' dependencies), install jobq, start a local PostgreSQL 15 with jobq preloaded (its
 # background worker reaping in database jobq_demo), and run the demo (examples/demo.py, with the
-# Python of .venv/ that setup.sh makes, psycopg and clients/python in it): Python
-# and Node workers, a stream of jobs, a worker killed mid-job and rescued; the dashboard
+# Python of .venv/ that setup.sh makes, psycopg and clients/python in it): Python,
+# Node and Ruby workers, a stream of jobs, a worker killed mid-job and rescued; the dashboard
 # (jobq-dash) watches it. The server and the dashboard are left running (scripts/cluster.sh stop
 # stops both).   scripts/demo.sh [SECONDS]   (how long jobs are enqueued; default 20)
 # With --sql, the same demo on the SQL edition (docs/sql-edition.md): a second local server
@@ -50,6 +50,6 @@ cat <<MSG
 The server is still running (data in ${JOBQ_DATA:-.pgdata}, port ${JOBQ_PORT:-5499}, database ${JOBQ_DB:-jobq_demo}; jobq, $JOBQ_EDITION edition).
   dashboard: http://127.0.0.1:$DASH_PORT/   (jobq-dash, as jobq_demo_ops; log in ${JOBQ_DATA:-.pgdata}/dash.log)
   connect:  ${CLUSTER_ENV}scripts/cluster.sh psql        (or: psql -h 127.0.0.1 -p ${JOBQ_PORT:-5499} -U postgres ${JOBQ_DB:-jobq_demo})
-  workers:  .venv/bin/python examples/python/worker.py | node examples/node/worker.js | examples/rust/target/release/jobq-worker
+  workers:  .venv/bin/python examples/python/worker.py | node examples/node/worker.js | examples/rust/target/release/jobq-worker | ruby -Iclients/ruby/lib examples/ruby/worker.rb
   stop:     ${CLUSTER_ENV}scripts/cluster.sh stop        (the server and the dashboard)
 MSG

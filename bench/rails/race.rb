@@ -7,6 +7,8 @@
 #                                            in batches of 1,000; prints jobs/s
 #   ruby race.rb delayed_job_worker          a DelayedJob worker process with RACE_THREADS
 #                                            threads (DelayedJob's own runs one job at a time)
+#   ruby race.rb execute_cost                CPU µs per job of ActiveJob's own execution of a
+#                                            NoopJob (ActiveJob::Base.execute, no queue at all)
 require_relative "race_app"
 
 def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -56,8 +58,20 @@ def delayed_job_worker
   end.each(&:join)
 end
 
+# What every backend's worker pays per job before any queue: ActiveJob's execution of the job
+# (deserialize, callbacks, perform), on one thread.
+def execute_cost
+  data = NoopJob.new(1).serialize
+  2_000.times { ActiveJob::Base.execute(data) }
+  n = 20_000
+  cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+  n.times { ActiveJob::Base.execute(data) }
+  puts format("%.0f", (Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu) * 1e6 / n)
+end
+
 case ARGV[0]
 when "enqueue" then enqueue(ARGV.fetch(1), Integer(ARGV.fetch(2)))
 when "delayed_job_worker" then delayed_job_worker
-else abort "usage: race.rb enqueue single|bulk COUNT | delayed_job_worker"
+when "execute_cost" then execute_cost
+else abort "usage: race.rb enqueue single|bulk COUNT | delayed_job_worker | execute_cost"
 end

@@ -17,7 +17,8 @@
 #     the first MAX_WINDOW seconds of it and stopped (DelayedJob);
 #   - where the time goes: CPU seconds per 1,000 jobs of the workers' Ruby processes and of
 #     the server side (all PostgreSQL processes; for Sidekiq, redis-server and PostgreSQL)
-#     over that same window (from /proc).
+#     over that same window (from /proc), and ActiveJob's own execution of a job alone
+#     (race.rb execute_cost), which every backend's worker pays.
 # Writes bench/results/rails-race.md.
 #   bench/rails/race.sh                  the race as above
 #   BACKLOG=20000 bench/rails/race.sh    a shorter one (the results file says which)
@@ -172,6 +173,7 @@ for procs in $PROCS; do
   done
 done
 
+execute_us=$(RACE_BACKEND=jobq ruby bench/rails/race.rb execute_cost)
 commit=$(git rev-parse --short HEAD)
 {
   echo "# The ActiveJob race: jobq, Sidekiq and DelayedJob"
@@ -196,5 +198,9 @@ commit=$(git rev-parse --short HEAD)
   echo "and the server side (every PostgreSQL process, and redis-server for Sidekiq). A drain that needed"
   echo "more than $MAX_WINDOW s for the window was measured over its first $MAX_WINDOW s and stopped (\"whole\": -)."
   echo "DelayedJob has no bulk enqueue: its backlog is one job copied in SQL."
+  echo
+  echo "ActiveJob's own execution of the job (ActiveJob::Base.execute: deserialize, callbacks, perform),"
+  echo "which every backend's worker pays, costs $execute_us µs of CPU per job on one thread with no queue"
+  echo "(\`ruby bench/rails/race.rb execute_cost\`)."
 } > "$OUT"
 cat "$OUT"

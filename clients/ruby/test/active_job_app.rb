@@ -58,6 +58,15 @@ class BrokenJob < ActiveJob::Base
   def perform(_tag) = raise(ArgumentError, "broken for good")
 end
 
+class JobqRetriedJob < ActiveJob::Base
+  jobq_options retry_errors: true, max_attempts: 2
+
+  def perform(tag)
+    AjRun.create!(tag: tag, provider_job_id: provider_job_id, executions: executions)
+    raise IOError, "retried by jobq"
+  end
+end
+
 class UniqueReportJob < ActiveJob::Base
   jobq_options unique_key: ->(job) { "report-#{job.arguments.first}" }, on_conflict: :discard,
                concurrency_key: "reports", concurrency_limit: 2, rate_key: "report-rate", max_attempts: 5

@@ -95,6 +95,17 @@ class ActiveJobTest < JobqTest
     assert_equal %w[1 25], dead.values_at("attempt", "max_attempts") # final at once: retry_on is what retries
   end
 
+  def test_retry_errors_hands_an_error_to_jobqs_retries
+    start_aj_worker
+    tag = "jobq-retried-#{queue}"
+    job = JobqRetriedJob.set(queue: queue).perform_later(tag)
+    # The first failure is retried after the server's backoff (a few seconds); the second
+    # is the last of max_attempts 2.
+    row = wait_until("the retried job to be dead", timeout: 30) { (r = job_row(job.provider_job_id))["state"] == "dead" && r }
+    assert_equal ["2", { "type" => "IOError", "message" => "retried by jobq" }], [row["attempt"], JSON.parse(row["last_error"])]
+    assert_equal [job.provider_job_id] * 2, runs(tag).map { |r| r["provider_job_id"].to_i } # the same jobq job twice
+  end
+
   def test_jobq_options_set_keys_limits_and_attempts
     first = UniqueReportJob.set(queue: queue).perform_later("r-#{queue}")
     second = UniqueReportJob.set(queue: queue).perform_later("r-#{queue}")

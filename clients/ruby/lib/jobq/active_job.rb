@@ -27,9 +27,13 @@ module Jobq
     # error past retry_on and discard_on makes the jobq job dead at once, its error recorded.
     # max_attempts (default Jobq::ActiveJob.max_attempts, nil: the server's 25) bounds the runs
     # of a job whose worker died under it (killed, out of memory, its host gone): the server
-    # runs it again on another worker while attempts remain.
+    # runs it again on another worker while attempts remain. retry_errors: true hands errors to
+    # jobq instead: each error fails the attempt and the server retries it after its backoff
+    # while attempts remain (for classes without retry_on: the retried attempt runs the same
+    # payload, so ActiveJob's executions count does not advance).
     module Options
-      KEYS = %i[unique_key unique_strategy on_conflict concurrency_key concurrency_limit rate_key max_attempts].freeze
+      KEYS = %i[unique_key unique_strategy on_conflict concurrency_key concurrency_limit rate_key max_attempts
+                retry_errors].freeze
 
       def self.included(base)
         base.class_attribute :jobq_options_hash, instance_writer: false, default: {}
@@ -74,7 +78,7 @@ module Jobq
       # would be refused. Its concurrency and rate keys stay.
       def enqueue_options(job, run_at = nil)
         options = job.class.respond_to?(:jobq_options_hash) ? job.class.jobq_options_hash : {}
-        resolved = options.transform_values { |v| v.respond_to?(:call) ? v.call(job) : v }
+        resolved = options.except(:retry_errors).transform_values { |v| v.respond_to?(:call) ? v.call(job) : v }
         resolved = resolved.except(:unique_key, :unique_strategy, :on_conflict) if job.job_id == Thread.current[:jobq_running_job_id]
         { kind: job.class.name, priority: job.priority, run_at: run_at, max_attempts: max_attempts }
           .merge(resolved).compact
@@ -85,7 +89,8 @@ module Jobq
       # executor). Returns nil: an ActiveJob job has no result.
       #
       # An error that ActiveJob lets out (past retry_on and discard_on) is final: the jobq job
-      # fails for good (Jobq::Discard), with that error recorded.
+      # fails for good (Jobq::Discard), with that error recorded; unless the class says
+      # jobq_options retry_errors: true, when the server retries it after its backoff.
       def execute(job)
         data = job.payload.dup
         data["provider_job_id"] = job.id
@@ -94,6 +99,9 @@ module Jobq
         begin
           ::ActiveJob::Base.execute(data)
         rescue StandardError
+          klass = data["job_class"].to_s.safe_constantize
+          raise if klass.respond_to?(:jobq_options_hash) && klass.jobq_options_hash[:retry_errors]
+
           raise Discard
         end
         nil
