@@ -51,7 +51,8 @@ start)
   ;;
 stop)
   if [ -f "$DATA/dash.pid" ]; then kill "$(cat "$DATA/dash.pid")" 2>/dev/null || true; rm -f "$DATA/dash.pid"; fi
-  [ -f "$DATA/PG_VERSION" ] && pg_stop "$PGBIN" "$DATA"
+  # Nothing to stop on a fresh checkout (no cluster yet): not an error.
+  if [ -f "$DATA/PG_VERSION" ]; then pg_stop "$PGBIN" "$DATA"; fi
   ;;
 dash)
   if [ -f "$DATA/dash.pid" ]; then kill "$(cat "$DATA/dash.pid")" 2>/dev/null || true; fi

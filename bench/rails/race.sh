@@ -185,11 +185,11 @@ commit=$(git rev-parse --short HEAD)
   echo "jobq and DelayedJob commit each enqueue to PostgreSQL (synchronous_commit = on); Sidekiq's"
   echo "Redis acknowledges before any disk write (RDB snapshots)."
   echo
-  echo "| backend | processes x threads | perform_later, one per call | bulk | drain of $BACKLOG | drain, whole | Ruby CPU s / 1,000 jobs | server CPU s / 1,000 jobs |"
+  echo "| backend | processes x threads | perform_later, one per call | bulk | drain of $BACKLOG | drain, whole (s) | Ruby CPU s / 1,000 jobs | server CPU s / 1,000 jobs |"
   echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
   for procs in $PROCS; do
     for b in $BACKENDS; do
-      echo "| $b | $procs x 10 | ${single[$b,$procs]} | ${bulkr[$b,$procs]} | ${rate[$b,$procs]} | ${total[$b,$procs]} s | ${rcpu[$b,$procs]} | ${scpu[$b,$procs]} |"
+      echo "| $b | $procs x 10 | ${single[$b,$procs]} | ${bulkr[$b,$procs]} | ${rate[$b,$procs]} | ${total[$b,$procs]} | ${rcpu[$b,$procs]} | ${scpu[$b,$procs]} |"
     done
   done
   echo
