@@ -331,7 +331,7 @@ module Jobq
       while (slot = @ready.pop)
         began = now
         begin
-          run_handler(slot)
+          run_handler(slot) unless slot.dropped # a job held ahead and dropped meanwhile: not run
         rescue Exception => e # rubocop:disable Lint/RescueException -- the thread must go on
           @log.error("jobq worker #{@name}: job #{slot.job.id}: the worker failed running it: #{e.class}: #{e.message}")
         ensure
