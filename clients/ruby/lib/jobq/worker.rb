@@ -338,7 +338,10 @@ module Jobq
           @lock.synchronize do
             @running -= 1 # its slot is free
             timed(now - began)
-            @dispatch_cv.signal
+            # Wake the job loop only where its wait can end: the first free slot, half of them
+            # free, or none running (not at every job: a wake-up per job cost more than the job).
+            free = capacity - @running
+            @dispatch_cv.signal if free == 1 || free * 2 >= capacity && (free - 1) * 2 < capacity || @running.zero?
           end
         end
       end
@@ -383,7 +386,6 @@ module Jobq
         next if slot.dropped
 
         @done << [slot, encoded]
-        @dispatch_cv.signal
         @report_cv.signal if @dispatcher_waiting || @stopping # otherwise the job loop reports it next
       end
     end
