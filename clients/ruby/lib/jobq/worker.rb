@@ -297,6 +297,19 @@ module Jobq
       end
     end
 
+    # JQ001 on a call for reg: if reg is still the registration, its jobs are dropped and the
+    # job loop, woken, registers again.
+    def reaped(reg)
+      @lock.synchronize do
+        next unless @reg.equal?(reg)
+
+        @log.warn("jobq worker #{@name}: #{reg.id} was reaped (JQ001)")
+        @reaped = reg
+        drop_all("this worker was reaped")
+        @dispatch_cv.signal
+      end
+    end
+
     # Drops every job in hand without reporting it: the server has returned them, or will, and
     # they run again. Their handlers see Job#cancelled?. Called with @lock held.
     def drop_all(why)
@@ -680,13 +693,7 @@ module Jobq
           end
           backoff = 1.0
         rescue WorkerLost
-          @lock.synchronize do
-            if @reg.equal?(reg)
-              @reaped = reg
-              drop_all("this worker was reaped")
-              @dispatch_cv.signal
-            end
-          end
+          reaped(reg)
         rescue StandardError => e
           @lock.synchronize do
             @failed.unshift(*failed)
@@ -772,14 +779,7 @@ module Jobq
           end
         end
       rescue WorkerLost
-        @lock.synchronize do
-          if @reg.equal?(reg)
-            @log.warn("jobq worker #{@name}: #{reg.id} was reaped (JQ001)")
-            @reaped = reg
-            drop_all("this worker was reaped")
-            @dispatch_cv.signal
-          end
-        end
+        reaped(reg)
       rescue StandardError => e
         @log.warn("jobq worker #{@name}: heartbeat failed: #{e.message.strip}")
         close_heartbeat_conn if @hb_conn && lost?(e, @hb_conn)
