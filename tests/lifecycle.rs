@@ -850,6 +850,7 @@ fn every_function_pins_its_search_path() {
             "jobq._note_edges()",
             "jobq._notify(text)",
             "jobq._refuse_unseen_edges(bigint[])",
+            "jobq._rung()",
             "jobq._setting(text,interval)",
             "jobq._tally(text,text,timestamp with time zone,timestamp with time zone)",
             "jobq._usable_worker(uuid)",

@@ -3,8 +3,11 @@
 -- What makes a job available rings a bell at its commit: a deferred constraint trigger
 -- (src/sql/twins/edition.sql, jobq._ring) on the tables whose changes free a job (a row made
 -- ready, a slot freed, a pause lifted, a rate limit changed, a worker told to stop) takes the
--- next value of the sequence jobq.rings, once per transaction, as it commits. A waiting call
--- reads that sequence every 50 ms (one page, no lock) and looks again when it moved.
+-- next value of the sequence jobq.rings, once per transaction, as it commits. The waiting calls
+-- learn that it moved from one of them, the leader, which reads it every 10 ms (one page, no
+-- lock) while the others sleep on an advisory lock it holds, and lets go of the lock to wake
+-- them all when it moved (jobq._doze). So 64 idle waiting calls cost the server 100 wake-ups a
+-- second, as one does (bench/results/wait-sql.md).
 -- A ring comes just before its commit becomes visible (the WAL flush lies between), so the
 -- look it causes may miss it: a call that saw a ring looks once more 10 ms later.
 -- A ring is for every waiting call of the database; before a whole look (a checkout), a call
@@ -18,6 +21,12 @@
 -- go of it (docs/sql-edition.md).
 CREATE SEQUENCE jobq.rings AS bigint CYCLE;
 
+-- The sequence's last ring, as text ('0' before the first). A plain expression (pg_sequence_last_value,
+-- not a query on the sequence), which a PL/pgSQL caller evaluates without the executor; no
+-- pinned search_path (everything in it is qualified), so that it is inlined there.
+CREATE FUNCTION jobq._rung() RETURNS text
+LANGUAGE sql VOLATILE AS $$ SELECT coalesce(pg_catalog.pg_sequence_last_value('jobq.rings'::pg_catalog.regclass), 0)::pg_catalog.text $$;
+
 -- The advisory lock of a waiting worker: class 'jobq' (as jobq._take_slot's), then the worker.
 CREATE FUNCTION jobq._waiter_key(worker uuid) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -29,7 +38,7 @@ CREATE FUNCTION jobq._wait_begin(worker uuid, queues text[]) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, jobq._waiter_key(worker));
-    PERFORM set_config('jobq.rung', (SELECT last_value FROM jobq.rings)::text, true);
+    PERFORM set_config('jobq.rung', jobq._rung(), true);
     PERFORM set_config('jobq.relook', '', true);
     PERFORM set_config('jobq.waiter', worker::text, true);
     PERFORM set_config('jobq.wait_queues', coalesce(queues::text, ''), true);
@@ -52,9 +61,53 @@ BEGIN
                     WHERE w.id = current_setting('jobq.waiter')::uuid AND w.stopping_at IS NOT NULL);
 END $$;
 
--- Sleeps in steps of 50 ms until a ring since the last look that a probe finds worth a look,
+-- Returns when the sequence jobq.rings moved from `seen`, or at `until`, and costs the server one
+-- wake-up every 10 ms for all the waiting calls of the database together. The first call to
+-- take the advisory lock (class 'jobq', 0) leads: it reads the sequence every 10 ms, holding the
+-- lock. Every other call waits for the lock, shared, and so sleeps until the leader lets go of
+-- it: when the sequence moved, at the leader's own end, or when its session ends or fails.
+-- The lock is taken in a block that ends by an exception (JQ000), which rolls the block's
+-- subtransaction back: that lets go of the lock (an advisory lock of the transaction otherwise
+-- lasts until it ends) and of the lock_timeout set inside it, so nothing outlives the call. The
+-- leader waits for no lock while it holds this one, so no deadlock can run through it. A call
+-- that got the lock shared at once (no leader: another call let go of it a moment ago) sleeps
+-- 5 ms and tries to lead again.
+CREATE FUNCTION jobq._doze(seen text, until timestamptz) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_left   double precision;
+    v_asked  timestamptz;
+    v_void   text;
+BEGIN
+    LOOP
+        v_left := extract(epoch FROM until - clock_timestamp());
+        EXIT WHEN v_left <= 0;
+        BEGIN
+            IF pg_try_advisory_xact_lock(1785684593, 0) THEN
+                -- Simple expressions, not queries (PERFORM, SELECT): the poll costs no executor.
+                WHILE jobq._rung() = seen
+                      AND clock_timestamp() < until LOOP
+                    v_void := pg_sleep(least(0.01, greatest(0, extract(epoch FROM until - clock_timestamp()))))::text;
+                END LOOP;
+                RAISE SQLSTATE 'JQ000';
+            END IF;
+            PERFORM set_config('lock_timeout', (ceil(v_left * 1000))::bigint::text, true);
+            v_asked := clock_timestamp();
+            PERFORM pg_advisory_xact_lock_shared(1785684593, 0);
+            RAISE SQLSTATE 'JQ000';
+        EXCEPTION WHEN SQLSTATE 'JQ000' OR lock_not_available THEN
+            NULL;
+        END;
+        -- Led, or woken by the leader: the caller reads the sequence.
+        EXIT WHEN v_asked IS NULL OR clock_timestamp() - v_asked > interval '1 ms';
+        v_void := pg_sleep(0.005)::text;
+        v_asked := NULL;
+    END LOOP;
+END $$;
+
+-- Waits until a ring since the last look that a probe finds worth a look,
 -- `due`, `opens`, `until`, or five seconds (the extension's net is one second; here each look of
--- 64 idle waiters a second cost more than the 50 ms polls: bench/results/wait-sql.md); `keys`,
+-- 64 idle waiters a second would cost more than all their polls: bench/results/wait-sql.md); `keys`,
 -- `rate` and `opening` are the extension's finer wake-ups, which a ring covers. A ring whose
 -- probe finds nothing is probed again 10 ms later, in case its commit was not visible yet.
 CREATE FUNCTION jobq._wait(until timestamptz, due timestamptz, keys text[] DEFAULT NULL, rate text DEFAULT NULL,
@@ -76,7 +129,7 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-        v_now := (SELECT last_value FROM jobq.rings)::text;
+        v_now := jobq._rung();
         IF v_now IS DISTINCT FROM v_seen THEN
             v_seen := v_now;
             PERFORM set_config('jobq.rung', v_now, true);
@@ -90,7 +143,7 @@ BEGIN
         END IF;
         PERFORM set_config('jobq.relook', '', true);
         EXIT WHEN clock_timestamp() >= v_end;
-        PERFORM pg_sleep(least(0.05, greatest(0, extract(epoch FROM v_end - clock_timestamp()))));
+        PERFORM jobq._doze(v_seen, v_end);
     END LOOP;
 END $$;
 
