@@ -15,6 +15,9 @@
 #     jobs/s from 90 % left to 10 % left (boot and tail excluded), and the whole drain's time;
 #     a backend that needs more than MAX_WINDOW (60) seconds for that window is measured over
 #     the first MAX_WINDOW seconds of it and stopped (DelayedJob);
+#   - each of the above ROUNDS (3) times, the backends taking turns within each round (so that a
+#     slower or faster spell of the machine falls on all of them), and the median reported,
+#     with every round's drain rate beside it;
 #   - where the time goes: CPU seconds per 1,000 jobs of the workers' Ruby processes and of
 #     the server side (all PostgreSQL processes; for Sidekiq, redis-server and PostgreSQL)
 #     over that same window (from /proc), and ActiveJob's own execution of a job alone
@@ -22,13 +25,14 @@
 # Writes bench/results/rails-race.md.
 #   bench/rails/race.sh                  the race as above
 #   BACKLOG=20000 bench/rails/race.sh    a shorter one (the results file says which)
-#   BACKENDS=jobq PROCS=1 OUT=/tmp/r.md bench/rails/race.sh    one backend, one process count
+#   BACKENDS=jobq PROCS=1 ROUNDS=1 OUT=/tmp/r.md bench/rails/race.sh    one backend, one process count, once
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . bench/lib.sh
 BACKLOG=${BACKLOG:-100000}
 BACKENDS=${BACKENDS:-jobq sidekiq delayed_job} PROCS=${PROCS:-1 2}   # experiments: fewer
 MAX_WINDOW=${MAX_WINDOW:-60}   # seconds: a drain slower than this is measured over this long
+ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-bench/results/rails-race.md}
 
 missing=()
@@ -158,20 +162,27 @@ drain() {
     'BEGIN { printf "%.0f %s %.2f %.2f\n", n / (b - a), (e == "" ? "-" : sprintf("%.1f", e - t0)), r / 100 / (n / 1000), s / 100 / (n / 1000) }'
 }
 
+# Every round's figures, space-separated per backend and process count; the table shows medians.
 declare -A single bulkr rate total rcpu scpu
 for procs in $PROCS; do
-  for b in $BACKENDS; do
-    echo "race: $b, $procs x 10 threads" >&2
-    reset_backend "$b"
-    single[$b,$procs]=$(enqueue_rate "$b" single 10000 "$procs")
-    reset_backend "$b"
-    if [ "$b" = delayed_job ]; then bulkr[$b,$procs]='-'; else bulkr[$b,$procs]=$(enqueue_rate "$b" bulk 50000 "$procs"); fi
-    reset_backend "$b"
-    make_backlog "$b"
-    read -r rate[$b,$procs] total[$b,$procs] rcpu[$b,$procs] scpu[$b,$procs] < <(drain "$b" "$procs")
-    echo "race: $b $procs: single ${single[$b,$procs]}/s, bulk ${bulkr[$b,$procs]}/s, drain ${rate[$b,$procs]}/s (${total[$b,$procs]} s)" >&2
+  for round in $(seq "$ROUNDS"); do
+    for b in $BACKENDS; do
+      echo "race: $b, $procs x 10 threads, round $round of $ROUNDS" >&2
+      reset_backend "$b"
+      s1=$(enqueue_rate "$b" single 10000 "$procs")
+      reset_backend "$b"
+      if [ "$b" = delayed_job ]; then b1='-'; else b1=$(enqueue_rate "$b" bulk 50000 "$procs"); fi
+      reset_backend "$b"
+      make_backlog "$b"
+      read -r r1 t1 rc1 sc1 < <(drain "$b" "$procs")
+      echo "race: $b $procs: single $s1/s, bulk $b1/s, drain $r1/s ($t1 s)" >&2
+      single[$b,$procs]+=" $s1" bulkr[$b,$procs]+=" $b1" rate[$b,$procs]+=" $r1"
+      total[$b,$procs]+=" $t1" rcpu[$b,$procs]+=" $rc1" scpu[$b,$procs]+=" $sc1"
+    done
   done
 done
+# med "a b c": the median of a round's figures ("-" when a backend has none).
+med() { case "$1" in *-*) echo - ;; *) echo "$1" | median ;; esac; }
 
 execute_us=$(RACE_BACKEND=jobq ruby bench/rails/race.rb execute_cost)
 commit=$(git rev-parse --short HEAD)
@@ -185,11 +196,14 @@ commit=$(git rev-parse --short HEAD)
   echo "jobq and DelayedJob commit each enqueue to PostgreSQL (synchronous_commit = on); Sidekiq's"
   echo "Redis acknowledges before any disk write (RDB snapshots)."
   echo
-  echo "| backend | processes x threads | perform_later, one per call | bulk | drain of $BACKLOG | drain, whole (s) | Ruby CPU s / 1,000 jobs | server CPU s / 1,000 jobs |"
-  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "Each figure is the median of $ROUNDS rounds, in which the backends took turns; the drain's"
+  echo "column \"rounds\" gives each round's rate."
+  echo
+  echo "| backend | processes x threads | perform_later, one per call | bulk | drain of $BACKLOG | drain, rounds | drain, whole (s) | Ruby CPU s / 1,000 jobs | server CPU s / 1,000 jobs |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for procs in $PROCS; do
     for b in $BACKENDS; do
-      echo "| $b | $procs x 10 | ${single[$b,$procs]} | ${bulkr[$b,$procs]} | ${rate[$b,$procs]} | ${total[$b,$procs]} | ${rcpu[$b,$procs]} | ${scpu[$b,$procs]} |"
+      echo "| $b | $procs x 10 | $(med "${single[$b,$procs]}") | $(med "${bulkr[$b,$procs]}") | $(med "${rate[$b,$procs]}") | $(echo ${rate[$b,$procs]} | sed 's/ /, /g') | $(med "${total[$b,$procs]}") | $(med "${rcpu[$b,$procs]}") | $(med "${scpu[$b,$procs]}") |"
     done
   done
   echo
