@@ -97,7 +97,7 @@ fn edition_only(x: &str) -> bool {
         "jobq._require_pg_cron(", "jobq_schedule_passes(", "jobq_unschedule_passes(", "jobq._bucket_of(",
         "jobq._histogram(", "jobq._cron_", "col rings.", "rel rings", "last_pass", "tallies", "settle_later",
         "trigger CREATE CONSTRAINT TRIGGER ring_", "rel _cron", "jobq._cron_parse", "jobq._cron_field", "rel cron_",
-        "pending_notifies", "jobq._worth_a_look(",
+        "pending_notifies", "jobq._worth_a_look(", "jobq._doze(", "jobq._rung(",
     ];
     ONLY.iter().any(|o| x.contains(o))
 }

@@ -11,8 +11,9 @@
 -- A ring comes just before its commit becomes visible (the WAL flush lies between), so the
 -- look it causes may miss it: a call that saw a ring looks once more 10 ms later.
 -- A ring is for every waiting call of the database; before a whole look (a checkout), a call
--- asks one index probe whether it could find anything: a due waiting job of its queues, or its
--- worker told to stop. When a job is there, the first call to look takes it and the others,
+-- asks one index probe whether it could find anything: a due waiting job of its queues, one that
+-- comes due before the call's alarm (the look then sets the alarm at it), or its worker told
+-- to stop. When a job is there, the first call to look takes it and the others,
 -- whose probes come after its commit, sleep on.
 -- A waiting call holds an advisory lock named after its worker for the rest of its transaction:
 -- jobq._waiting_workers() finds it, and the reap pass refreshes that worker's heartbeat (a
@@ -46,14 +47,16 @@ BEGIN
 END $$;
 
 -- Whether a look could find anything: a due waiting job of the call's queues, or its worker
--- told to stop.
-CREATE FUNCTION jobq._worth_a_look() RETURNS boolean
+-- told to stop; or one that comes due before `alarm`, the end of the wait as the last look set
+-- it (a job failed with a retry delay, or scheduled): the look sets the alarm at it, as a
+-- commit moves the extension's.
+CREATE FUNCTION jobq._worth_a_look(alarm timestamptz) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_queues text[] := nullif(current_setting('jobq.wait_queues', true), '')::text[];
 BEGIN
     RETURN EXISTS (SELECT 1 FROM jobq.ready r
-                    WHERE r.run_at <= clock_timestamp()
+                    WHERE r.run_at < greatest(alarm, clock_timestamp() + interval '1 microsecond')
                       AND (v_queues IS NULL
                            OR (r.queue_hash = ANY (ARRAY(SELECT hashtext(q) FROM unnest(v_queues) q))
                                AND r.queue = ANY (v_queues))))
@@ -65,8 +68,9 @@ END $$;
 -- wake-up every 10 ms for all the waiting calls of the database together. The first call to
 -- take the advisory lock (class 'jobq', 0) leads: it reads the sequence every 10 ms, holding the
 -- lock. Every other call waits for the lock, shared, and so sleeps until the leader lets go of
--- it: when the sequence moved, at the leader's own end, or when its session ends or fails.
--- The lock is taken in a block that ends by an exception (JQ000), which rolls the block's
+-- it: when the sequence moved, at the leader's own end, or when its session ends or fails
+-- (and it wakes just before deadlock_timeout, to wait anew: so the server runs no deadlock check
+-- for it and, with log_lock_waits on, logs nothing). The lock is taken in a block that ends by an exception (JQ000), which rolls the block's
 -- subtransaction back: that lets go of the lock (an advisory lock of the transaction otherwise
 -- lasts until it ends) and of the lock_timeout set inside it, so nothing outlives the call. The
 -- leader waits for no lock while it holds this one, so no deadlock can run through it. A call
@@ -91,7 +95,10 @@ BEGIN
                 END LOOP;
                 RAISE SQLSTATE 'JQ000';
             END IF;
-            PERFORM set_config('lock_timeout', (ceil(v_left * 1000))::bigint::text, true);
+            -- Woken at the latest just before deadlock_timeout, when the server would run its
+            -- deadlock check for this wait and, with log_lock_waits on, log it.
+            PERFORM set_config('lock_timeout', ceil(least(v_left * 1000,
+                greatest(10, 0.9 * extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)))::bigint::text, true);
             v_asked := clock_timestamp();
             PERFORM pg_advisory_xact_lock_shared(1785684593, 0);
             RAISE SQLSTATE 'JQ000';
@@ -124,7 +131,7 @@ BEGIN
         IF v_recheck THEN
             PERFORM pg_sleep(0.01);
             v_recheck := false;
-            IF jobq._worth_a_look() THEN
+            IF jobq._worth_a_look(v_end) THEN
                 PERFORM set_config('jobq.relook', '', true);
                 RETURN;
             END IF;
@@ -135,7 +142,7 @@ BEGIN
             PERFORM set_config('jobq.rung', v_now, true);
             -- Looked at now, and once more 10 ms later whatever this look finds.
             PERFORM set_config('jobq.relook', 'yes', true);
-            IF jobq._worth_a_look() THEN
+            IF jobq._worth_a_look(v_end) THEN
                 RETURN;
             END IF;
             v_recheck := true;
