@@ -18,7 +18,7 @@ export JOBQ_SQL_EDITION=$file
 if [ "$v" = 15 ]; then features=(); else features=(--no-default-features --features "pg$v"); fi
 # Every suite of a guarantee of the edition: exactly once, fencing, keys, slots, rate limits,
 # locks, schedules, workflows, privileges and search-path pinning, crash recovery, every
-# isolation level (in each), the waiting checkout, and the example workers of three languages
+# isolation level (in each), the waiting checkout, and the example workers of four languages
 # (killed, through PgBouncer in transaction mode).
 suites=(exactly_once keys lifecycle complete privileges reaper waits workflows schedules observing cross_language)
 skip=(

@@ -27,10 +27,11 @@ export const POOLER_DSN = env('JOBQ_TEST_POOLER_DSN');
  */
 export const EDITION = process.env['JOBQ_TEST_EDITION'] || 'extension';
 /**
- * What a waiting checkout waits on in pg_stat_activity.wait_event: the extension's latch, or
- * the SQL edition's pg_sleep between two looks (docs/sql-edition.md, "Waiting checkout polls").
+ * What a waiting checkout waits on in pg_stat_activity.wait_event: the extension's latch, or in
+ * the SQL edition the pg_sleep of the call that polls, or the advisory lock it holds, on which
+ * the others sleep (docs/sql-edition.md, "Waiting checkout polls").
  */
-export const WAITING_EVENT = EDITION === 'sql' ? 'PgSleep' : 'Extension';
+export const WAITING_EVENTS: string[] = EDITION === 'sql' ? ['PgSleep', 'advisory'] : ['Extension'];
 
 /** The DSN with another login role. */
 export function dsnAs(dsn: string, user: string): string {

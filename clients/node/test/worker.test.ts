@@ -5,7 +5,7 @@ import * as assert from 'node:assert/strict';
 import type { Client } from 'pg';
 import * as jobq from 'jobq';
 import * as fs from 'node:fs';
-import { ADMIN_DSN, DSN, EDITION, POOLER_DSN, SERVER_LOG, WAITING_EVENT, connect, one, queueName, waitFor } from './helpers';
+import { ADMIN_DSN, DSN, EDITION, POOLER_DSN, SERVER_LOG, WAITING_EVENTS, connect, one, queueName, waitFor } from './helpers';
 
 let app: Client;
 let admin: Client;
@@ -285,8 +285,8 @@ test('a lost connection: the worker reconnects, registers again and goes on', as
 function waitingPid(name: string): Promise<number> {
   return waitFor('the worker to wait inside the server', async () => {
     const { rows } = await admin.query(
-      "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND wait_event = $2",
-      [name, WAITING_EVENT]);
+      "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND wait_event = ANY($2)",
+      [name, WAITING_EVENTS]);
     return rows.length === 1 ? (rows[0].pid as number) : undefined;
   });
 }

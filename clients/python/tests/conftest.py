@@ -38,8 +38,9 @@ POOLER_DSN = _env("JOBQ_TEST_POOLER_DSN")
 SERVER_LOG = _env("JOBQ_TEST_SERVER_LOG")
 EDITION = os.environ.get("JOBQ_TEST_EDITION", "extension")
 #: What a waiting checkout waits on, in pg_stat_activity.wait_event: the extension's latch, or
-#: the SQL edition's pg_sleep between two looks (docs/sql-edition.md, "Waiting checkout polls").
-WAITING_EVENT = "PgSleep" if EDITION == "sql" else "Extension"
+#: in the SQL edition the pg_sleep of the call that polls, or the advisory lock it holds, on
+#: which the others sleep (docs/sql-edition.md, "Waiting checkout polls").
+WAITING_EVENTS = ["PgSleep", "advisory"] if EDITION == "sql" else ["Extension"]
 
 
 class ServerLog:
@@ -59,8 +60,8 @@ def await_waiting_checkout(admin: psycopg.Connection[Any], worker_name: str) -> 
     wait_until(
         lambda: admin.execute(
             "SELECT count(*) = 1 AS yes FROM pg_stat_activity"
-            " WHERE application_name = %s AND state = 'active' AND wait_event = %s",
-            (f"{worker_name}-jobs", WAITING_EVENT),
+            " WHERE application_name = %s AND state = 'active' AND wait_event = ANY(%s)",
+            (f"{worker_name}-jobs", WAITING_EVENTS),
         ).fetchone()["yes"],  # type: ignore[index]
         what=f"worker {worker_name} to wait inside the server",
     )

@@ -19,7 +19,7 @@ from .conftest import (
     DSN,
     EDITION,
     POOLER_DSN,
-    WAITING_EVENT,
+    WAITING_EVENTS,
     RunningWorker,
     ServerLog,
     await_waiting_checkout,
@@ -324,8 +324,8 @@ def test_stopping_an_idle_worker_logs_no_error_on_the_server(admin: Any, queue: 
         await_waiting_checkout(admin, name)
     else:
         wait_until(lambda: admin.execute(
-            "SELECT count(*) > 0 AS yes FROM pg_stat_activity WHERE state = 'active' AND wait_event = %s"
-            " AND usename = 'jobq_test_app'", (WAITING_EVENT,)).fetchone()["yes"],
+            "SELECT count(*) > 0 AS yes FROM pg_stat_activity WHERE state = 'active' AND wait_event = ANY(%s)"
+            " AND usename = 'jobq_test_app'", (WAITING_EVENTS,)).fetchone()["yes"],
             what="the pooled worker to wait inside the server")
     running.stop()
     written = log.since()

@@ -23,9 +23,10 @@ module TestEnv
   POOLER_DSN = fetch("JOBQ_TEST_POOLER_DSN")
   SERVER_LOG = fetch("JOBQ_TEST_SERVER_LOG")
   EDITION = ENV.fetch("JOBQ_TEST_EDITION", "extension")
-  # What a waiting checkout waits on in pg_stat_activity: the extension's latch, or the SQL
-  # edition's pg_sleep between two looks.
-  WAITING_EVENT = EDITION == "sql" ? "PgSleep" : "Extension"
+  # What a waiting checkout waits on in pg_stat_activity (a text[] literal): the extension's
+  # latch, or in the SQL edition the pg_sleep of the call that polls, or the advisory lock it
+  # holds, on which the others sleep.
+  WAITING_EVENTS = EDITION == "sql" ? "{PgSleep,advisory}" : "{Extension}"
 
   # The DSN with another login role.
   def self.as(role, dsn = DSN) = dsn.sub(%r{\A(postgresql://)[^@/]+@}, "\\1#{role}@")
@@ -118,7 +119,7 @@ class JobqTest < Minitest::Test
   def await_waiting_checkout(worker_name)
     wait_until("worker #{worker_name} to wait inside the server") do
       admin.exec_params("SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' " \
-                        "AND wait_event = $2", ["#{worker_name}-jobs", TestEnv::WAITING_EVENT]).getvalue(0, 0) == "t"
+                        "AND wait_event = ANY($2::text[])", ["#{worker_name}-jobs", TestEnv::WAITING_EVENTS]).getvalue(0, 0) == "t"
     end
   end
 

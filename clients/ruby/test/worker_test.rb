@@ -227,8 +227,8 @@ class WorkerTest < JobqTest
       w = start_worker(worker)
       if pooled # through PgBouncer the server's session carries PgBouncer's name
         wait_until("the pooled worker to wait inside the server") do
-          admin.exec_params("SELECT count(*) > 0 FROM pg_stat_activity WHERE state = 'active' AND wait_event = $1 " \
-                            "AND usename = 'jobq_test_app'", [TestEnv::WAITING_EVENT]).getvalue(0, 0) == "t"
+          admin.exec_params("SELECT count(*) > 0 FROM pg_stat_activity WHERE state = 'active' AND wait_event = ANY($1::text[]) " \
+                            "AND usename = 'jobq_test_app'", [TestEnv::WAITING_EVENTS]).getvalue(0, 0) == "t"
         end
       else
         await_waiting_checkout(name)

@@ -40,13 +40,13 @@ pub fn edition() -> String {
 }
 
 /// What a waiting checkout waits on in `pg_stat_activity.wait_event`: the extension's latch,
-/// or the SQL edition's `pg_sleep` between two looks (docs/sql-edition.md, "Waiting checkout
-/// polls").
-pub fn waiting_event() -> &'static str {
+/// or in the SQL edition the `pg_sleep` of the call that polls, or the advisory lock it holds,
+/// on which the others sleep (docs/sql-edition.md, "Waiting checkout polls").
+pub fn waiting_events() -> Vec<&'static str> {
     if edition() == "sql" {
-        "PgSleep"
+        vec!["PgSleep", "advisory"]
     } else {
-        "Extension"
+        vec!["Extension"]
     }
 }
 

@@ -548,8 +548,8 @@ async fn waiting_pid(admin: &Client, name: &str) -> i32 {
         admin
             .query_opt(
                 "SELECT pid FROM pg_stat_activity
-                  WHERE application_name = $1 AND state = 'active' AND wait_event = $2",
-                &[&name, &waiting_event()],
+                  WHERE application_name = $1 AND state = 'active' AND wait_event = ANY($2)",
+                &[&name, &waiting_events()],
             )
             .await
             .unwrap()
