@@ -74,7 +74,7 @@ def test_durable_steps_in_a_sync_handler(start_worker: Start, conn: Any, admin: 
     start_worker(worker)
     oid = jobq.enqueue(conn, queue, {}, kind="order")
     wait_until(lambda: admin.execute("SELECT state FROM jobq.jobs WHERE id = %s", (oid,)).fetchone()["state"] == "blocked"
-               and admin.execute("SELECT count(*) AS n FROM jobq.jobs WHERE kind = 'kid' AND state = 'completed'").fetchone()["n"] == 3
+               and admin.execute("SELECT count(*) AS n FROM jobq.jobs WHERE queue = %s AND state = 'completed'", (f"{queue}-kids",)).fetchone()["n"] == 3
                and admin.execute("SELECT checkpoints ? 'ship' AS ok FROM jobq.jobs WHERE id = %s", (oid,)).fetchone()["ok"]
                and admin.execute("SELECT b.event IS NOT NULL AS ok FROM jobq.blocked b WHERE b.job_id = %s", (oid,)).fetchone() is not None,
                what="the order to await its event")
@@ -83,7 +83,7 @@ def test_durable_steps_in_a_sync_handler(start_worker: Start, conn: Any, admin: 
     assert row["result"] == {"charge": "ch_1", "shipped": [0, 10, 20], "delivered": {"by": "van"}}
     assert runs.count("charged") == 1, "the step ran once across the replays"
     assert row["attempt"] == 1, "suspensions did not count as attempts"
-    assert admin.execute("SELECT count(*) AS n FROM jobq.jobs WHERE kind = 'kid'").fetchone()["n"] == 3, "spawned once"
+    assert admin.execute("SELECT count(*) AS n FROM jobq.jobs WHERE queue = %s", (f"{queue}-kids",)).fetchone()["n"] == 3, "spawned once"
 
 
 def test_durable_steps_in_an_async_handler(start_worker: Start, conn: Any, admin: Any, queue: str) -> None:

@@ -149,7 +149,8 @@ def test_sigterm_drains_and_exits_0(
     worker = spawn(queue, concurrency=4, dsn=POOLER_DSN if pooled else DSN, pooled=pooled)
     wid = worker.worker_id(admin)
     held = jobq.enqueue_batch(conn, queue, [{"hold_until_file": str(release)}] * 3)
-    wait_state(admin, held, "executing")
+    # Their handlers run (not only claimed: a job claimed as the stop comes is never started).
+    wait_until(lambda: len(runs_per_job(admin, held)) == 3, what="the three handlers to start")
     worker.proc.send_signal(signal.SIGTERM)
     worker.wait_for_line("draining")  # it has stopped checking out, one slot still free
     late = jobq.enqueue(conn, queue)

@@ -301,9 +301,10 @@ def test_stop_drains_the_jobs_in_flight(conn: Any, admin: Any, queue: str) -> No
     running = RunningWorker(worker).start()
     wid = worker.worker_id
     ids = jobq.enqueue_batch(conn, queue, [{}, {}])
-    wait_state(admin, ids, "executing")
+    # All handlers are in (not only claimed: a job claimed as the stop comes is never started);
+    # then the stop, which lets them finish.
+    started.wait()
     worker.stop()
-    started.wait()  # all handlers are in: let them finish
     release.set()
     running.thread.join(20)
     assert not running.thread.is_alive() and running.error is None

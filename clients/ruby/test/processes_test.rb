@@ -130,7 +130,8 @@ class ProcessesTest < JobqTest
         worker = spawn(queue, concurrency: 4, dsn: pooled ? TestEnv::POOLER_DSN : TestEnv::DSN, pooled: pooled)
         wid = registration(worker)
         held = client.enqueue_batch(queue, [{ "hold_until_file" => release }] * 3)
-        wait_state(held, "executing")
+        # Their handlers run (not only claimed: a job claimed as the stop comes is never started).
+        wait_until("the three handlers to start") { runs_per_job(held).size == 3 }
         worker.signal("TERM")
         worker.wait_for_line("draining") # it has stopped checking out, one slot still free
         late = client.enqueue(queue)
