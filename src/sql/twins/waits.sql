@@ -22,9 +22,10 @@
 -- go of it (docs/sql-edition.md).
 CREATE SEQUENCE jobq.rings AS bigint CYCLE;
 
--- The sequence's last ring, as text ('0' before the first). A plain expression (pg_sequence_last_value,
--- not a query on the sequence), which a PL/pgSQL caller evaluates without the executor; no
--- pinned search_path (everything in it is qualified), so that it is inlined there.
+-- The sequence's last ring, as text ('0' before the first). A plain expression
+-- (pg_sequence_last_value, not a query on the sequence), which a PL/pgSQL caller evaluates
+-- without the executor; no pinned search_path (everything in it is qualified), so that it is
+-- inlined there.
 CREATE FUNCTION jobq._rung() RETURNS text
 LANGUAGE sql VOLATILE AS $$ SELECT coalesce(pg_catalog.pg_sequence_last_value('jobq.rings'::pg_catalog.regclass), 0)::pg_catalog.text $$;
 
@@ -69,13 +70,13 @@ END $$;
 -- take the advisory lock (class 'jobq', 0) leads: it reads the sequence every 10 ms, holding the
 -- lock. Every other call waits for the lock, shared, and so sleeps until the leader lets go of
 -- it: when the sequence moved, at the leader's own end, or when its session ends or fails
--- (and it wakes just before deadlock_timeout, to wait anew: so the server runs no deadlock check
--- for it and, with log_lock_waits on, logs nothing). The lock is taken in a block that ends by an exception (JQ000), which rolls the block's
--- subtransaction back: that lets go of the lock (an advisory lock of the transaction otherwise
--- lasts until it ends) and of the lock_timeout set inside it, so nothing outlives the call. The
--- leader waits for no lock while it holds this one, so no deadlock can run through it. A call
--- that got the lock shared at once (no leader: another call let go of it a moment ago) sleeps
--- 5 ms and tries to lead again.
+-- (and it wakes just before deadlock_timeout, to wait anew: so the server runs no deadlock
+-- check for it and, with log_lock_waits on, logs nothing). The lock is taken in a block that
+-- ends by an exception (JQ000), which rolls the block's subtransaction back: that lets go of the
+-- lock (an advisory lock of the transaction otherwise lasts until it ends) and of the
+-- lock_timeout set inside it, so nothing outlives the call. The leader waits for no lock while
+-- it holds this one, so no deadlock can run through it. A call that got the lock shared at once
+-- (no leader: another call let go of it a moment ago) sleeps 5 ms and tries to lead again.
 CREATE FUNCTION jobq._doze(seen text, until timestamptz) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
