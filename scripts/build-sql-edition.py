@@ -13,7 +13,8 @@ no superuser and compares its catalog with the extension's.
 
 The file runs in one transaction under `psql -v ON_ERROR_STOP=1 -f`: a fresh database gets
 jobq; a database that has this release already is left as it is; anything else (the extension
-installed, an unknown release) is refused before anything changes.
+installed, an unknown release) is refused before anything changes; a database that has the
+release before this one is upgraded in place (upgrade_from).
 """
 import pathlib
 import re
@@ -136,9 +137,35 @@ def build():
             body.extend(twin_sql)
     body.append("-- ---- src/sql/twins/edition.sql ----\n" + (TWINS / "edition.sql").read_text())
     install = "\n".join(body).replace("@extschema@.", "public.")
-    if "MODULE_PATHNAME" in install or "@extschema@" in install:
+    previous, upgrade = upgrade_from(v, twins)
+    if any("MODULE_PATHNAME" in x or "@extschema@" in x for x in (install, upgrade)):
         sys.exit("build-sql-edition: something of the library is left")
-    return v, HEAD.replace("@VERSION@", v) + install + TAIL.replace("@VERSION@", v)
+    tail = TAIL.replace("@UPGRADE@", upgrade).replace("@PREVIOUS@", previous)
+    return v, HEAD.replace("@VERSION@", v) + install + tail.replace("@VERSION@", v)
+
+
+def upgrade_from(v, twins):
+    """The release before `v` and the SQL that brings its SQL edition to `v`: the extension's
+    upgrade script sql/jobq--P--V.sql, each C function replaced by its SQL twin (src/sql/twins),
+    then the new release's jobq._edition(). One source for both editions' upgrades, as for their
+    installs; tests/sql_edition.rs checks that an upgraded database is a fresh one."""
+    scripts = list((ROOT / "sql").glob("jobq--*--%s.sql" % v))
+    if len(scripts) != 1:
+        sys.exit("build-sql-edition: no single upgrade script to %s in sql/" % v)
+    previous = scripts[0].stem.split("--")[1]
+    out = ["-- ---- %s, with the SQL twins ----\n" % scripts[0].relative_to(ROOT)]
+    for s in statements(scripts[0].read_text()):
+        s = "\n".join(l for l in s.split("\n") if not l.startswith("\\echo "))
+        if "pg_extension_config_dump" in s:
+            continue
+        if "MODULE_PATHNAME" in s:
+            name = defined(s)
+            twin = twins[name if "." in name else "public." + name]
+            s = twin if "OR REPLACE" not in s.upper() else re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", twin, count=1, flags=re.I)
+        out.append(s)
+    edition = [s for n, s in twins.items() if n == "jobq._edition"][0]
+    out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", edition, count=1, flags=re.I) + "\n")
+    return previous, "".join(out).replace("@extschema@.", "public.")
 
 
 HEAD = r"""-- jobq @VERSION@, the SQL edition: jobq without its library, for servers where no library can be
@@ -179,9 +206,13 @@ SELECT to_regprocedure('jobq._edition()') IS NULL AS jobq_fresh \gset
 
 TAIL = r"""
 \else
-SELECT e.version = '@VERSION@' AS jobq_same, e.version AS jobq_installed FROM jobq._edition() e \gset
+SELECT e.version = '@VERSION@' AS jobq_same, e.version = '@PREVIOUS@' AS jobq_previous,
+       e.version AS jobq_installed FROM jobq._edition() e \gset
 \if :jobq_same
 \echo jobq @VERSION@ (SQL edition) is installed already: nothing changed
+\elif :jobq_previous
+@UPGRADE@
+\echo jobq @PREVIOUS@ (SQL edition) upgraded to @VERSION@
 \else
 SELECT set_config('jobq.installed', :'jobq_installed', true) AS jobq_installed \gset
 DO $jobq$ BEGIN

@@ -20,7 +20,7 @@ if [ "$v" = 15 ]; then features=(); else features=(--no-default-features --featu
 # locks, schedules, workflows, privileges and search-path pinning, crash recovery, every
 # isolation level (in each), the waiting checkout, and the example workers of four languages
 # (killed, through PgBouncer in transaction mode).
-suites=(exactly_once keys lifecycle complete privileges reaper waits workflows schedules observing cross_language)
+suites=(exactly_once keys lifecycle complete privileges tenants reaper waits workflows schedules observing cross_language)
 skip=(
   # The extension's Rust beside its SQL, compared: the SQL edition has the SQL alone
   # (tests/checkout.rs is all of that kind and does not run here).

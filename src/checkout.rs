@@ -285,7 +285,8 @@ unsafe fn claim(
     }
     let l = layout(r, desc)?;
     let snapshot = pg_sys::GetActiveSnapshot();
-    if usable(r.workers, worker, snapshot, true) != Some(true) {
+    // A limited role's checkout is the SQL's, which keeps it to its queues (src/grants.rs).
+    if usable(r.workers, worker, snapshot, true) != Some(true) || crate::grants::limited(snapshot) {
         return None;
     }
     let pauses = Pauses::read(r.pauses, snapshot)?;

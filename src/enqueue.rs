@@ -173,6 +173,11 @@ unsafe fn common(args: &[Option<pg_sys::Datum>; ARGS]) -> Option<Job> {
     if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || pg_sys::XactReadOnly {
         return None;
     }
+    // A limited role's enqueue is the SQL's, which checks its queue (src/grants.rs).
+    let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
+    if crate::grants::limited(snapshot) {
+        return None;
+    }
     let name = |n: usize| args[n].map(|d| text(d));
     let fits = |s: Option<&[u8]>| s.is_none_or(|s| !s.is_empty() && s.len() <= 1000);
     // NULLs where the SQL's defaults are, or refused.

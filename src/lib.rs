@@ -2,7 +2,8 @@
 //!
 //! Where things live:
 //! - `src/sql/*.sql`: the SQL surface (tables, `jobq_*` functions), embedded in order below.
-//!   Each file is named after the concern it holds: `schema`, `workers`, `enqueue`,
+//!   Each file is named after the concern it holds: `schema`, `grants` (queues granted per
+//!   role, and the view `jobq.jobs` that filters by them), `workers`, `enqueue`,
 //!   `rate_limits`, `checkout`, `finish` (complete/fail/cancel/retry), `pause`, `locks`,
 //!   `schedules` (recurring jobs), `counters` (the dashboard's per-minute counts), `reap`,
 //!   `compact` (the hot tables emptied by TRUNCATE under a held horizon),
@@ -11,6 +12,8 @@
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
 //! - `src/privileges.rs`: `jobq._may_act_for()`, who may act for a worker; the grants are in
 //!   `src/sql/privileges.sql`.
+//! - `src/grants.rs`: whether the caller is limited to some queues, for the fast paths, which
+//!   hand such a call to the SQL (src/sql/grants.sql).
 //! - `src/schedules.rs`: when a recurring job's ticks fall (cron expressions, IANA time zones).
 //! - `src/floors.rs`: claim floors, where checkout starts walking the waiting set (shared
 //!   memory, lowered at commit by whoever makes a job ready, raised by the background worker).
@@ -41,6 +44,7 @@ mod counters;
 mod edges;
 mod enqueue;
 mod floors;
+mod grants;
 mod gucs;
 mod health;
 mod kept;
@@ -98,7 +102,8 @@ pub extern "C-unwind" fn _PG_init() {
 // The hand-written SQL, in dependency order. `bootstrap` makes schema.sql run before the
 // objects pgrx generates (the settings functions in schema `jobq`), `finalize` runs last.
 extension_sql_file!("sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("sql/workers.sql", name = "workers", requires = [compact::jobq::hold_hot_tables, liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller, bgworker::jobq::pass_if_due]);
+extension_sql_file!("sql/grants.sql", name = "grants", requires = [privileges::jobq::caller]);
+extension_sql_file!("sql/workers.sql", name = "workers", requires = ["grants", compact::jobq::hold_hot_tables, liveness::jobq::worker_alive, privileges::jobq::may_act_for, privileges::jobq::caller, bgworker::jobq::pass_if_due]);
 extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers", counters::jobq::tally]);
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/rate_limits.sql", name = "rate_limits", requires = ["locks"]);

@@ -438,61 +438,6 @@ fn every_example_worker_completes_through_the_fused_call() {
     }
 }
 
-/// PgBouncer (Debian's package) in transaction pooling mode in front of database `db` of
-/// `cluster`, on a free loopback port, run as the `postgres` OS user (it refuses root),
-/// stopped when dropped.
-struct Bouncer {
-    child: Child,
-    port: u16,
-}
-
-impl Bouncer {
-    fn start(cluster: &Cluster, db: &str, user: &str, pool_size: u32) -> Bouncer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let users = cluster.scratch_file("pgbouncer-users.txt");
-        std::fs::write(&users, format!("\"{user}\" \"\"\n\"postgres\" \"\"\n")).unwrap();
-        let ini = cluster.scratch_file("pgbouncer.ini");
-        std::fs::write(
-            &ini,
-            format!(
-                "[databases]\n{db} = host=127.0.0.1 port={} dbname={db}\n\n[pgbouncer]\n\
-                 listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
-                 auth_type = trust\nauth_file = {}\npool_mode = transaction\n\
-                 default_pool_size = {pool_size}\nmax_client_conn = 200\n\
-                 ignore_startup_parameters = extra_float_digits,options\n\
-                 logfile = {}\n",
-                cluster.port,
-                users.display(),
-                cluster.scratch_file("pgbouncer.log").display()
-            ),
-        )
-        .unwrap();
-        for f in [&users, &ini] {
-            let _ = Command::new("chmod").arg("644").arg(f).status();
-        }
-        let child = Command::new("sudo")
-            .args(["-u", "postgres", "--", "/usr/sbin/pgbouncer"])
-            .arg(&ini)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()) // it logs to the logfile too
-            .spawn()
-            .expect("start pgbouncer (scripts/setup.sh installs it)");
-        let b = Bouncer { child, port };
-        wait_until("pgbouncer to accept connections", PATIENCE, || {
-            Client::connect(&format!("host=127.0.0.1 port={port} user=postgres dbname={db}"), postgres::NoTls).is_ok()
-        });
-        b
-    }
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        // sudo passes SIGTERM on to pgbouncer, which then exits.
-        let _ = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
-}
-
 /// The contract, Poolers: the example workers behind PgBouncer in transaction mode (waiting inside the
 /// server instead of LISTEN, no bind_to_session, heartbeats with `holding`), more client connections than
 /// server sessions so that consecutive calls of one worker run in different sessions: every

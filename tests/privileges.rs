@@ -144,6 +144,11 @@ const READER_RELATIONS: &[&str] = &[
 /// The read-only internal helpers jobq.health calls (a view's functions run as its reader), and
 /// the dashboard's counters: jobq.throughput and its histogram functions (src/sql/counters.sql).
 const READER_FUNCTIONS: &[&str] = &[
+    // What the views and policies call to show a limited role its queues only (src/sql/grants.sql).
+    "_caller",
+    "_patterns",
+    "_sees",
+    "_sees_job",
     "_histogram_add",
     "_last_pass",
     "_oldest_horizon",
@@ -180,7 +185,17 @@ const WORKER_FUNCTIONS: &[&str] = &[
     "jobq_stop_checkouts",
     "jobq_unregister_worker",
 ];
-const ADMIN_FUNCTIONS: &[&str] = &["jobq_pause", "jobq_reap", "jobq_resume", "jobq_schedule", "jobq_set_node", "jobq_set_rate_limit", "jobq_unschedule"];
+const ADMIN_FUNCTIONS: &[&str] = &[
+    "jobq_grant_queues",
+    "jobq_pause",
+    "jobq_reap",
+    "jobq_resume",
+    "jobq_revoke_queues",
+    "jobq_schedule",
+    "jobq_set_node",
+    "jobq_set_rate_limit",
+    "jobq_unschedule",
+];
 
 fn set(items: &[&[&str]]) -> BTreeSet<String> {
     items.iter().flat_map(|s| s.iter().map(|x| x.to_string())).collect()

@@ -47,7 +47,7 @@ fn database(c: &Cluster, name: &str) {
 }
 
 /// Objects of schema jobq and the jobq_* functions, as text: relations, columns, indexes,
-/// constraints, views, triggers, functions (signature, settings, security, volatility,
+/// constraints, row level security and its policies, views, triggers, functions (signature, settings, security, volatility,
 /// privileges with the owner's name written `owner`, result) and the schema's privileges.
 /// `bodies`: with each function's body and language (for comparing one edition with itself).
 fn catalog(c: &mut Client, bodies: bool) -> Vec<String> {
@@ -59,7 +59,11 @@ fn catalog(c: &mut Client, bodies: bool) -> Vec<String> {
                               OR (p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'jobq\\_%')),
                   owner AS (SELECT n.nspowner::regrole::text AS name FROM pg_namespace n WHERE n.nspname = 'jobq')
              SELECT replace(x, (SELECT name FROM owner), 'owner') FROM (
-               SELECT format('rel %s %s %s %s', relname, relkind, reloptions, relacl) FROM rels
+               SELECT format('rel %s %s %s %s %s', relname, relkind, reloptions, relacl, relrowsecurity) FROM rels
+               UNION ALL
+               SELECT format('policy %s %s %s %s %s', pol.polrelid::regclass, pol.polname, pol.polcmd, pol.polroles,
+                             pg_get_expr(pol.polqual, pol.polrelid))
+                 FROM pg_policy pol JOIN rels r ON r.oid = pol.polrelid
                UNION ALL
                SELECT format('col %s.%s %s %s %s %s', r.relname, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod),
                              a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
@@ -150,6 +154,71 @@ fn rows(c: &mut Client) -> String {
         )
         .unwrap();
     r.get(0)
+}
+
+/// The contract, The SQL edition: the file of this release, run where 0.4.0's file
+/// (sql/jobq-sql--0.4.0.sql, as released) installed jobq and jobs are in flight, upgrades it in
+/// place: every row kept, the catalog exactly a fresh install's, the jobs in flight finish
+/// as usual, the keys and slots still held; run again, it changes nothing.
+#[test]
+fn the_next_release_upgrades_0_4_0_in_place_with_everything_kept() {
+    let c = cluster("sqlupgrade", &[]);
+    database(&c, "up");
+    database(&c, "fresh");
+    let old = PathBuf::from(format!("{}/sql/jobq-sql--0.4.0.sql", env!("CARGO_MANIFEST_DIR")));
+    c.install_sql_file("up", INSTALLER, &old).unwrap();
+    c.install_sql_edition("fresh", INSTALLER).unwrap();
+    let mut up = c.connect("up");
+    let v: String = up.query_one("SELECT version FROM jobq_version()", &[]).unwrap().get(0);
+    assert_eq!(v, "0.4.0");
+    c.connect("postgres").batch_execute("CREATE ROLE sqlupgrade_app LOGIN; GRANT jobq_worker TO sqlupgrade_app").unwrap();
+    let mut app = c.connect_as("up", "sqlupgrade_app");
+    let w = register(&mut app);
+    let q = |c: &mut Client, sql: &str| -> i64 { c.query_one(sql, &[]).unwrap().get(0) };
+    let take = |c: &mut Client, queue: &str| -> Option<i64> {
+        c.query("SELECT id FROM jobq_checkout($1, ARRAY[$2])", &[&w, &queue]).unwrap().first().map(|r| r.get(0))
+    };
+    // Executing with a unique key and a concurrency key; waiting behind its slot; due and
+    // scheduled; finished; a lock and a pause.
+    let keyed = q(&mut app, "SELECT jobq_enqueue('work', concurrency_key => 'ck', unique_key => 'u1')");
+    assert_eq!(take(&mut app, "work"), Some(keyed));
+    let behind = q(&mut app, "SELECT jobq_enqueue('work', concurrency_key => 'ck')");
+    let due = q(&mut app, "SELECT jobq_enqueue('due', priority => 3)");
+    q(&mut app, "SELECT jobq_enqueue('due', run_at => now() + interval '1 hour')");
+    let done = q(&mut app, "SELECT jobq_enqueue('done')");
+    assert_eq!(take(&mut app, "done"), Some(done));
+    assert!(app.query_one("SELECT jobq_complete($1, $2)", &[&done, &w]).unwrap().get::<_, bool>(0));
+    assert!(app.query_one("SELECT jobq_acquire_lock('L', $1)", &[&w]).unwrap().get::<_, bool>(0));
+    up.batch_execute("SELECT jobq_pause('paused')").unwrap();
+    let before = rows(&mut up);
+
+    let out = c.install_sql_edition("up", INSTALLER).unwrap();
+    assert!(out.contains(&format!("jobq 0.4.0 (SQL edition) upgraded to {VERSION}")), "{out}");
+    let v: String = up.query_one("SELECT version FROM jobq_version()", &[]).unwrap().get(0);
+    assert_eq!(v, VERSION);
+    assert_eq!(rows(&mut up), before);
+    let fresh = catalog(&mut c.connect("fresh"), true);
+    assert!(fresh.iter().any(|x| x.starts_with("fn jobq_grant_queues(")), "{fresh:#?}");
+    assert_eq!(catalog(&mut up, true), fresh);
+    assert_job_tables_consistent(&mut up);
+
+    // The new release on the upgraded rows: the key and the slot still held, the jobs in flight
+    // finish, the waiting ones start.
+    let e = app.query_one("SELECT jobq_enqueue('work', unique_key => 'u1')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    assert_eq!(take(&mut app, "work"), None, "the concurrency slot is still held");
+    assert!(app.query_one("SELECT jobq_complete($1, $2)", &[&keyed, &w]).unwrap().get::<_, bool>(0));
+    assert_eq!(take(&mut app, "work"), Some(behind));
+    assert_eq!(take(&mut app, "due"), Some(due));
+    assert_eq!(take(&mut app, "due"), None, "the scheduled one is not due");
+    let after: i64 = up.query_one("SELECT jobq_enqueue('after')", &[]).unwrap().get(0);
+    assert!(after > done);
+
+    // Run again: nothing changes.
+    let (cat, now) = (catalog(&mut up, true), rows(&mut up));
+    let out = c.install_sql_edition("up", INSTALLER).unwrap();
+    assert!(out.contains("installed already: nothing changed"), "{out}");
+    assert_eq!((catalog(&mut up, true), rows(&mut up)), (cat, now));
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Upgrades (the contract, Versions and upgrades): a database created at jobq 0.1.0, 0.2.0 or 0.3.0
-//! (0.1.0's and 0.3.0's install scripts kept in sql/, 0.2.0's the one inside the upgrade to it), filled with jobs in
+//! Upgrades (the contract, Versions and upgrades): a database created at jobq 0.1.0, 0.2.0, 0.3.0 or 0.4.0
+//! (0.1.0's, 0.3.0's and 0.4.0's install scripts kept in sql/, 0.2.0's the one inside the upgrade to it), filled with jobs in
 //! every state, keys, slots, a lock, a pause and live workers, then `ALTER EXTENSION jobq
 //! UPDATE` under the new library (0.1.0 goes through 0.2.0): nothing lost, the catalog exactly
 //! that of a fresh `CREATE EXTENSION`, and the new version's behaviour on the upgraded rows,
@@ -30,8 +30,9 @@ fn install_script(version: &str) {
             let end = upgrade.find("-- ==== 0.1.0's rows ====").unwrap();
             upgrade[start..end].to_string()
         }
-        // 0.3.0's as `cargo pgrx schema` generated it at its release commit (CHANGELOG.md).
+        // 0.3.0's and 0.4.0's as `cargo pgrx schema` generated them at their release commits (CHANGELOG.md).
         "0.3.0" => sql("jobq--0.3.0.sql"),
+        "0.4.0" => sql("jobq--0.4.0.sql"),
         _ => panic!("no install script kept for {version}"),
     };
     let out = std::process::Command::new(format!("{PG_BIN}/pg_config")).arg("--sharedir").output().unwrap();
@@ -62,7 +63,7 @@ fn cluster_with_old_database(name: &str, version: &str) -> Cluster {
 }
 
 /// Every object of the extension as text: relations with their columns, options and
-/// privileges, indexes, constraints, views, triggers, functions (signature, body, settings, privileges),
+/// privileges, row level security and its policies, indexes, constraints, views, triggers, functions (signature, body, settings, privileges),
 /// the schema's privileges, what pg_dump keeps, and the extension's members.
 fn catalog(c: &mut Client) -> Vec<String> {
     let rows = c
@@ -70,7 +71,11 @@ fn catalog(c: &mut Client) -> Vec<String> {
             "WITH ext AS (SELECT oid FROM pg_extension WHERE extname = 'jobq'),
                   rels AS (SELECT c.* FROM pg_class c WHERE c.relnamespace = 'jobq'::regnamespace)
              SELECT x FROM (
-               SELECT format('rel %s %s %s %s', relname, relkind, reloptions, relacl) FROM rels
+               SELECT format('rel %s %s %s %s %s', relname, relkind, reloptions, relacl, relrowsecurity) FROM rels
+               UNION ALL
+               SELECT format('policy %s %s %s %s %s', pol.polrelid::regclass, pol.polname, pol.polcmd, pol.polroles,
+                             pg_get_expr(pol.polqual, pol.polrelid))
+                 FROM pg_policy pol JOIN rels r ON r.oid = pol.polrelid
                UNION ALL
                SELECT format('col %s.%s %s %s %s %s', r.relname, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod),
                              a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
@@ -248,6 +253,11 @@ fn an_upgrade_from_0_2_0_keeps_everything_and_behaves_as_the_new_version() {
 #[test]
 fn an_upgrade_from_0_3_0_keeps_everything_and_behaves_as_the_new_version() {
     upgrade_keeps_everything("upgrade3", "0.3.0");
+}
+
+#[test]
+fn an_upgrade_from_0_4_0_keeps_everything_and_behaves_as_the_new_version() {
+    upgrade_keeps_everything("upgrade4", "0.4.0");
 }
 
 /// A database at `version` (0.2.0 or later: its roles and grants are the current ones) with

@@ -41,7 +41,7 @@ pub struct Access {
 /// says: the SQL edition is no extension.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Installed {
-    /// Its release ("0.4.0"), when known.
+    /// Its release ("0.5.0"), when known.
     pub version: Option<String>,
     pub edition: Edition,
 }
@@ -74,7 +74,7 @@ impl Edition {
 }
 
 impl Installed {
-    /// "jobq 0.4.0 (SQL edition)".
+    /// "jobq 0.5.0 (SQL edition)".
     pub fn label(&self) -> String {
         match &self.version {
             Some(v) => format!("jobq {v} ({})", self.edition.label()),

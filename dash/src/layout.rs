@@ -89,7 +89,7 @@ pub fn page(app: &App, access: Option<&Access>, active: &str, title: &str, body:
                     }
                     @if let Some(a) = access {
                         span.who {
-                            // Which jobq this database has: "jobq 0.4.0 (SQL edition)".
+                            // Which jobq this database has: "jobq 0.5.0 (SQL edition)".
                             (a.jobq.label()) " · "
                             "connected as " (a.user) " · "
                             @if app.may_act(a) { "may act" }

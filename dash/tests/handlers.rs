@@ -186,6 +186,40 @@ async fn every_page_answers_and_shows_what_it_should() {
     );
 }
 
+/// Tenants (docs/tenants.md): connected as a role limited to queue mail (jobq_grant_queues), the
+/// dashboard shows mail's jobs, counters and metrics only: reports' job is not found, its queue,
+/// schedule and unique key are not listed, and /metrics has no series of it.
+#[tokio::test]
+async fn a_limited_role_sees_only_its_queues() {
+    let f = fixture().await;
+    let s = cluster().connect(&f.db, "postgres").await;
+    let role = format!("{}_tenant", f.db);
+    s.batch_execute(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT jobq_reader TO {role}; SELECT jobq_grant_queues('{role}', 'reader', '{{mail}}')"
+    ))
+    .await
+    .unwrap();
+    wait_until("totals of queue reports", Duration::from_secs(30), || async {
+        s.query_one("SELECT count(*) FROM jobq.queue_totals WHERE queue = 'reports'", &[]).await.unwrap().get::<_, i64>(0) == 1
+    })
+    .await;
+    let d = start(&f.db, &role, &[]).await;
+    let home = d.ok("/").await;
+    assert!(home.contains("mail") && !home.contains("reports"), "{home}");
+    let jobs = d.ok("/jobs").await;
+    assert!(jobs.contains(&link(f.dead)) && !jobs.contains(&link(f.executing)), "{jobs}");
+    assert!(jobs.contains("<strong>4</strong> jobs match"), "{jobs}");
+    assert_eq!(d.get(&format!("/jobs/{}", f.executing)).await.status, StatusCode::NOT_FOUND);
+    assert!(!d.ok("/locks").await.contains("report:all"));
+    assert!(!d.ok("/schedules").await.contains("nightly-report"));
+    let m = d.ok("/metrics").await;
+    assert!(m.contains("queue=\"mail\"") && !m.contains("queue=\"reports\""), "{m}");
+    // The same pages as an unlimited reader show both queues.
+    let r = start(&f.db, "dash_reader", &[]).await;
+    assert!(r.ok("/metrics").await.contains("queue=\"reports\""));
+    assert!(r.ok("/jobs").await.contains(&link(f.executing)));
+}
+
 #[tokio::test]
 async fn jobs_filters_are_kept_in_the_url() {
     let f = fixture().await;

@@ -151,11 +151,14 @@ DECLARE
     v_skip_r   text[] := '{}';
     v_blocked  "char";
     c          record;
+    -- A limited role's checkout of every queue takes from those granted to it (src/sql/grants.sql).
+    v_grants   text[] := CASE WHEN queues IS NULL THEN jobq._patterns('worker') END;
 BEGIN
     FOR c IN
         SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key
           FROM jobq.ready r
          WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
+           AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
            AND (r.priority, r.run_at, r.id) >= (fp, fr, fi)  -- the claim floor (fp, fr, fi)
            AND (NOT paused OR NOT EXISTS (
                    SELECT 1 FROM jobq.pauses p
@@ -244,7 +247,16 @@ DECLARE
     v_blocked  "char";
     c          record;
     cur        refcursor;
+    v_grants   text[];               -- a limited role's worker patterns, for a call of every queue
+    v_ok       boolean;
 BEGIN
+    -- A limited role (src/sql/grants.sql) checks out of the queues granted to it as a worker:
+    -- those it names must be, and a call of every queue (NULL) walks past the others.
+    v_grants := jobq._patterns('worker');
+    IF v_grants IS NOT NULL AND queues IS NOT NULL THEN
+        v_ok := jobq._require('worker', queues, 'queue');
+        v_grants := NULL;
+    END IF;
     IF wait IS NOT NULL THEN
         RETURN QUERY SELECT * FROM jobq._checkout_waiting(worker, queues, max_jobs, wait);
         RETURN;
@@ -325,6 +337,7 @@ BEGIN
                 SELECT r.ctid AS rid, r.id, r.keyed
                   FROM jobq.ready r
                  WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                   AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
                    AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
@@ -425,6 +438,7 @@ BEGIN
                            r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
                      WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                       AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p

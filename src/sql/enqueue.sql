@@ -84,6 +84,7 @@ DECLARE
     v_holder  record;
     v_ready   tid;
     v_ready_queue text;
+    v_ok      boolean;
 BEGIN
     IF queue IS NULL OR payload IS NULL OR priority IS NULL OR max_attempts IS NULL
        OR unique_strategy IS NULL OR on_conflict IS NULL OR concurrency_limit IS NULL OR on_parent_failure IS NULL THEN
@@ -119,6 +120,11 @@ BEGIN
         RAISE EXCEPTION 'jobq: unknown on_parent_failure "%"', on_parent_failure
             USING ERRCODE = '22023', HINT = 'Use cancel or run.';
     END IF;
+    -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql).
+    v_ok := jobq._require('producer', ARRAY[queue], 'queue');
+    IF depends_on IS NOT NULL THEN
+        PERFORM jobq._require_jobs('reader', depends_on);
+    END IF;
 
     v_id := nextval('jobq.jobs_id_seq');
 
@@ -130,7 +136,9 @@ BEGIN
             IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL THEN
                 -- Debounce: the waiting job takes the new payload, priority and run_at
                 -- (its ready row first: jobq._lock_ready), after any compaction of the hot
-                -- tables in progress (src/compact.rs).
+                -- tables in progress (src/compact.rs). Keys are global: a limited role replaces
+                -- only a job of a queue it may enqueue into (src/sql/grants.sql).
+                PERFORM jobq._require_jobs('producer', ARRAY[v_holder.job_id]);
                 PERFORM jobq._hold_hot_tables();
                 v_ready := jobq._lock_ready(v_holder.job_id);
                 IF v_ready IS NOT NULL THEN
@@ -260,6 +268,7 @@ BEGIN
     ELSIF max_attempts < 1 THEN
         RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
     END IF;
+    PERFORM jobq._require('producer', ARRAY[queue], 'queue');  -- src/sql/grants.sql
     IF cardinality(payloads) = 0 THEN
         RETURN;
     END IF;

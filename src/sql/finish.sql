@@ -27,6 +27,7 @@ DECLARE
     j        jobq.live_jobs;
     v_noted  boolean;
     v_freed  integer;
+    v_ok     boolean;
 BEGIN
     IF job_id IS NULL OR worker IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id and worker must not be NULL' USING ERRCODE = '22004';
@@ -45,6 +46,7 @@ BEGIN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN false;
     END IF;
+    v_ok := jobq._require('worker', ARRAY[j.queue], 'queue');  -- a limited role's (src/sql/grants.sql)
     j.finished_at := clock_timestamp();
     -- Helpers are called in assignments, not with PERFORM: PL/pgSQL evaluates a lone call
     -- without starting an executor for it (docs/performance.md, "CPU per job").
@@ -98,6 +100,7 @@ BEGIN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN NULL;
     END IF;
+    PERFORM jobq._require('worker', ARRAY[j.queue], 'queue');  -- src/sql/grants.sql
     v_state := CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
                     WHEN discard OR j.attempt >= j.max_attempts THEN 'dead'
                     ELSE 'ready' END;
@@ -138,6 +141,7 @@ BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
     END IF;
+    PERFORM jobq._require_jobs('producer', ARRAY[job_id]);  -- src/sql/grants.sql
     -- A compaction of the hot tables in progress is waited for, and none starts before this
     -- transaction ends (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
@@ -202,6 +206,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');  -- src/sql/grants.sql
     IF j.unique_key IS NOT NULL AND j.unique_strategy <> 'while_executing'
        AND NOT jobq._take_key(j.unique_key, job_id) THEN
         RETURN false;

@@ -16,6 +16,7 @@ BEGIN
         -- The bound keeps now() + ttl a timestamp (the largest is in the year 294276).
         RAISE EXCEPTION 'jobq: ttl must be positive and at most 100000 years, got %', ttl USING ERRCODE = '22023';
     END IF;
+    PERFORM jobq._require('worker', ARRAY[key], 'lock key');  -- src/sql/grants.sql
     PERFORM jobq._live_worker(worker);
     v_expires := v_now + ttl;
 
@@ -45,15 +46,18 @@ BEGIN
     IF key IS NULL THEN
         RAISE EXCEPTION 'jobq: key must not be NULL' USING ERRCODE = '22004';
     END IF;
+    PERFORM jobq._require('worker', ARRAY[key], 'lock key');  -- src/sql/grants.sql
     PERFORM jobq._live_worker(worker);
     DELETE FROM jobq.locks l WHERE l.key = jobq_release_lock.key AND l.worker_id = worker;
     RETURN FOUND;
 END $$;
 
 CREATE FUNCTION jobq_lock_holder(key text) RETURNS uuid
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
-    SELECT l.worker_id
-      FROM jobq.locks l JOIN jobq.workers w ON w.id = l.worker_id
-     WHERE l.key = $1 AND l.expires_at > clock_timestamp()
-       AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)
-$$;
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._require('worker', ARRAY[key], 'lock key');  -- src/sql/grants.sql
+    RETURN (SELECT l.worker_id
+              FROM jobq.locks l JOIN jobq.workers w ON w.id = l.worker_id
+             WHERE l.key = jobq_lock_holder.key AND l.expires_at > clock_timestamp()
+               AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start));
+END $$;

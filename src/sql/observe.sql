@@ -13,6 +13,7 @@ SELECT CASE s.ns WHEN 'c' THEN 'concurrency' ELSE 'while_executing' END AS kind,
        min(j.started_at) AS oldest_started_at
   FROM jobq.live_jobs j  -- before jobq.slots: the hot tables' lock order (src/sql/compact.sql)
   JOIN jobq.slots s ON s.job_id = j.id
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(j.queue, (SELECT jobq._patterns('reader')))  -- a limited role's queues' jobs (src/sql/grants.sql)
  GROUP BY s.ns, s.key;
 
 -- Rate limits and their windows now: starts in the last `per` (one per slot whose last start
@@ -27,6 +28,7 @@ SELECT l.key, l.max_starts, l.per,
   FROM jobq.rate_limits l
  CROSS JOIN t
   LEFT JOIN jobq.rate_slots s ON s.key = l.key
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(l.key, (SELECT jobq._patterns('reader')))  -- rate keys as lock keys (src/sql/grants.sql)
  GROUP BY l.key, l.max_starts, l.per, t.now;
 
 -- jobq's tables as the statistics collector sees them: dead rows are what a snapshot held

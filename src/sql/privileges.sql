@@ -61,6 +61,10 @@ GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.sche
 -- Workflows (src/sql/workflows.sql): what parents or awaited jobs produced, and what blocked
 -- jobs wait for (the dashboard's job page).
 GRANT EXECUTE ON FUNCTION jobq_results(bigint[]) TO jobq_reader;
+-- What the views and policies call, as the role reading them, to show a limited role its
+-- queues' rows only (src/sql/grants.sql).
+GRANT EXECUTE ON FUNCTION jobq._caller(), jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint)
+TO jobq_reader;
 -- Which release and edition runs here (src/sql/observe.sql).
 GRANT EXECUTE ON FUNCTION jobq_version() TO jobq_reader;
 GRANT SELECT ON jobq.blocked, jobq.edges TO jobq_reader;
@@ -122,6 +126,43 @@ GRANT EXECUTE ON FUNCTION
     jobq_schedule(text, text, text, jsonb, text, integer, integer, text, boolean),
     jobq_unschedule(text),
     jobq_set_rate_limit(text, integer, interval),
-    jobq_set_node(integer)
+    jobq_set_node(integer),
+    jobq_grant_queues(regrole, text, text[]),
+    jobq_revoke_queues(regrole, text, text[])
 TO jobq_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA jobq TO jobq_admin;
+
+-- Row level security on the tables jobq_reader reads directly: a limited role (src/sql/grants.sql)
+-- reads the rows of its queues only; its own workers; the locks whose keys its patterns cover or
+-- whose jobs it may read; the dependencies and waits of jobs it may read. Everyone else's filter
+-- is one test of NULL per row (jobq._patterns is evaluated once per query). jobq's functions and
+-- views read these tables as their owner, whom no policy filters.
+ALTER TABLE jobq.live_jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.live_jobs FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+ALTER TABLE jobq.finished_jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.finished_jobs FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+ALTER TABLE jobq.queue_minutes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.queue_minutes FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+ALTER TABLE jobq.queue_totals ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.queue_totals FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+-- A pause of a kind in every queue (queue NULL) is no queue's: every reader sees it.
+ALTER TABLE jobq.pauses ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.pauses FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR queue IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+ALTER TABLE jobq.workers ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.workers FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR owner = jobq._caller());
+ALTER TABLE jobq.locks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.locks FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(key, (SELECT jobq._patterns('reader')))
+           OR (job_id IS NOT NULL AND jobq._sees_job(job_id)));
+ALTER TABLE jobq.blocked ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.blocked FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees_job(job_id));
+ALTER TABLE jobq.edges ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.edges FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees_job(child));

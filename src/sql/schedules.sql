@@ -29,7 +29,9 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.crontab', '');
 CREATE VIEW jobq.schedules AS
 SELECT c.name, c.cron, c.time_zone, c.queue, c.kind, c.next_run_at, c.last_run_at,
        c.payload, c.priority, c.max_attempts, c.catch_up
-  FROM jobq.crontab c;
+  FROM jobq.crontab c
+ -- a limited role's queues (src/sql/grants.sql)
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(c.queue, (SELECT jobq._patterns('reader')));
 
 -- Enqueues the due ticks of schedule `s` (its row locked by the caller) up to `now` — all
 -- of them with catch_up, else only the latest — and moves the row past them. At most 1,000

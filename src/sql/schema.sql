@@ -24,7 +24,7 @@ CREATE SEQUENCE jobq.jobs_id_seq AS bigint;
 -- the work in flight, however much history is kept (docs/internals.md, "History apart"):
 --   jobq.live_jobs      jobs in state 'ready', 'executing' or 'blocked';
 --   jobq.finished_jobs  jobs 'completed', 'dead' or 'cancelled', until jobq.retention prunes them;
---   jobq.jobs           the view of both that clients read.
+--   jobq.jobs           the view of both that clients read (src/sql/grants.sql).
 -- A job moves between them in one transaction (DELETE ... RETURNING, then INSERT), so a
 -- snapshot sees it in exactly one. The two tables have the same columns in the same order.
 CREATE TABLE jobq.live_jobs (
@@ -89,11 +89,6 @@ CREATE INDEX jobs_finished_unusual ON jobq.finished_jobs (state, queue, id) WHER
 -- check does not read the finished jobs. A completion's one more index entry, measured in
 -- bench/results/instructions.md.
 CREATE INDEX jobs_finished_by_queue ON jobq.finished_jobs (queue);
-
-CREATE VIEW jobq.jobs AS
-SELECT * FROM jobq.live_jobs
-UNION ALL
-SELECT * FROM jobq.finished_jobs;
 
 -- A job's error history (the column `errors`) with `entry` appended, the oldest dropped past 100.
 CREATE FUNCTION jobq._add_error(errors jsonb, entry jsonb) RETURNS jsonb

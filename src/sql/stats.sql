@@ -40,7 +40,9 @@ SELECT q.queue,
        t.now - l.oldest_due AS oldest_ready_age
   FROM queues q CROSS JOIN t
   LEFT JOIN live l ON l.queue = q.queue
-  LEFT JOIN dead d ON d.queue = q.queue;
+  LEFT JOIN dead d ON d.queue = q.queue
+ -- a limited role's queues (src/sql/grants.sql)
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(q.queue, (SELECT jobq._patterns('reader')));
 
 -- The same columns, one row per queue with a waiting, executing or dead job only (not the
 -- queues whose jobs all completed or were cancelled): what the dashboard's pages show.
@@ -67,4 +69,5 @@ SELECT p.queue, sum(p.ready)::bigint AS ready, sum(p.scheduled)::bigint AS sched
        sum(p.executing)::bigint AS executing, sum(p.dead)::bigint AS dead,
        t.now - min(p.oldest_due) AS oldest_ready_age
   FROM parts p CROSS JOIN t
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(p.queue, (SELECT jobq._patterns('reader')))  -- src/sql/grants.sql
  GROUP BY p.queue, t.now;

@@ -59,8 +59,11 @@ CREATE TABLE jobq.event_log (
 );
 CREATE INDEX event_log_emitted ON jobq.event_log (emitted_at) WHERE emitted_at IS NOT NULL;
 
+-- A limited role sees the events whose names its patterns cover (src/sql/grants.sql).
 CREATE VIEW jobq.events AS
-SELECT e.name, e.payload, e.emitted_at FROM jobq.event_log e WHERE e.emitted_at IS NOT NULL;
+SELECT e.name, e.payload, e.emitted_at FROM jobq.event_log e
+ WHERE e.emitted_at IS NOT NULL
+   AND ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(e.name, (SELECT jobq._patterns('reader'))));
 
 SELECT pg_catalog.pg_extension_config_dump('jobq.blocked', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.edges', '');
@@ -322,6 +325,7 @@ BEGIN
     ELSIF NOT isfinite(until) THEN
         RAISE EXCEPTION 'jobq: until must be a finite time, got %', until USING ERRCODE = '22023';
     END IF;
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);  -- src/sql/grants.sql
     RETURN jobq._suspend(job_id, worker, 'ready', until) IS NOT NULL;
 END $$;
 
@@ -335,6 +339,9 @@ BEGIN
     ELSIF job_id = ANY (jobs) THEN
         RAISE EXCEPTION 'jobq: job % cannot await itself', job_id USING ERRCODE = '22023';
     END IF;
+    -- A limited role works on its own queues and reads only those (src/sql/grants.sql).
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);
+    PERFORM jobq._require_jobs('reader', jobs);
     -- A compaction of the hot tables in progress is waited for (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
     -- The fence first, without changing anything: NULL for a job not executing under worker.
@@ -379,6 +386,9 @@ BEGIN
     ELSIF timeout < interval '0' OR timeout > interval '100000 years' THEN
         RAISE EXCEPTION 'jobq: timeout must be between 0 and 100000 years, got %', timeout USING ERRCODE = '22023';
     END IF;
+    -- Event names are matched against a limited role's patterns, as lock keys are (src/sql/grants.sql).
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);
+    PERFORM jobq._require('worker', ARRAY[event], 'event');
     PERFORM jobq._hold_hot_tables();  -- src/compact.rs
     IF NOT jobq._lock_executing(job_id, worker) THEN
         RETURN NULL;
@@ -411,6 +421,7 @@ BEGIN
     ELSIF name = '' OR octet_length(name) > 1000 THEN
         RAISE EXCEPTION 'jobq: name must be non-empty and at most 1000 bytes' USING ERRCODE = '22023';
     END IF;
+    PERFORM jobq._require('producer', ARRAY[name], 'event');  -- src/sql/grants.sql
     PERFORM jobq._hold_hot_tables();  -- src/compact.rs
     -- The first emit wins: a name already emitted changes nothing.
     INSERT INTO jobq.event_log AS l (name, payload, emitted_at) VALUES (name, payload, v_at)
@@ -443,6 +454,7 @@ BEGIN
     ELSIF step = '' OR octet_length(step) > 1000 THEN
         RAISE EXCEPTION 'jobq: step must be non-empty and at most 1000 bytes' USING ERRCODE = '22023';
     END IF;
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);  -- src/sql/grants.sql
     PERFORM jobq._hold_hot_tables();  -- src/compact.rs
     UPDATE jobq.live_jobs x
        SET checkpoints = x.checkpoints || jsonb_build_object(step, coalesce(value, 'null'::jsonb))
@@ -516,6 +528,10 @@ BEGIN
     ELSIF jsonb_array_length(jobs) > 10000 THEN
         RAISE EXCEPTION 'jobq: jobs holds % jobs, at most 10000 allowed', jsonb_array_length(jobs) USING ERRCODE = '22023';
     END IF;
+    -- A limited role's queues, all of them before any job is enqueued, so that a refusal draws
+    -- no id (src/sql/grants.sql).
+    PERFORM jobq._require('producer', ARRAY(SELECT e ->> 'queue' FROM jsonb_array_elements(jobs) e
+                                             WHERE jsonb_typeof(e) = 'object'), 'queue');
     FOR j IN SELECT e FROM jsonb_array_elements(jobs) e LOOP
         IF jsonb_typeof(j) <> 'object' THEN
             RAISE EXCEPTION 'jobq: jobs[%] is not a JSON object', i USING ERRCODE = '22023';

@@ -239,11 +239,16 @@ impl Cluster {
     /// Runs the SQL edition's file in `db` as `role` with psql, as its documentation says;
     /// Err(psql's output) when it fails.
     pub fn install_sql_edition(&self, db: &str, role: &str) -> Result<String, String> {
-        let file = sql_edition().expect("JOBQ_SQL_EDITION names the SQL edition's file");
+        self.install_sql_file(db, role, &sql_edition().expect("JOBQ_SQL_EDITION names the SQL edition's file"))
+    }
+
+    /// Runs a SQL edition's `file` (this release's, or an earlier one's kept in sql/) with psql
+    /// as `role`: psql's output, or its error.
+    pub fn install_sql_file(&self, db: &str, role: &str, file: &Path) -> Result<String, String> {
         let out = pg_command("psql")
             .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", role, "-d", db, "-f", "-"])
             // Read by this process: the postgres OS user may not reach the file.
-            .stdin(std::fs::File::open(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())))
+            .stdin(std::fs::File::open(file).unwrap_or_else(|e| panic!("{}: {e}", file.display())))
             .output()
             .expect("spawn psql");
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -462,5 +467,66 @@ pub fn assert_one_job_per_tick(ticks: &[(f64, i64)], step: f64, last: f64) {
     assert_eq!(ticks.len(), want, "ticks from {first} to {last} every {step} s: {ticks:?}");
     for w in ticks.windows(2) {
         assert_eq!(w[1].0 - w[0].0, step, "consecutive ticks {w:?}");
+    }
+}
+
+/// PgBouncer (Debian's package) in transaction pooling mode in front of database `db` of
+/// `cluster`, on a free loopback port, run as the `postgres` OS user (it refuses root),
+/// stopped when dropped.
+pub struct Bouncer {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Bouncer {
+    pub fn start(cluster: &Cluster, db: &str, user: &str, pool_size: u32) -> Bouncer {
+        Bouncer::start_users(cluster, db, &[user], pool_size)
+    }
+
+    /// The same for several login roles (a pool of `pool_size` sessions each).
+    pub fn start_users(cluster: &Cluster, db: &str, users: &[&str], pool_size: u32) -> Bouncer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let list: String = users.iter().chain(&["postgres"]).map(|u| format!("\"{u}\" \"\"\n")).collect();
+        let users = cluster.scratch_file("pgbouncer-users.txt");
+        std::fs::write(&users, list).unwrap();
+        let ini = cluster.scratch_file("pgbouncer.ini");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\n{db} = host=127.0.0.1 port={} dbname={db}\n\n[pgbouncer]\n\
+                 listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+                 auth_type = trust\nauth_file = {}\npool_mode = transaction\n\
+                 default_pool_size = {pool_size}\nmax_client_conn = 200\n\
+                 ignore_startup_parameters = extra_float_digits,options\n\
+                 logfile = {}\n",
+                cluster.port,
+                users.display(),
+                cluster.scratch_file("pgbouncer.log").display()
+            ),
+        )
+        .unwrap();
+        for f in [&users, &ini] {
+            let _ = Command::new("chmod").arg("644").arg(f).status();
+        }
+        let child = Command::new("sudo")
+            .args(["-u", "postgres", "--", "/usr/sbin/pgbouncer"])
+            .arg(&ini)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()) // it logs to the logfile too
+            .spawn()
+            .expect("start pgbouncer (scripts/setup.sh installs it)");
+        let b = Bouncer { child, port };
+        wait_until("pgbouncer to accept connections", Duration::from_secs(30), || {
+            Client::connect(&format!("host=127.0.0.1 port={port} user=postgres dbname={db}"), NoTls).is_ok()
+        });
+        b
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        // sudo passes SIGTERM on to pgbouncer, which then exits.
+        let _ = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
     }
 }

@@ -64,7 +64,7 @@ from .types import Job, JobResult, QueueStats, ReapResult
 from .worker import Handler, Worker
 from . import testing
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 __all__ = [
     "aio",

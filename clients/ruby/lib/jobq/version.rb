@@ -1,5 +1,5 @@
 # frozen_string_literal: true
 
 module Jobq
-  VERSION = "0.4.0"
+  VERSION = "0.5.0"
 end

@@ -1,0 +1,1282 @@
+-- jobq 0.4.0 -> 0.5.0 (ALTER EXTENSION jobq UPDATE). Hand-written: a database updated with it has
+-- exactly the objects of a fresh CREATE EXTENSION of 0.5.0 (tests/upgrade.rs checks it). The
+-- function bodies and views are copies of src/sql's, kept by scripts/sync-upgrade.py. The SQL
+-- edition's file of 0.5.0 runs the same statements, with the SQL twins of the C functions
+-- (scripts/build-sql-edition.py).
+\echo Use "ALTER EXTENSION jobq UPDATE" to load this file. \quit
+
+-- Queues granted per role (src/sql/grants.sql).
+CREATE TABLE jobq.queue_grants (
+    role       regrole NOT NULL,
+    privilege  text NOT NULL,   -- 'reader', 'producer' or 'worker', each including the one before
+    pattern    text NOT NULL,
+    granted_at timestamptz NOT NULL,
+    PRIMARY KEY (role, privilege, pattern)
+);
+SELECT pg_catalog.pg_extension_config_dump('jobq.queue_grants', '');
+
+CREATE FUNCTION jobq._patterns(privilege text) RETURNS text[]
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_caller oid := jobq._caller();
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role = v_caller) THEN
+        RETURN NULL;
+    END IF;
+    IF pg_has_role(v_caller, (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'jobq'), 'MEMBER')
+       OR (to_regrole('jobq_admin') IS NOT NULL AND pg_has_role(v_caller, 'jobq_admin', 'MEMBER')) THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT g.pattern FROM jobq.queue_grants g
+                  WHERE g.role = v_caller
+                    AND g.privilege = ANY (CASE _patterns.privilege
+                                               WHEN 'reader' THEN ARRAY['reader', 'producer', 'worker']
+                                               WHEN 'producer' THEN ARRAY['producer', 'worker']
+                                               ELSE ARRAY['worker'] END));
+END $$;
+
+CREATE FUNCTION jobq._sees(name text, patterns text[]) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT patterns IS NULL
+        OR EXISTS (SELECT 1 FROM unnest(patterns) p
+                    WHERE p = name OR (right(p, 1) = '*' AND starts_with(name, left(p, -1))))
+$$;
+
+CREATE FUNCTION jobq._require(privilege text, names text[], what text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_patterns text[] := jobq._patterns(privilege);
+    v_name     text;
+BEGIN
+    IF v_patterns IS NULL THEN
+        RETURN true;
+    END IF;
+    FOREACH v_name IN ARRAY coalesce(names, '{}') LOOP
+        IF v_name IS NOT NULL AND NOT jobq._sees(v_name, v_patterns) THEN
+            RAISE EXCEPTION 'jobq: role % holds no % grant for % "%"', jobq._caller()::regrole, privilege, what, v_name
+                USING ERRCODE = '42501',
+                      HINT = 'An administrator grants queues with jobq_grant_queues(role, privilege, queues).';
+        END IF;
+    END LOOP;
+    RETURN true;
+END $$;
+
+CREATE FUNCTION jobq._require_jobs(privilege text, ids bigint[]) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF jobq._patterns(privilege) IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM jobq._require(privilege, ARRAY(SELECT j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
+                                           UNION ALL
+                                           SELECT f.queue FROM jobq.finished_jobs f WHERE f.id = ANY (ids)), 'queue');
+END $$;
+
+CREATE FUNCTION jobq._sees_job(id bigint) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT jobq._sees(coalesce((SELECT j.queue FROM jobq.live_jobs j WHERE j.id = _sees_job.id),
+                               (SELECT f.queue FROM jobq.finished_jobs f WHERE f.id = _sees_job.id)),
+                      jobq._patterns('reader'))
+$$;
+
+CREATE OR REPLACE VIEW jobq.jobs AS
+SELECT * FROM jobq.live_jobs l
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(l.queue, (SELECT jobq._patterns('reader')))
+UNION ALL
+SELECT * FROM jobq.finished_jobs f
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(f.queue, (SELECT jobq._patterns('reader')));
+
+CREATE FUNCTION jobq._check_grant(role regrole, privilege text, queues text[]) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_bad text;
+BEGIN
+    IF role IS NULL OR privilege IS NULL OR queues IS NULL OR array_position(queues, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'jobq: role, privilege and queues (and each of them) must not be NULL' USING ERRCODE = '22004';
+    ELSIF privilege NOT IN ('reader', 'producer', 'worker') THEN
+        RAISE EXCEPTION 'jobq: privilege must be reader, producer or worker, got "%"', privilege USING ERRCODE = '22023';
+    ELSIF cardinality(queues) > 1000 THEN
+        RAISE EXCEPTION 'jobq: at most 1000 queues per call, got %', cardinality(queues) USING ERRCODE = '22023';
+    END IF;
+    SELECT q INTO v_bad FROM unnest(queues) q
+     WHERE q = '' OR octet_length(q) > 1000 OR strpos(left(q, -1), '*') > 0
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'jobq: a queue pattern is a name, or a prefix ending in *, of 1 to 1000 bytes; got "%"', left(v_bad, 100)
+            USING ERRCODE = '22023';
+    END IF;
+END $$;
+
+CREATE FUNCTION jobq_grant_queues(role regrole, privilege text, queues text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._check_grant(role, privilege, queues);
+    INSERT INTO jobq.queue_grants (role, privilege, pattern, granted_at)
+    SELECT DISTINCT jobq_grant_queues.role, jobq_grant_queues.privilege, q, clock_timestamp()
+      FROM unnest(queues) q
+    ON CONFLICT DO NOTHING;
+END $$;
+
+CREATE FUNCTION jobq_revoke_queues(role regrole, privilege text, queues text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._check_grant(role, privilege, queues);
+    DELETE FROM jobq.queue_grants g
+     WHERE g.role = jobq_revoke_queues.role AND g.privilege = jobq_revoke_queues.privilege
+       AND g.pattern = ANY (queues);
+END $$;
+
+
+-- The functions that check a limited role's queues, and the views that show it its rows.
+
+CREATE OR REPLACE FUNCTION jobq._enqueue(
+    queue             text,
+    payload           jsonb,
+    kind              text,
+    priority          integer,
+    run_at            timestamptz,
+    max_attempts      integer,
+    unique_key        text,
+    unique_strategy   text,
+    on_conflict       text,
+    concurrency_key   text,
+    concurrency_limit integer,
+    rate_key          text,
+    depends_on        bigint[],
+    on_parent_failure text
+) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+    v_run_at  timestamptz := coalesce(run_at, v_now);
+    v_id      bigint;
+    v_state   text := 'ready';
+    v_holder  record;
+    v_ready   tid;
+    v_ready_queue text;
+    v_ok      boolean;
+BEGIN
+    IF queue IS NULL OR payload IS NULL OR priority IS NULL OR max_attempts IS NULL
+       OR unique_strategy IS NULL OR on_conflict IS NULL OR concurrency_limit IS NULL OR on_parent_failure IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue, payload, priority, max_attempts, unique_strategy, on_conflict, concurrency_limit and on_parent_failure must not be NULL'
+            USING ERRCODE = '22004';
+    ELSIF queue = '' THEN
+        RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
+    ELSIF octet_length(queue) > 1000 OR octet_length(kind) > 1000 OR octet_length(unique_key) > 1000
+          OR octet_length(concurrency_key) > 1000 OR octet_length(rate_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue, kind, unique_key, concurrency_key and rate_key must be at most 1000 bytes'
+            USING ERRCODE = '22023';
+    ELSIF NOT isfinite(v_run_at) THEN
+        RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
+    ELSIF max_attempts < 1 THEN
+        RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    ELSIF unique_strategy NOT IN ('until_executed', 'until_executing', 'while_executing') THEN
+        RAISE EXCEPTION 'jobq: unknown unique_strategy "%"', unique_strategy
+            USING ERRCODE = '22023', HINT = 'Use until_executed, until_executing or while_executing.';
+    ELSIF on_conflict NOT IN ('reject', 'discard', 'log', 'replace') THEN
+        RAISE EXCEPTION 'jobq: unknown on_conflict "%"', on_conflict
+            USING ERRCODE = '22023', HINT = 'Use reject, discard, log or replace.';
+    ELSIF concurrency_limit < 1 OR concurrency_limit > 10000 THEN
+        -- The bound: checkout looks for a free slot number among 1..limit.
+        RAISE EXCEPTION 'jobq: concurrency_limit must be between 1 and 10000, got %', concurrency_limit
+            USING ERRCODE = '22023';
+    ELSIF unique_key = '' THEN
+        RAISE EXCEPTION 'jobq: unique_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF concurrency_key = '' THEN
+        RAISE EXCEPTION 'jobq: concurrency_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF rate_key = '' THEN
+        RAISE EXCEPTION 'jobq: rate_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF on_parent_failure NOT IN ('cancel', 'run') THEN
+        RAISE EXCEPTION 'jobq: unknown on_parent_failure "%"', on_parent_failure
+            USING ERRCODE = '22023', HINT = 'Use cancel or run.';
+    END IF;
+    -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql).
+    v_ok := jobq._require('producer', ARRAY[queue], 'queue');
+    IF depends_on IS NOT NULL THEN
+        PERFORM jobq._require_jobs('reader', depends_on);
+    END IF;
+
+    v_id := nextval('jobq.jobs_id_seq');
+
+    IF unique_key IS NOT NULL AND unique_strategy <> 'while_executing' THEN
+        LOOP
+            EXIT WHEN jobq._take_key(unique_key, v_id);
+            SELECT l.job_id, l.worker_id INTO v_holder FROM jobq.locks l WHERE l.key = unique_key;
+            CONTINUE WHEN NOT FOUND;  -- the holder let go in between: try again
+            IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL THEN
+                -- Debounce: the waiting job takes the new payload, priority and run_at
+                -- (its ready row first: jobq._lock_ready), after any compaction of the hot
+                -- tables in progress (src/compact.rs). Keys are global: a limited role replaces
+                -- only a job of a queue it may enqueue into (src/sql/grants.sql).
+                PERFORM jobq._require_jobs('producer', ARRAY[v_holder.job_id]);
+                PERFORM jobq._hold_hot_tables();
+                v_ready := jobq._lock_ready(v_holder.job_id);
+                IF v_ready IS NOT NULL THEN
+                    UPDATE jobq.ready r SET priority = _enqueue.priority, run_at = v_run_at
+                     WHERE r.ctid = v_ready
+                    RETURNING r.queue INTO v_ready_queue;  -- the holder's queue, maybe not this one
+                    PERFORM jobq._lower_floor('jobq.ready'::regclass, v_ready_queue, _enqueue.priority,
+                                              v_run_at, v_holder.job_id);
+                    UPDATE jobq.live_jobs j
+                       SET payload = _enqueue.payload, priority = _enqueue.priority, run_at = v_run_at
+                     WHERE j.id = v_holder.job_id;
+                    PERFORM jobq._wake(v_ready_queue, v_run_at, 1);
+                    IF v_run_at <= v_now THEN
+                        PERFORM jobq._notify(v_ready_queue);  -- where the job waits
+                    END IF;
+                    RETURN v_holder.job_id;
+                END IF;
+                -- The holder is no longer waiting: it started (or finished) between the
+                -- conflict and the update. If it let go of the key (an until_executing key
+                -- is released when its job starts), take the key again; if it still holds
+                -- it, this is a conflict with an executing job, which rejects.
+                CONTINUE WHEN NOT EXISTS (SELECT 1 FROM jobq.locks l
+                                           WHERE l.key = unique_key AND l.job_id = v_holder.job_id);
+            ELSIF on_conflict = 'discard' THEN
+                RETURN NULL;
+            ELSIF on_conflict = 'log' THEN
+                RAISE NOTICE 'jobq: unique key "%" is held by %; job not enqueued', unique_key,
+                    coalesce('job ' || v_holder.job_id, 'the lock of worker ' || v_holder.worker_id);
+                RETURN NULL;
+            END IF;
+            RAISE EXCEPTION 'jobq: unique key "%" is already taken', unique_key
+                USING ERRCODE = '23505',
+                      DETAIL = coalesce('existing job id: ' || v_holder.job_id,
+                                        'held by the lock of worker ' || v_holder.worker_id);
+        END LOOP;
+    END IF;
+
+    -- Its parents, each once in the order first named (duplicates are ignored), checked and
+    -- locked, its edges written (src/sql/workflows.sql).
+    IF depends_on IS NOT NULL THEN
+        depends_on := ARRAY(SELECT d.p FROM unnest(_enqueue.depends_on) WITH ORDINALITY AS d(p, n)
+                             GROUP BY d.p ORDER BY min(d.n));
+        v_state := jobq._depend(v_id, depends_on, on_parent_failure);
+    END IF;
+    RETURN jobq._insert_job(v_id, queue, payload, kind, priority, v_run_at, max_attempts,
+                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key,
+                            depends_on, v_state);
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_enqueue_batch(
+    queue        text,
+    payloads     jsonb[],
+    kind         text        DEFAULT NULL,
+    priority     integer     DEFAULT 0,
+    run_at       timestamptz DEFAULT NULL,
+    max_attempts integer     DEFAULT 25
+) RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+    v_run_at  timestamptz := coalesce(run_at, v_now);
+    v_ids     bigint[];
+BEGIN
+    IF queue IS NULL OR payloads IS NULL OR priority IS NULL OR max_attempts IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue, payloads, priority and max_attempts must not be NULL' USING ERRCODE = '22004';
+    ELSIF array_position(payloads, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'jobq: payloads must not contain NULL (element %)', array_position(payloads, NULL)
+            USING ERRCODE = '22004';
+    ELSIF queue = '' THEN
+        RAISE EXCEPTION 'jobq: queue must not be empty' USING ERRCODE = '22023';
+    ELSIF octet_length(queue) > 1000 OR octet_length(kind) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue and kind must be at most 1000 bytes' USING ERRCODE = '22023';
+    ELSIF NOT isfinite(v_run_at) THEN
+        RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
+    ELSIF max_attempts < 1 THEN
+        RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._require('producer', ARRAY[queue], 'queue');  -- src/sql/grants.sql
+    IF cardinality(payloads) = 0 THEN
+        RETURN;
+    END IF;
+    -- jobq.ready before jobq.live_jobs (see jobq_enqueue).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
+    -- Ids come from the sequence in row order, so ordering by id is payload order.
+    WITH ins AS (
+        INSERT INTO jobq.live_jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
+        SELECT queue, kind, p.payload, priority, v_run_at, v_now, 'ready', max_attempts
+          FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
+         ORDER BY p.ord
+        RETURNING id
+    )
+    SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
+    PERFORM jobq._enter_ready(v_ids);
+    PERFORM jobq._tally(queue, 'enqueued', NULL, v_now) FROM unnest(v_ids);
+    RETURN QUERY SELECT u.id FROM unnest(v_ids) AS u(id);
+    IF v_run_at <= v_now THEN
+        PERFORM jobq._notify(queue);
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq._checkout_in_snapshot(worker uuid, queues text[], max_jobs integer,
+                                           now timestamptz, paused boolean,
+                                           fp integer, fr timestamptz, fi bigint)
+RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_claimed  bigint[] := '{}';
+    v_skip_c   text[] := '{}';
+    v_skip_l   integer[] := '{}';
+    v_skip_u   text[] := '{}';
+    v_skip_r   text[] := '{}';
+    v_blocked  "char";
+    c          record;
+    -- A limited role's checkout of every queue takes from those granted to it (src/sql/grants.sql).
+    v_grants   text[] := CASE WHEN queues IS NULL THEN jobq._patterns('worker') END;
+BEGIN
+    FOR c IN
+        SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key
+          FROM jobq.ready r
+         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
+           AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
+           AND (r.priority, r.run_at, r.id) >= (fp, fr, fi)  -- the claim floor (fp, fr, fi)
+           AND (NOT paused OR NOT EXISTS (
+                   SELECT 1 FROM jobq.pauses p
+                    WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                       OR (p.queue IS NULL AND p.kind = r.kind)))
+         ORDER BY r.priority, r.run_at, r.id
+    LOOP
+        EXIT WHEN cardinality(v_claimed) >= max_jobs;
+        CONTINUE WHEN c.while_key = ANY (v_skip_u) OR c.rate_key = ANY (v_skip_r);
+        CONTINUE WHEN c.concurrency_key IS NOT NULL AND EXISTS (
+            SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+             WHERE s.key = c.concurrency_key AND c.concurrency_limit <= s.lim);
+        BEGIN
+            PERFORM 1 FROM jobq.ready r WHERE r.ctid = c.rid FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF NOT c.keyed THEN
+                DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
+                UPDATE jobq.live_jobs x
+                   SET state = 'executing', worker_id = _checkout_in_snapshot.worker,
+                       attempt = x.attempt + 1, started_at = now
+                 WHERE x.id = c.id;
+                v_blocked := NULL;
+            ELSE
+                v_blocked := jobq._claim_keyed(c.id, c.rid, worker, now);
+            END IF;
+            IF v_blocked IS NULL THEN
+                v_claimed := v_claimed || c.id;
+            ELSIF v_blocked = 'c' THEN
+                v_skip_c := v_skip_c || c.concurrency_key;
+                v_skip_l := v_skip_l || c.concurrency_limit;
+            ELSIF v_blocked = 'u' THEN
+                v_skip_u := v_skip_u || c.while_key;
+            ELSE
+                v_skip_r := v_skip_r || c.rate_key;
+            END IF;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- changed since our snapshot: skip it, as if it were locked
+        END;
+    END LOOP;
+    RETURN v_claimed;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq._checkout(worker uuid, queues text[], max_jobs integer, wait interval)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql
+SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off AS $$
+DECLARE
+    v_now      timestamptz := clock_timestamp();
+    v_queue    text;                 -- set when exactly one queue is asked for
+    v_paused   boolean;
+    v_rc       boolean;              -- READ COMMITTED: the fast path may run
+    v_live     boolean;              -- the worker is registered, alive and the caller's
+    v_fp       integer;              -- the claim floor: no ready row of these queues has a
+    v_fr       timestamptz;          -- claim key (priority, run_at, id) below it
+    v_fi       bigint;
+    v_claimed  bigint[] := '{}';
+    v_skip_c   text[] := '{}';       -- concurrency keys found full during this call,
+    v_skip_l   integer[] := '{}';    -- for jobs with this limit or a lower one
+    v_skip_u   text[] := '{}';       -- while_executing keys found busy during this call
+    v_skip_r   text[] := '{}';       -- rate keys found without a start left during this call
+    v_fast     integer := 0;         -- claimed (and returned) by the fast path
+    v_want     integer;
+    v_seen     integer;
+    v_blocked  "char";
+    c          record;
+    cur        refcursor;
+    v_grants   text[];               -- a limited role's worker patterns, for a call of every queue
+    v_ok       boolean;
+BEGIN
+    -- A limited role (src/sql/grants.sql) checks out of the queues granted to it as a worker:
+    -- those it names must be, and a call of every queue (NULL) walks past the others.
+    v_grants := jobq._patterns('worker');
+    IF v_grants IS NOT NULL AND queues IS NOT NULL THEN
+        v_ok := jobq._require('worker', queues, 'queue');
+        v_grants := NULL;
+    END IF;
+    IF wait IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM jobq._checkout_waiting(worker, queues, max_jobs, wait);
+        RETURN;
+    END IF;
+    IF max_jobs IS NULL THEN
+        RAISE EXCEPTION 'jobq: max_jobs must not be NULL' USING ERRCODE = '22004';
+    ELSIF max_jobs < 1 OR max_jobs > 10000 THEN
+        RAISE EXCEPTION 'jobq: max_jobs must be between 1 and 10000, got %', max_jobs USING ERRCODE = '22023';
+    END IF;
+    IF worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF cardinality(queues) = 1 THEN
+        v_queue := queues[1];
+    END IF;
+    v_rc := current_setting('transaction_isolation') = 'read committed';
+    -- The worker, judged by one lookup by primary key (src/liveness.rs), not by a part of the
+    -- claim statement: that part cost every checkout ~39,000 instructions.
+    v_live := jobq._usable_worker(worker);
+    -- Where the walk starts: past the dead entries of earlier claims (src/floors.rs).
+    SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;
+
+    -- Fast path, one statement: if the worker is alive and the caller's to act for, lock the
+    -- first max_jobs unpaused candidates, take the keys of
+    -- the keyed ones, claim every one that can start and return them. When that is fewer
+    -- than max_jobs (a queue with fewer jobs, a key that cannot start, a dead worker), the
+    -- general path below looks for the rest: it raises JQ001 for a dead worker and looks past
+    -- the keys that cannot start. The candidates that could not start stay locked by us.
+    -- No row lock on the worker (it would cost a WAL record per checkout): a reap pass that
+    -- deletes this worker while we claim leaves our claims orphaned, and the next pass
+    -- requeues them (jobq._reap, orphaned jobs).
+    -- Plan shape: the claim goes through the primary key with id = ANY (ARRAY(...)); a join
+    -- with `cand` gets a hash join over the whole table in the generic plan (which guesses
+    -- LIMIT max_jobs at 10% of the table). The two statements differ only in the queue
+    -- condition, so that each gets the index that serves its order.
+    IF v_rc AND v_live THEN
+        IF v_queue IS NOT NULL THEN
+            RETURN QUERY
+            WITH cand AS (
+                SELECT r.ctid AS rid, r.id, r.keyed
+                  FROM jobq.ready r
+                 WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.run_at <= v_now
+                   AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
+                   AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
+                           SELECT 1 FROM jobq.pauses p
+                            WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                               OR (p.queue IS NULL AND p.kind = r.kind)))
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT max_jobs
+                 FOR UPDATE SKIP LOCKED
+            ), keys AS (
+                -- A keyed candidate takes what it needs to start, in claim order, and its
+                -- ready row goes (jobq._take_keys): its concurrency slot (0: none), or < 0
+                -- when it cannot start now. NULL for the others.
+                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, v_now) END AS slot
+                  FROM cand
+            ), taken AS (
+                DELETE FROM jobq.ready r
+                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL))
+                RETURNING r.id
+            ), claimed AS (
+                UPDATE jobq.live_jobs j
+                   SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
+                       started_at = v_now,
+                       concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
+                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
+                   AND j.state = 'ready'
+                RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, v_now) AS counted  -- src/counters.rs
+            )
+            SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
+                   j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
+                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+              FROM claimed j
+             ORDER BY j.priority, j.run_at, j.id;
+        ELSE
+            RETURN QUERY
+            WITH cand AS (
+                SELECT r.ctid AS rid, r.id, r.keyed
+                  FROM jobq.ready r
+                 WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                   AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
+                   AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
+                   AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
+                           SELECT 1 FROM jobq.pauses p
+                            WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                               OR (p.queue IS NULL AND p.kind = r.kind)))
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT max_jobs
+                 FOR UPDATE SKIP LOCKED
+            ), keys AS (
+                -- A keyed candidate takes what it needs to start, in claim order, and its
+                -- ready row goes (jobq._take_keys): its concurrency slot (0: none), or < 0
+                -- when it cannot start now. NULL for the others.
+                SELECT cand.rid, cand.id, CASE WHEN cand.keyed THEN jobq._take_keys(cand.id, cand.rid, v_now) END AS slot
+                  FROM cand
+            ), taken AS (
+                DELETE FROM jobq.ready r
+                 WHERE r.ctid = ANY (ARRAY(SELECT keys.rid FROM keys WHERE keys.slot IS NULL))
+                RETURNING r.id
+            ), claimed AS (
+                UPDATE jobq.live_jobs j
+                   SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
+                       started_at = v_now,
+                       concurrency_slot = (SELECT nullif(keys.slot, 0) FROM keys WHERE keys.id = j.id)
+                 WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken UNION ALL SELECT keys.id FROM keys WHERE keys.slot >= 0))
+                   AND j.state = 'ready'
+                RETURNING j.*, jobq._tally(j.queue, 'started', j.run_at, v_now) AS counted  -- src/counters.rs
+            )
+            SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
+                   j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
+                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+              FROM claimed j
+             ORDER BY j.priority, j.run_at, j.id;
+        END IF;
+        GET DIAGNOSTICS v_fast = ROW_COUNT;
+        IF v_fast >= max_jobs THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    -- The general path. jobq._live_worker without its row lock (see the fast path); a worker
+    -- that stops checking out (jobq_stop_checkouts, src/sql/workers.sql) claims nothing.
+    IF NOT v_live THEN
+        IF EXISTS (SELECT 1 FROM jobq.workers w
+                    WHERE w.id = worker AND w.stopping_at IS NOT NULL AND jobq._may_act_for(w.owner)
+                      AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start)) THEN
+            RETURN;
+        END IF;
+        PERFORM jobq._refuse_worker(worker);
+    END IF;
+    v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
+    IF NOT v_rc THEN
+        v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused, v_fp, v_fr, v_fi);
+    ELSE
+        LOOP
+            v_want := max_jobs - v_fast - cardinality(v_claimed);
+            v_seen := 0;
+            -- The two statements differ only in the queue condition, so that each gets the index
+            -- that serves its order: one queue, or any/several queues.
+            IF v_queue IS NOT NULL THEN
+                OPEN cur FOR
+                WITH cand AS (
+                    SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
+                           r.concurrency_limit, r.while_key, r.rate_key
+                      FROM jobq.ready r
+                     WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.run_at <= v_now
+                       AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
+                       AND (NOT v_paused OR NOT EXISTS (
+                               SELECT 1 FROM jobq.pauses p
+                                WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                                   OR (p.queue IS NULL AND p.kind = r.kind)))
+                       AND (r.concurrency_key IS NULL OR cardinality(v_skip_c) = 0 OR NOT EXISTS (
+                               SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                                WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                       AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
+                     ORDER BY r.priority, r.run_at, r.id
+                     LIMIT v_want
+                     FOR UPDATE SKIP LOCKED
+                ), taken AS (
+                    DELETE FROM jobq.ready r
+                     WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand WHERE NOT cand.keyed))
+                    RETURNING r.id
+                ), claimed AS (
+                    UPDATE jobq.live_jobs j
+                       SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
+                           started_at = v_now
+                     WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
+                    RETURNING j.id
+                )
+                SELECT cand.rid, cand.id, claimed.id IS NOT NULL AS claimed, cand.keyed,
+                       cand.concurrency_key, cand.concurrency_limit, cand.while_key, cand.rate_key
+                  FROM cand LEFT JOIN claimed ON claimed.id = cand.id
+                 ORDER BY cand.priority, cand.run_at, cand.id;
+            ELSE
+                OPEN cur FOR
+                WITH cand AS (
+                    SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
+                           r.concurrency_limit, r.while_key, r.rate_key
+                      FROM jobq.ready r
+                     WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                       AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
+                       AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
+                       AND (NOT v_paused OR NOT EXISTS (
+                               SELECT 1 FROM jobq.pauses p
+                                WHERE (p.queue = r.queue AND (p.kind IS NULL OR p.kind = r.kind))
+                                   OR (p.queue IS NULL AND p.kind = r.kind)))
+                       AND (r.concurrency_key IS NULL OR cardinality(v_skip_c) = 0 OR NOT EXISTS (
+                               SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                                WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                       AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
+                     ORDER BY r.priority, r.run_at, r.id
+                     LIMIT v_want
+                     FOR UPDATE SKIP LOCKED
+                ), taken AS (
+                    DELETE FROM jobq.ready r
+                     WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand WHERE NOT cand.keyed))
+                    RETURNING r.id
+                ), claimed AS (
+                    UPDATE jobq.live_jobs j
+                       SET state = 'executing', worker_id = _checkout.worker, attempt = j.attempt + 1,
+                           started_at = v_now
+                     WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready'
+                    RETURNING j.id
+                )
+                SELECT cand.rid, cand.id, claimed.id IS NOT NULL AS claimed, cand.keyed,
+                       cand.concurrency_key, cand.concurrency_limit, cand.while_key, cand.rate_key
+                  FROM cand LEFT JOIN claimed ON claimed.id = cand.id
+                 ORDER BY cand.priority, cand.run_at, cand.id;
+            END IF;
+
+            v_blocked := NULL;
+            LOOP
+                FETCH cur INTO c;
+                EXIT WHEN NOT FOUND;
+                v_seen := v_seen + 1;
+                IF c.claimed THEN
+                    v_claimed := v_claimed || c.id;
+                    CONTINUE;
+                END IF;
+                CONTINUE WHEN NOT c.keyed;  -- its job was not 'ready' (cannot happen): the ready row is gone
+                v_blocked := jobq._claim_keyed(c.id, c.rid, worker, v_now);
+                IF v_blocked IS NULL THEN
+                    v_claimed := v_claimed || c.id;
+                ELSIF v_blocked = 'c' THEN
+                    -- No free slot up to this job's limit: jobs of this key with a limit no
+                    -- higher are blocked too; a job with a higher limit may still find one.
+                    v_skip_c := v_skip_c || c.concurrency_key;
+                    v_skip_l := v_skip_l || c.concurrency_limit;
+                ELSIF v_blocked = 'u' THEN
+                    v_skip_u := v_skip_u || c.while_key;
+                ELSE
+                    v_skip_r := v_skip_r || c.rate_key;
+                END IF;
+            END LOOP;
+            CLOSE cur;
+            -- Stop when enough were claimed, or when the batch came back short (nothing more is
+            -- available); otherwise look again past the keys that could not start.
+            EXIT WHEN v_fast + cardinality(v_claimed) >= max_jobs OR v_seen < v_want;
+        END LOOP;
+    END IF;
+
+    -- The claimed jobs, in the order they were claimed.
+    PERFORM jobq._tally(j.queue, 'started', j.run_at, j.started_at)  -- src/counters.rs
+       FROM jobq.live_jobs j WHERE j.id = ANY (v_claimed);
+    RETURN QUERY
+    SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
+           j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
+           j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+      FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
+      JOIN jobq.live_jobs j ON j.id = k.id
+     ORDER BY k.ord;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq._complete(job_id bigint, worker uuid, result jsonb) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j        jobq.live_jobs;
+    v_noted  boolean;
+    v_freed  integer;
+    v_ok     boolean;
+BEGIN
+    IF job_id IS NULL OR worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id and worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
+    -- The job leaves jobq.live_jobs; with jobq.retention = 0 nothing is kept, otherwise it
+    -- goes to jobq.finished_jobs. One DELETE and one INSERT, not jobq._archive's UPDATE first:
+    -- the hot path writes each row version once (docs/performance.md).
+    DELETE FROM jobq.live_jobs x
+     WHERE x.id = _complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+       AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+    RETURNING x.* INTO j;
+    IF NOT FOUND THEN
+        PERFORM jobq._refuse_foreign_worker(worker);
+        RETURN false;
+    END IF;
+    v_ok := jobq._require('worker', ARRAY[j.queue], 'queue');  -- a limited role's (src/sql/grants.sql)
+    j.finished_at := clock_timestamp();
+    -- Helpers are called in assignments, not with PERFORM: PL/pgSQL evaluates a lone call
+    -- without starting an executor for it (docs/performance.md, "CPU per job").
+    v_noted := jobq._tally(j.queue, 'completed', j.started_at, j.finished_at);  -- src/counters.rs
+    IF jobq.retention_ms() > 0 THEN
+        j.state := 'completed';
+        j.result := _complete.result;
+        INSERT INTO jobq.finished_jobs SELECT (j).*;
+    END IF;
+    IF j.unique_key IS NOT NULL OR j.concurrency_key IS NOT NULL THEN
+        v_freed := jobq._release_keys(job_id, j.queue, 'completed', j.unique_key, j.unique_strategy,
+                                      j.concurrency_key, j.concurrency_slot);
+    END IF;
+    -- The jobs that depend on or await this one (src/sql/workflows.sql).
+    PERFORM jobq._settle(ARRAY[job_id], ARRAY['completed']);
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_fail(job_id bigint, worker uuid, error jsonb DEFAULT NULL,
+                          retry_in interval DEFAULT NULL, discard boolean DEFAULT false)
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now    timestamptz := clock_timestamp();
+    j        record;
+    v_state  text;
+BEGIN
+    IF job_id IS NULL OR worker IS NULL OR discard IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id, worker and discard must not be NULL' USING ERRCODE = '22004';
+    ELSIF retry_in < interval '0' OR retry_in > interval '100000 years' THEN
+        -- The bound keeps now() + retry_in a timestamp (the largest is in the year 294276).
+        RAISE EXCEPTION 'jobq: retry_in must be between 0 and 100000 years, got %', retry_in
+            USING ERRCODE = '22023';
+    END IF;
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
+    SELECT x.queue, x.attempt, x.max_attempts, x.cancel_requested_at, x.unique_key, x.unique_strategy,
+           x.concurrency_key, x.concurrency_slot, x.started_at INTO j
+      FROM jobq.live_jobs x
+     WHERE x.id = jobq_fail.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+       AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+       FOR UPDATE OF x;
+    IF NOT FOUND THEN
+        PERFORM jobq._refuse_foreign_worker(worker);
+        RETURN NULL;
+    END IF;
+    PERFORM jobq._require('worker', ARRAY[j.queue], 'queue');  -- src/sql/grants.sql
+    v_state := CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                    WHEN discard OR j.attempt >= j.max_attempts THEN 'dead'
+                    ELSE 'ready' END;
+    UPDATE jobq.live_jobs x
+       SET state = v_state,
+           last_error = error,
+           errors = jobq._add_error(x.errors, jsonb_build_object('attempt', x.attempt, 'at', v_now, 'error', error)),
+           run_at = CASE WHEN v_state = 'ready' THEN v_now + coalesce(retry_in, jobq._backoff(x.attempt))
+                         ELSE x.run_at END,
+           finished_at = CASE WHEN v_state <> 'ready' THEN v_now END
+     WHERE x.id = jobq_fail.job_id;
+    IF v_state = 'ready' THEN
+        PERFORM jobq._enter_ready(ARRAY[job_id]);
+    ELSE
+        PERFORM jobq._archive(ARRAY[job_id]);
+    END IF;
+    -- The dashboard's counters (src/counters.rs): a failed attempt, and maybe a dead job.
+    PERFORM jobq._tally(j.queue, 'failed', j.started_at, v_now);
+    IF v_state = 'dead' THEN
+        PERFORM jobq._tally(j.queue, 'dead', NULL, v_now);
+    END IF;
+    PERFORM jobq._release_keys(job_id, j.queue, v_state, j.unique_key, j.unique_strategy,
+                               j.concurrency_key, j.concurrency_slot);
+    IF v_state = 'ready' AND retry_in = interval '0' THEN
+        PERFORM jobq._notify(j.queue);
+    END IF;
+    RETURN v_state;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_cancel(job_id bigint) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j          record;
+    v_ready    tid;
+    v_waiting  boolean;
+    v_state    text;
+BEGIN
+    IF job_id IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM jobq._require_jobs('producer', ARRAY[job_id]);  -- src/sql/grants.sql
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
+    LOOP
+        -- A job not started yet: its jobq.blocked row (a blocked job, src/sql/workflows.sql) or
+        -- its ready row (a waiting job, jobq._lock_ready) first, as whoever wakes or claims it
+        -- takes them, then the job row.
+        DELETE FROM jobq.blocked b WHERE b.job_id = jobq_cancel.job_id;
+        v_waiting := FOUND;
+        IF NOT v_waiting THEN
+            v_ready := jobq._lock_ready(job_id);
+            IF v_ready IS NOT NULL THEN
+                DELETE FROM jobq.ready r WHERE r.ctid = v_ready;
+                v_waiting := true;
+            END IF;
+        END IF;
+        IF v_waiting THEN
+            UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
+             WHERE x.id = jobq_cancel.job_id
+            RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
+            PERFORM jobq._archive(ARRAY[job_id]);
+            PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
+                                       j.concurrency_key, NULL);
+            RETURN 'cancelled';
+        END IF;
+        BEGIN
+            SELECT x.state INTO j FROM jobq.live_jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
+            IF NOT FOUND THEN
+                -- Finished, or no such job. One snapshot over both tables (jobq.jobs) sees a
+                -- job that jobq_retry moved back meanwhile in jobq.live_jobs: look again then.
+                SELECT x.state INTO v_state FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
+                CONTINUE WHEN v_state IN ('ready', 'executing', 'blocked');
+                RETURN v_state;
+            ELSIF j.state IN ('ready', 'blocked') THEN
+                -- It became ready again since we looked (a retry, a requeue): give the job
+                -- row back (this block's subtransaction ends) and take the ready row first.
+                RAISE EXCEPTION USING ERRCODE = 'JQ900';
+            END IF;
+            -- Executing: the worker sees the request in jobq_heartbeat; the reaper cancels
+            -- it if the worker dies.
+            UPDATE jobq.live_jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
+             WHERE x.id = jobq_cancel.job_id;
+            RETURN j.state;
+        EXCEPTION WHEN SQLSTATE 'JQ900' THEN
+            NULL;
+        END;
+    END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_retry(job_id bigint) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j record;
+BEGIN
+    IF job_id IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT x.queue, x.unique_key, x.unique_strategy INTO j
+      FROM jobq.finished_jobs x
+     WHERE x.id = jobq_retry.job_id AND x.state IN ('dead', 'cancelled')
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');  -- src/sql/grants.sql
+    IF j.unique_key IS NOT NULL AND j.unique_strategy <> 'while_executing'
+       AND NOT jobq._take_key(j.unique_key, job_id) THEN
+        RETURN false;
+    END IF;
+    -- Back to jobq.live_jobs, waiting again; jobq.ready locked first (see jobq_enqueue).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
+    WITH moved AS (
+        DELETE FROM jobq.finished_jobs x WHERE x.id = jobq_retry.job_id RETURNING x.*
+    )
+    INSERT INTO jobq.live_jobs SELECT * FROM moved;
+    UPDATE jobq.live_jobs x
+       SET state = 'ready', attempt = 0, run_at = clock_timestamp(), finished_at = NULL,
+           cancel_requested_at = NULL, interrupted_at = NULL
+     WHERE x.id = jobq_retry.job_id;
+    PERFORM jobq._enter_ready(ARRAY[job_id]);
+    PERFORM jobq._notify(j.queue);
+    -- The children this job's failure cancelled wait for it again (src/sql/workflows.sql).
+    PERFORM jobq._reblock(job_id);
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_acquire_lock(key text, worker uuid, ttl interval DEFAULT '5 minutes')
+RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now      timestamptz := clock_timestamp();
+    v_expires  timestamptz;
+BEGIN
+    IF key IS NULL OR ttl IS NULL THEN
+        RAISE EXCEPTION 'jobq: key and ttl must not be NULL' USING ERRCODE = '22004';
+    ELSIF key = '' THEN
+        RAISE EXCEPTION 'jobq: lock key must not be empty' USING ERRCODE = '22023';
+    ELSIF octet_length(key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: lock key must be at most 1000 bytes, got %', octet_length(key) USING ERRCODE = '22023';
+    ELSIF ttl <= interval '0' OR ttl > interval '100000 years' THEN
+        -- The bound keeps now() + ttl a timestamp (the largest is in the year 294276).
+        RAISE EXCEPTION 'jobq: ttl must be positive and at most 100000 years, got %', ttl USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._require('worker', ARRAY[key], 'lock key');  -- src/sql/grants.sql
+    PERFORM jobq._live_worker(worker);
+    v_expires := v_now + ttl;
+
+    -- Held by this worker already: extend it.
+    UPDATE jobq.locks l SET expires_at = v_expires
+     WHERE l.key = jobq_acquire_lock.key AND l.worker_id = worker;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    -- Free: take it. Held by a stale named lock: remove that holder, then take it.
+    INSERT INTO jobq.locks (key, worker_id, acquired_at, expires_at) VALUES (key, worker, v_now, v_expires)
+    ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF jobq._remove_stale_lock(key) THEN
+        INSERT INTO jobq.locks (key, worker_id, acquired_at, expires_at) VALUES (key, worker, v_now, v_expires)
+        ON CONFLICT DO NOTHING;
+        RETURN FOUND;
+    END IF;
+    RETURN false;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_release_lock(key text, worker uuid) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'jobq: key must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM jobq._require('worker', ARRAY[key], 'lock key');  -- src/sql/grants.sql
+    PERFORM jobq._live_worker(worker);
+    DELETE FROM jobq.locks l WHERE l.key = jobq_release_lock.key AND l.worker_id = worker;
+    RETURN FOUND;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_lock_holder(key text) RETURNS uuid
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._require('worker', ARRAY[key], 'lock key');  -- src/sql/grants.sql
+    RETURN (SELECT l.worker_id
+              FROM jobq.locks l JOIN jobq.workers w ON w.id = l.worker_id
+             WHERE l.key = jobq_lock_holder.key AND l.expires_at > clock_timestamp()
+               AND jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start));
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_snooze(job_id bigint, worker uuid, until timestamptz) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF job_id IS NULL OR worker IS NULL OR until IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id, worker and until must not be NULL' USING ERRCODE = '22004';
+    ELSIF NOT isfinite(until) THEN
+        RAISE EXCEPTION 'jobq: until must be a finite time, got %', until USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);  -- src/sql/grants.sql
+    RETURN jobq._suspend(job_id, worker, 'ready', until) IS NOT NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_await_jobs(job_id bigint, worker uuid, jobs bigint[]) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_live  bigint[];
+BEGIN
+    IF job_id IS NULL OR worker IS NULL OR jobs IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id, worker and jobs must not be NULL' USING ERRCODE = '22004';
+    ELSIF job_id = ANY (jobs) THEN
+        RAISE EXCEPTION 'jobq: job % cannot await itself', job_id USING ERRCODE = '22023';
+    END IF;
+    -- A limited role works on its own queues and reads only those (src/sql/grants.sql).
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);
+    PERFORM jobq._require_jobs('reader', jobs);
+    -- A compaction of the hot tables in progress is waited for (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
+    -- The fence first, without changing anything: NULL for a job not executing under worker.
+    IF NOT jobq._lock_executing(job_id, worker) THEN
+        RETURN NULL;
+    END IF;
+    v_live := jobq._lock_unfinished(jobs, 'jobs', 10000);
+    -- Every awaited job gets an edge (a finished one keeps it from pruning while this job
+    -- may still read its result); the unfinished ones are what the job waits for.
+    INSERT INTO jobq.edges AS e (parent, child, cancel, settled)
+    SELECT DISTINCT a.id, job_id, false, l.id IS NULL
+      FROM unnest(jobs) AS a(id) LEFT JOIN unnest(v_live) AS l(id) ON l.id = a.id
+    ON CONFLICT (parent, child) DO UPDATE SET settled = excluded.settled, cancel = false;
+    IF cardinality(v_live) = 0 THEN
+        RETURN 'finished';
+    END IF;
+    IF jobq._suspend(job_id, worker, 'blocked', NULL) = 'blocked' THEN
+        INSERT INTO jobq.blocked (job_id, waiting, suspended) VALUES (job_id, cardinality(v_live), true);
+    END IF;
+    RETURN 'waiting';
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_await_event(job_id bigint, worker uuid, event text, timeout interval DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    e record;
+BEGIN
+    IF job_id IS NULL OR worker IS NULL OR event IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id, worker and event must not be NULL' USING ERRCODE = '22004';
+    ELSIF event = '' OR octet_length(event) > 1000 THEN
+        RAISE EXCEPTION 'jobq: event must be non-empty and at most 1000 bytes' USING ERRCODE = '22023';
+    ELSIF timeout < interval '0' OR timeout > interval '100000 years' THEN
+        RAISE EXCEPTION 'jobq: timeout must be between 0 and 100000 years, got %', timeout USING ERRCODE = '22023';
+    END IF;
+    -- Event names are matched against a limited role's patterns, as lock keys are (src/sql/grants.sql).
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);
+    PERFORM jobq._require('worker', ARRAY[event], 'event');
+    PERFORM jobq._hold_hot_tables();  -- src/compact.rs
+    IF NOT jobq._lock_executing(job_id, worker) THEN
+        RETURN NULL;
+    END IF;
+    -- The event's row, written either way (jobq.event_log): an emit in progress is waited
+    -- for and then seen.
+    INSERT INTO jobq.event_log AS l (name, awaited_at) VALUES (event, clock_timestamp())
+    ON CONFLICT (name) DO UPDATE SET awaited_at = excluded.awaited_at
+    RETURNING l.payload, l.emitted_at INTO e;
+    IF e.emitted_at IS NOT NULL THEN
+        PERFORM jobq._event_checkpoint(job_id, event, e.payload, e.emitted_at);
+        RETURN 'emitted';
+    END IF;
+    IF jobq._suspend(job_id, worker, 'blocked', NULL) = 'blocked' THEN
+        INSERT INTO jobq.blocked (job_id, waiting, event, until, suspended)
+        VALUES (job_id, 0, event, clock_timestamp() + timeout, true);
+    END IF;
+    RETURN 'waiting';
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_emit_event(name text, payload jsonb DEFAULT NULL) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_at  timestamptz := clock_timestamp();
+    n     integer := 0;
+    b     record;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'jobq: name must not be NULL' USING ERRCODE = '22004';
+    ELSIF name = '' OR octet_length(name) > 1000 THEN
+        RAISE EXCEPTION 'jobq: name must be non-empty and at most 1000 bytes' USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._require('producer', ARRAY[name], 'event');  -- src/sql/grants.sql
+    PERFORM jobq._hold_hot_tables();  -- src/compact.rs
+    -- The first emit wins: a name already emitted changes nothing.
+    INSERT INTO jobq.event_log AS l (name, payload, emitted_at) VALUES (name, payload, v_at)
+    ON CONFLICT ON CONSTRAINT event_log_pkey DO UPDATE SET payload = excluded.payload, emitted_at = excluded.emitted_at
+     WHERE l.emitted_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    FOR b IN
+        DELETE FROM jobq.blocked x
+         WHERE x.job_id = ANY (ARRAY(SELECT y.job_id FROM jobq.blocked y
+                                      WHERE y.event = jobq_emit_event.name ORDER BY y.job_id))
+           AND x.event = jobq_emit_event.name
+        RETURNING x.job_id
+    LOOP
+        PERFORM jobq._event_checkpoint(b.job_id, name, payload, v_at);
+        PERFORM jobq._unblock(b.job_id, true);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_checkpoint(job_id bigint, worker uuid, step text, value jsonb) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_steps jsonb;
+BEGIN
+    IF job_id IS NULL OR worker IS NULL OR step IS NULL THEN
+        RAISE EXCEPTION 'jobq: job_id, worker and step must not be NULL' USING ERRCODE = '22004';
+    ELSIF step = '' OR octet_length(step) > 1000 THEN
+        RAISE EXCEPTION 'jobq: step must be non-empty and at most 1000 bytes' USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);  -- src/sql/grants.sql
+    PERFORM jobq._hold_hot_tables();  -- src/compact.rs
+    UPDATE jobq.live_jobs x
+       SET checkpoints = x.checkpoints || jsonb_build_object(step, coalesce(value, 'null'::jsonb))
+     WHERE x.id = job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+       AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+    RETURNING x.checkpoints INTO v_steps;
+    IF NOT FOUND THEN
+        PERFORM jobq._refuse_foreign_worker(worker);
+        RETURN false;
+    END IF;
+    IF (SELECT count(*) FROM jsonb_object_keys(v_steps)) > 1000 THEN
+        RAISE EXCEPTION 'jobq: job % would hold more than 1000 checkpoints', job_id USING ERRCODE = '22023';
+    END IF;
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq_enqueue_graph(jobs jsonb) RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_keys    text[] := ARRAY['queue', 'payload', 'kind', 'priority', 'run_at', 'max_attempts', 'unique_key',
+                              'unique_strategy', 'on_conflict', 'concurrency_key', 'concurrency_limit',
+                              'rate_key', 'depends_on', 'on_parent_failure', 'after'];
+    v_ids     bigint[] := '{}';
+    v_parents bigint[];
+    v_bad     text;
+    j         jsonb;
+    i         integer := 0;
+    a         integer;
+BEGIN
+    IF jobs IS NULL THEN
+        RAISE EXCEPTION 'jobq: jobs must not be NULL' USING ERRCODE = '22004';
+    ELSIF jsonb_typeof(jobs) <> 'array' THEN
+        RAISE EXCEPTION 'jobq: jobs must be a JSON array of job objects' USING ERRCODE = '22023';
+    ELSIF jsonb_array_length(jobs) > 10000 THEN
+        RAISE EXCEPTION 'jobq: jobs holds % jobs, at most 10000 allowed', jsonb_array_length(jobs) USING ERRCODE = '22023';
+    END IF;
+    -- A limited role's queues, all of them before any job is enqueued, so that a refusal draws
+    -- no id (src/sql/grants.sql).
+    PERFORM jobq._require('producer', ARRAY(SELECT e ->> 'queue' FROM jsonb_array_elements(jobs) e
+                                             WHERE jsonb_typeof(e) = 'object'), 'queue');
+    FOR j IN SELECT e FROM jsonb_array_elements(jobs) e LOOP
+        IF jsonb_typeof(j) <> 'object' THEN
+            RAISE EXCEPTION 'jobq: jobs[%] is not a JSON object', i USING ERRCODE = '22023';
+        END IF;
+        SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(j) k WHERE k <> ALL (v_keys);
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'jobq: jobs[%] has unknown keys: %', i, v_bad
+                USING ERRCODE = '22023', HINT = 'Use the arguments of jobq_enqueue, and "after".';
+        ELSIF jsonb_typeof(coalesce(j -> 'after', '[]')) <> 'array' OR jsonb_typeof(coalesce(j -> 'depends_on', '[]')) <> 'array' THEN
+            RAISE EXCEPTION 'jobq: jobs[%]: "after" and "depends_on" must be JSON arrays', i USING ERRCODE = '22023';
+        END IF;
+        v_parents := ARRAY(SELECT jobq._graph_value(jsonb_build_object('id', d), 'id', 'bigint', i)::bigint
+                             FROM jsonb_array_elements(coalesce(j -> 'depends_on', '[]')) d);
+        FOR a IN SELECT jobq._graph_value(jsonb_build_object('after', x), 'after', 'integer', i)::integer
+                   FROM jsonb_array_elements(coalesce(j -> 'after', '[]')) x LOOP
+            IF a IS NULL OR a < 0 OR a >= i THEN
+                RAISE EXCEPTION 'jobq: jobs[%].after names %: only an earlier element (0 to %) may be named', i, a, i - 1
+                    USING ERRCODE = '22023';
+            ELSIF v_ids[a + 1] IS NULL THEN
+                RAISE EXCEPTION 'jobq: jobs[%].after names jobs[%], which was not enqueued (its unique key was taken)', i, a
+                    USING ERRCODE = '22023';
+            END IF;
+            v_parents := v_parents || v_ids[a + 1];
+        END LOOP;
+        v_ids := v_ids || jobq._enqueue(
+            j ->> 'queue',
+            coalesce(j -> 'payload', '{}'),
+            j ->> 'kind',
+            coalesce(jobq._graph_value(j, 'priority', 'integer', i)::integer, 0),
+            jobq._graph_value(j, 'run_at', 'timestamptz', i)::timestamptz,
+            coalesce(jobq._graph_value(j, 'max_attempts', 'integer', i)::integer, 25),
+            j ->> 'unique_key',
+            coalesce(j ->> 'unique_strategy', 'until_executed'),
+            coalesce(j ->> 'on_conflict', 'reject'),
+            j ->> 'concurrency_key',
+            coalesce(jobq._graph_value(j, 'concurrency_limit', 'integer', i)::integer, 1),
+            j ->> 'rate_key',
+            CASE WHEN cardinality(v_parents) > 0 THEN v_parents END,
+            coalesce(j ->> 'on_parent_failure', 'cancel'));
+        i := i + 1;
+    END LOOP;
+    RETURN QUERY SELECT u.id FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
+END $$;
+
+CREATE OR REPLACE VIEW jobq.queue_stats AS
+WITH RECURSIVE t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+history (queue) AS (
+    (SELECT f.queue FROM jobq.finished_jobs f ORDER BY f.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT f.queue FROM jobq.finished_jobs f WHERE f.queue > h.queue ORDER BY f.queue LIMIT 1)
+      FROM history h
+     WHERE h.queue IS NOT NULL
+),
+live AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS ready,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now) AS scheduled,
+           count(*) FILTER (WHERE j.state = 'executing') AS executing,
+           min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_due
+      FROM jobq.live_jobs j CROSS JOIN t
+     GROUP BY j.queue
+),
+dead AS (
+    SELECT f.queue, count(*) AS dead FROM jobq.finished_jobs f WHERE f.state = 'dead' GROUP BY f.queue
+),
+queues AS (
+    SELECT h.queue FROM history h WHERE h.queue IS NOT NULL
+    UNION
+    SELECT l.queue FROM live l
+)
+SELECT q.queue,
+       coalesce(l.ready, 0) AS ready,
+       coalesce(l.scheduled, 0) AS scheduled,
+       coalesce(l.executing, 0) AS executing,
+       coalesce(d.dead, 0) AS dead,
+       t.now - l.oldest_due AS oldest_ready_age
+  FROM queues q CROSS JOIN t
+  LEFT JOIN live l ON l.queue = q.queue
+  LEFT JOIN dead d ON d.queue = q.queue
+ -- a limited role's queues (src/sql/grants.sql)
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(q.queue, (SELECT jobq._patterns('reader')));
+
+CREATE OR REPLACE VIEW jobq.queue_depths AS
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+parts AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS ready,
+           count(*) FILTER (WHERE j.state = 'ready' AND j.run_at > t.now) AS scheduled,
+           count(*) FILTER (WHERE j.state = 'executing') AS executing,
+           0 AS dead,
+           min(j.run_at) FILTER (WHERE j.state = 'ready' AND j.run_at <= t.now) AS oldest_due
+      FROM jobq.live_jobs j CROSS JOIN t
+     GROUP BY j.queue
+    UNION ALL
+    -- Named columns: pg_dump writes this arm back as it reads it (an unnamed NULL comes back
+    -- from a restore named after its type).
+    SELECT f.queue, 0, 0, 0, count(*) AS dead, NULL::timestamptz AS oldest_due
+      FROM jobq.finished_jobs f
+     WHERE f.state = 'dead'
+     GROUP BY f.queue
+)
+SELECT p.queue, sum(p.ready)::bigint AS ready, sum(p.scheduled)::bigint AS scheduled,
+       sum(p.executing)::bigint AS executing, sum(p.dead)::bigint AS dead,
+       t.now - min(p.oldest_due) AS oldest_ready_age
+  FROM parts p CROSS JOIN t
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(p.queue, (SELECT jobq._patterns('reader')))  -- src/sql/grants.sql
+ GROUP BY p.queue, t.now;
+
+CREATE OR REPLACE VIEW jobq.schedules AS
+SELECT c.name, c.cron, c.time_zone, c.queue, c.kind, c.next_run_at, c.last_run_at,
+       c.payload, c.priority, c.max_attempts, c.catch_up
+  FROM jobq.crontab c
+ -- a limited role's queues (src/sql/grants.sql)
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(c.queue, (SELECT jobq._patterns('reader')));
+
+CREATE OR REPLACE VIEW jobq.events AS
+SELECT e.name, e.payload, e.emitted_at FROM jobq.event_log e
+ WHERE e.emitted_at IS NOT NULL
+   AND ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(e.name, (SELECT jobq._patterns('reader'))));
+
+CREATE OR REPLACE VIEW jobq.concurrency_slots AS
+SELECT CASE s.ns WHEN 'c' THEN 'concurrency' ELSE 'while_executing' END AS kind,
+       s.key,
+       count(*) AS executing,
+       max(CASE WHEN s.ns = 'c' THEN j.concurrency_limit ELSE 1 END) AS max_limit,
+       min(j.started_at) AS oldest_started_at
+  FROM jobq.live_jobs j  -- before jobq.slots: the hot tables' lock order (src/sql/compact.sql)
+  JOIN jobq.slots s ON s.job_id = j.id
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(j.queue, (SELECT jobq._patterns('reader')))  -- a limited role's queues' jobs (src/sql/grants.sql)
+ GROUP BY s.ns, s.key;
+
+CREATE OR REPLACE VIEW jobq.rate_windows AS
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)
+SELECT l.key, l.max_starts, l.per,
+       count(s.slot) FILTER (WHERE s.last_start > t.now - l.per) AS starts_in_window,
+       CASE WHEN count(s.slot) FILTER (WHERE s.last_start > t.now - l.per) >= l.max_starts
+            THEN min(s.last_start) FILTER (WHERE s.slot <= l.max_starts) + l.per END AS next_start_at
+  FROM jobq.rate_limits l
+ CROSS JOIN t
+  LEFT JOIN jobq.rate_slots s ON s.key = l.key
+ WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(l.key, (SELECT jobq._patterns('reader')))  -- rate keys as lock keys (src/sql/grants.sql)
+ GROUP BY l.key, l.max_starts, l.per, t.now;
+
+
+-- Privileges (src/sql/privileges.sql).
+REVOKE ALL ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._require(text, text[], text),
+    jobq._require_jobs(text, bigint[]), jobq._sees_job(bigint), jobq._check_grant(regrole, text, text[]),
+    jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._caller(), jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint)
+TO jobq_reader;
+GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) TO jobq_admin;
+GRANT SELECT ON jobq.queue_grants TO jobq_admin;
+
+-- Row level security on the tables jobq_reader reads directly: a limited role (src/sql/grants.sql)
+-- reads the rows of its queues only; its own workers; the locks whose keys its patterns cover or
+-- whose jobs it may read; the dependencies and waits of jobs it may read. Everyone else's filter
+-- is one test of NULL per row (jobq._patterns is evaluated once per query). jobq's functions and
+-- views read these tables as their owner, whom no policy filters.
+ALTER TABLE jobq.live_jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.live_jobs FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+ALTER TABLE jobq.finished_jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.finished_jobs FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+ALTER TABLE jobq.queue_minutes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.queue_minutes FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+ALTER TABLE jobq.queue_totals ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.queue_totals FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+-- A pause of a kind in every queue (queue NULL) is no queue's: every reader sees it.
+ALTER TABLE jobq.pauses ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.pauses FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR queue IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
+ALTER TABLE jobq.workers ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.workers FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR owner = jobq._caller());
+ALTER TABLE jobq.locks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.locks FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(key, (SELECT jobq._patterns('reader')))
+           OR (job_id IS NOT NULL AND jobq._sees_job(job_id)));
+ALTER TABLE jobq.blocked ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.blocked FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees_job(job_id));
+ALTER TABLE jobq.edges ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted_queues ON jobq.edges FOR SELECT
+    USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees_job(child));
