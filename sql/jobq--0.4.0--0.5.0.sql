@@ -15,8 +15,8 @@ CREATE TABLE jobq.queue_grants (
 );
 SELECT pg_catalog.pg_extension_config_dump('jobq.queue_grants', '');
 
-CREATE FUNCTION jobq._patterns(privilege text) RETURNS text[]
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+CREATE FUNCTION jobq._limits(privilege text) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_caller oid := jobq._caller();
 BEGIN
@@ -29,11 +29,16 @@ BEGIN
     END IF;
     RETURN ARRAY(SELECT g.pattern FROM jobq.queue_grants g
                   WHERE g.role = v_caller
-                    AND g.privilege = ANY (CASE _patterns.privilege
+                    AND g.privilege = ANY (CASE _limits.privilege
                                                WHEN 'reader' THEN ARRAY['reader', 'producer', 'worker']
                                                WHEN 'producer' THEN ARRAY['producer', 'worker']
                                                ELSE ARRAY['worker'] END));
 END $$;
+
+CREATE FUNCTION jobq._patterns(privilege text) RETURNS text[]
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT jobq._limits(privilege)
+$$;
 
 CREATE FUNCTION jobq._sees(name text, patterns text[]) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -43,9 +48,9 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, jobq, pg_temp
 $$;
 
 CREATE FUNCTION jobq._require(privilege text, names text[], what text) RETURNS boolean
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    v_patterns text[] := jobq._patterns(privilege);
+    v_patterns text[] := jobq._limits(privilege);
     v_name     text;
 BEGIN
     IF v_patterns IS NULL THEN
@@ -62,9 +67,9 @@ BEGIN
 END $$;
 
 CREATE FUNCTION jobq._require_jobs(privilege text, ids bigint[]) RETURNS void
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF jobq._patterns(privilege) IS NULL THEN
+    IF jobq._limits(privilege) IS NULL THEN
         RETURN;
     END IF;
     PERFORM jobq._require(privilege, ARRAY(SELECT j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
@@ -76,7 +81,7 @@ CREATE FUNCTION jobq._sees_job(id bigint) RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
     SELECT jobq._sees(coalesce((SELECT j.queue FROM jobq.live_jobs j WHERE j.id = _sees_job.id),
                                (SELECT f.queue FROM jobq.finished_jobs f WHERE f.id = _sees_job.id)),
-                      jobq._patterns('reader'))
+                      jobq._limits('reader'))
 $$;
 
 CREATE OR REPLACE VIEW jobq.jobs AS
@@ -190,10 +195,13 @@ BEGIN
         RAISE EXCEPTION 'jobq: unknown on_parent_failure "%"', on_parent_failure
             USING ERRCODE = '22023', HINT = 'Use cancel or run.';
     END IF;
-    -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql).
-    v_ok := jobq._require('producer', ARRAY[queue], 'queue');
-    IF depends_on IS NOT NULL THEN
-        PERFORM jobq._require_jobs('reader', depends_on);
+    -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql);
+    -- where no grant exists, no role is limited.
+    IF EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
+        v_ok := jobq._require('producer', ARRAY[queue], 'queue');
+        IF depends_on IS NOT NULL THEN
+            PERFORM jobq._require_jobs('reader', depends_on);
+        END IF;
     END IF;
 
     v_id := nextval('jobq.jobs_id_seq');
@@ -323,7 +331,7 @@ DECLARE
     v_blocked  "char";
     c          record;
     -- A limited role's checkout of every queue takes from those granted to it (src/sql/grants.sql).
-    v_grants   text[] := CASE WHEN queues IS NULL THEN jobq._patterns('worker') END;
+    v_grants   text[] := CASE WHEN queues IS NULL AND EXISTS (SELECT 1 FROM jobq.queue_grants) THEN jobq._limits('worker') END;
 BEGIN
     FOR c IN
         SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key
@@ -403,10 +411,13 @@ DECLARE
 BEGIN
     -- A limited role (src/sql/grants.sql) checks out of the queues granted to it as a worker:
     -- those it names must be, and a call of every queue (NULL) walks past the others.
-    v_grants := jobq._patterns('worker');
-    IF v_grants IS NOT NULL AND queues IS NOT NULL THEN
-        v_ok := jobq._require('worker', queues, 'queue');
-        v_grants := NULL;
+    -- (Where no grant exists, no role is limited: one look at an empty table.)
+    IF EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
+        v_grants := jobq._limits('worker');
+        IF v_grants IS NOT NULL AND queues IS NOT NULL THEN
+            v_ok := jobq._require('worker', queues, 'queue');
+            v_grants := NULL;
+        END IF;
     END IF;
     IF wait IS NOT NULL THEN
         RETURN QUERY SELECT * FROM jobq._checkout_waiting(worker, queues, max_jobs, wait);
@@ -669,7 +680,6 @@ DECLARE
     j        jobq.live_jobs;
     v_noted  boolean;
     v_freed  integer;
-    v_ok     boolean;
 BEGIN
     IF job_id IS NULL OR worker IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id and worker must not be NULL' USING ERRCODE = '22004';
@@ -680,15 +690,19 @@ BEGIN
     -- The job leaves jobq.live_jobs; with jobq.retention = 0 nothing is kept, otherwise it
     -- goes to jobq.finished_jobs. One DELETE and one INSERT, not jobq._archive's UPDATE first:
     -- the hot path writes each row version once (docs/performance.md).
+    -- A limited role's job must be of its queues (src/sql/grants.sql): where no grant exists,
+    -- one look at an empty table, in this statement rather than in a call or a statement of
+    -- its own, which cost each job of the SQL edition tens of thousands of instructions more
+    -- (bench/instructions.sh, row jobq_sql).
     DELETE FROM jobq.live_jobs x
      WHERE x.id = _complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+       AND (NOT EXISTS (SELECT 1 FROM jobq.queue_grants) OR jobq._require('worker', ARRAY[x.queue], 'queue'))
     RETURNING x.* INTO j;
     IF NOT FOUND THEN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN false;
     END IF;
-    v_ok := jobq._require('worker', ARRAY[j.queue], 'queue');  -- a limited role's (src/sql/grants.sql)
     j.finished_at := clock_timestamp();
     -- Helpers are called in assignments, not with PERFORM: PL/pgSQL evaluates a lone call
     -- without starting an executor for it (docs/performance.md, "CPU per job").
@@ -1238,11 +1252,10 @@ SELECT l.key, l.max_starts, l.per,
 
 
 -- Privileges (src/sql/privileges.sql).
-REVOKE ALL ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._require(text, text[], text),
+REVOKE ALL ON FUNCTION jobq._limits(text), jobq._patterns(text), jobq._sees(text, text[]), jobq._require(text, text[], text),
     jobq._require_jobs(text, bigint[]), jobq._sees_job(bigint), jobq._check_grant(regrole, text, text[]),
     jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._caller(), jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint)
-TO jobq_reader;
+GRANT EXECUTE ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint) TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) TO jobq_admin;
 GRANT SELECT ON jobq.queue_grants TO jobq_admin;
 
@@ -1269,7 +1282,8 @@ CREATE POLICY granted_queues ON jobq.pauses FOR SELECT
     USING ((SELECT jobq._patterns('reader')) IS NULL OR queue IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
 ALTER TABLE jobq.workers ENABLE ROW LEVEL SECURITY;
 CREATE POLICY granted_queues ON jobq.workers FOR SELECT
-    USING ((SELECT jobq._patterns('reader')) IS NULL OR owner = jobq._caller());
+    USING ((SELECT jobq._patterns('reader')) IS NULL
+           OR owner::oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 ALTER TABLE jobq.locks ENABLE ROW LEVEL SECURITY;
 CREATE POLICY granted_queues ON jobq.locks FOR SELECT
     USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(key, (SELECT jobq._patterns('reader')))

@@ -831,7 +831,10 @@ fn every_function_pins_its_search_path() {
     // which pin it, may call it.
     let mut hot = vec![
         "jobq._claim_keyed(bigint,tid,uuid,timestamp with time zone)",
+        "jobq._limits(text)", // a limited role's queues (src/sql/grants.sql): checked on every job's path
         "jobq._release_keys(bigint,text,text,text,text,text,integer)",
+        "jobq._require(text,text[],text)",
+        "jobq._require_jobs(text,bigint[])",
         "jobq._take_keys(bigint,tid,timestamp with time zone)",
         "jobq._take_rate(text,timestamp with time zone)",
         "jobq._take_slot(\"char\",text,integer,bigint)",

@@ -145,7 +145,6 @@ const READER_RELATIONS: &[&str] = &[
 /// the dashboard's counters: jobq.throughput and its histogram functions (src/sql/counters.sql).
 const READER_FUNCTIONS: &[&str] = &[
     // What the views and policies call to show a limited role its queues only (src/sql/grants.sql).
-    "_caller",
     "_patterns",
     "_sees",
     "_sees_job",

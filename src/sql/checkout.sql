@@ -152,7 +152,7 @@ DECLARE
     v_blocked  "char";
     c          record;
     -- A limited role's checkout of every queue takes from those granted to it (src/sql/grants.sql).
-    v_grants   text[] := CASE WHEN queues IS NULL THEN jobq._patterns('worker') END;
+    v_grants   text[] := CASE WHEN queues IS NULL AND EXISTS (SELECT 1 FROM jobq.queue_grants) THEN jobq._limits('worker') END;
 BEGIN
     FOR c IN
         SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key
@@ -252,10 +252,13 @@ DECLARE
 BEGIN
     -- A limited role (src/sql/grants.sql) checks out of the queues granted to it as a worker:
     -- those it names must be, and a call of every queue (NULL) walks past the others.
-    v_grants := jobq._patterns('worker');
-    IF v_grants IS NOT NULL AND queues IS NOT NULL THEN
-        v_ok := jobq._require('worker', queues, 'queue');
-        v_grants := NULL;
+    -- (Where no grant exists, no role is limited: one look at an empty table.)
+    IF EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
+        v_grants := jobq._limits('worker');
+        IF v_grants IS NOT NULL AND queues IS NOT NULL THEN
+            v_ok := jobq._require('worker', queues, 'queue');
+            v_grants := NULL;
+        END IF;
     END IF;
     IF wait IS NOT NULL THEN
         RETURN QUERY SELECT * FROM jobq._checkout_waiting(worker, queues, max_jobs, wait);

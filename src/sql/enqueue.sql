@@ -120,10 +120,13 @@ BEGIN
         RAISE EXCEPTION 'jobq: unknown on_parent_failure "%"', on_parent_failure
             USING ERRCODE = '22023', HINT = 'Use cancel or run.';
     END IF;
-    -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql).
-    v_ok := jobq._require('producer', ARRAY[queue], 'queue');
-    IF depends_on IS NOT NULL THEN
-        PERFORM jobq._require_jobs('reader', depends_on);
+    -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql);
+    -- where no grant exists, no role is limited.
+    IF EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
+        v_ok := jobq._require('producer', ARRAY[queue], 'queue');
+        IF depends_on IS NOT NULL THEN
+            PERFORM jobq._require_jobs('reader', depends_on);
+        END IF;
     END IF;
 
     v_id := nextval('jobq.jobs_id_seq');

@@ -27,7 +27,6 @@ DECLARE
     j        jobq.live_jobs;
     v_noted  boolean;
     v_freed  integer;
-    v_ok     boolean;
 BEGIN
     IF job_id IS NULL OR worker IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id and worker must not be NULL' USING ERRCODE = '22004';
@@ -38,15 +37,19 @@ BEGIN
     -- The job leaves jobq.live_jobs; with jobq.retention = 0 nothing is kept, otherwise it
     -- goes to jobq.finished_jobs. One DELETE and one INSERT, not jobq._archive's UPDATE first:
     -- the hot path writes each row version once (docs/performance.md).
+    -- A limited role's job must be of its queues (src/sql/grants.sql): where no grant exists,
+    -- one look at an empty table, in this statement rather than in a call or a statement of
+    -- its own, which cost each job of the SQL edition tens of thousands of instructions more
+    -- (bench/instructions.sh, row jobq_sql).
     DELETE FROM jobq.live_jobs x
      WHERE x.id = _complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
+       AND (NOT EXISTS (SELECT 1 FROM jobq.queue_grants) OR jobq._require('worker', ARRAY[x.queue], 'queue'))
     RETURNING x.* INTO j;
     IF NOT FOUND THEN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN false;
     END IF;
-    v_ok := jobq._require('worker', ARRAY[j.queue], 'queue');  -- a limited role's (src/sql/grants.sql)
     j.finished_at := clock_timestamp();
     -- Helpers are called in assignments, not with PERFORM: PL/pgSQL evaluates a lone call
     -- without starting an executor for it (docs/performance.md, "CPU per job").

@@ -27,10 +27,16 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.queue_grants', '');
 
 -- The patterns the caller may use at `privilege` ('reader', 'producer' or 'worker') or a
 -- stronger one; NULL when the caller is not limited (it may use every queue). An empty array:
--- limited, with no grant that strong. SECURITY DEFINER: views and policies call it as the
--- role that reads them, which may not read jobq.queue_grants.
-CREATE FUNCTION jobq._patterns(privilege text) RETURNS text[]
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+-- limited, with no grant that strong.
+-- Like the keyed claim's helpers (src/sql/checkout.sql, the header), it and jobq._require and
+-- jobq._require_jobs below leave the search_path to their callers, jobq's own functions, which
+-- pin it: a pinned setting is applied and undone at every call, which cost each job of the SQL
+-- edition about 57,000 instructions (bench/instructions.sh, row jobq_sql). The hot paths call
+-- them only where a grant exists (`EXISTS (SELECT 1 FROM jobq.queue_grants)`, folded into a
+-- statement they run anyway where they can).
+-- No role but the owner may call them (src/sql/privileges.sql; tests/lifecycle.rs checks both).
+CREATE FUNCTION jobq._limits(privilege text) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_caller oid := jobq._caller();
 BEGIN
@@ -43,11 +49,18 @@ BEGIN
     END IF;
     RETURN ARRAY(SELECT g.pattern FROM jobq.queue_grants g
                   WHERE g.role = v_caller
-                    AND g.privilege = ANY (CASE _patterns.privilege
+                    AND g.privilege = ANY (CASE _limits.privilege
                                                WHEN 'reader' THEN ARRAY['reader', 'producer', 'worker']
                                                WHEN 'producer' THEN ARRAY['producer', 'worker']
                                                ELSE ARRAY['worker'] END));
 END $$;
+
+-- The same for the views and policies, which call it as the role that reads them: that role
+-- may not read jobq.queue_grants, and its search_path is its own.
+CREATE FUNCTION jobq._patterns(privilege text) RETURNS text[]
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+    SELECT jobq._limits(privilege)
+$$;
 
 -- Whether `name` (a queue, lock key or event name) is covered by one of `patterns`: equal to
 -- one, or starting with the prefix of one that ends in `*`. NULL patterns cover everything.
@@ -65,9 +78,9 @@ $$;
 -- 'event') at `privilege`; true otherwise (a value, so that the hot paths call it in an
 -- assignment, without an executor). NULL names are skipped (the caller refuses them itself).
 CREATE FUNCTION jobq._require(privilege text, names text[], what text) RETURNS boolean
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    v_patterns text[] := jobq._patterns(privilege);
+    v_patterns text[] := jobq._limits(privilege);
     v_name     text;
 BEGIN
     IF v_patterns IS NULL THEN
@@ -85,9 +98,9 @@ END $$;
 
 -- The same for the queues of jobs `ids` (unknown ids are skipped: the caller answers for them).
 CREATE FUNCTION jobq._require_jobs(privilege text, ids bigint[]) RETURNS void
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF jobq._patterns(privilege) IS NULL THEN
+    IF jobq._limits(privilege) IS NULL THEN
         RETURN;
     END IF;
     PERFORM jobq._require(privilege, ARRAY(SELECT j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
@@ -102,7 +115,7 @@ CREATE FUNCTION jobq._sees_job(id bigint) RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
     SELECT jobq._sees(coalesce((SELECT j.queue FROM jobq.live_jobs j WHERE j.id = _sees_job.id),
                                (SELECT f.queue FROM jobq.finished_jobs f WHERE f.id = _sees_job.id)),
-                      jobq._patterns('reader'))
+                      jobq._limits('reader'))
 $$;
 
 -- jobq.jobs: every job, live and finished; a limited role sees its queues' jobs only.

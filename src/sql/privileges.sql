@@ -63,8 +63,7 @@ GRANT SELECT ON jobq.queue_stats, jobq.jobs, jobq.workers, jobq.locks, jobq.sche
 GRANT EXECUTE ON FUNCTION jobq_results(bigint[]) TO jobq_reader;
 -- What the views and policies call, as the role reading them, to show a limited role its
 -- queues' rows only (src/sql/grants.sql).
-GRANT EXECUTE ON FUNCTION jobq._caller(), jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint)
-TO jobq_reader;
+GRANT EXECUTE ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint) TO jobq_reader;
 -- Which release and edition runs here (src/sql/observe.sql).
 GRANT EXECUTE ON FUNCTION jobq_version() TO jobq_reader;
 GRANT SELECT ON jobq.blocked, jobq.edges TO jobq_reader;
@@ -155,7 +154,8 @@ CREATE POLICY granted_queues ON jobq.pauses FOR SELECT
     USING ((SELECT jobq._patterns('reader')) IS NULL OR queue IS NULL OR jobq._sees(queue, (SELECT jobq._patterns('reader'))));
 ALTER TABLE jobq.workers ENABLE ROW LEVEL SECURITY;
 CREATE POLICY granted_queues ON jobq.workers FOR SELECT
-    USING ((SELECT jobq._patterns('reader')) IS NULL OR owner = jobq._caller());
+    USING ((SELECT jobq._patterns('reader')) IS NULL
+           OR owner::oid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 ALTER TABLE jobq.locks ENABLE ROW LEVEL SECURITY;
 CREATE POLICY granted_queues ON jobq.locks FOR SELECT
     USING ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(key, (SELECT jobq._patterns('reader')))
