@@ -157,24 +157,48 @@ fn a_limited_role_is_refused_every_call_on_another_queue_and_nothing_changes() {
     }
     assert_eq!(fingerprint(&mut su), before, "nothing changed");
 
-    // Its own queues, locks and events: as before.
+    // Every call of the privilege table on its own queues, locks and events: as without grants.
+    let one = |c: &mut Client, sql: &str| -> String {
+        c.query_one(&format!("SELECT ({sql})::text"), &[]).unwrap_or_else(|e| panic!("{sql}: {e:?}")).get::<_, Option<String>>(0).unwrap_or_default()
+    };
     let got = ids(&mut c, &format!("SELECT id FROM jobq_checkout('{w}', NULL, 10)"));
     assert_eq!(got, vec![mine], "a checkout of every queue takes only its queues' jobs");
-    assert!(c.query_one("SELECT jobq_acquire_lock('t1:lock', $1)", &[&w]).unwrap().get::<_, bool>(0));
-    assert_eq!(c.query_one("SELECT jobq_lock_holder('t1:lock')", &[]).unwrap().get::<_, Option<Uuid>>(0), Some(w));
-    assert_eq!(c.query_one("SELECT jobq_emit_event('t1:event')", &[]).unwrap().get::<_, i32>(0), 0);
-    let awaiting: String = c.query_one("SELECT jobq_await_jobs($1, $2, ARRAY[$1::bigint])", &[&mine, &w]).map(|r| r.get(0)).unwrap_or_else(|e| sqlstate(&e));
-    assert_eq!(awaiting, "22023", "a job cannot await itself: argument checks come first");
-    assert!(c.query_one("SELECT jobq_checkpoint($1, $2, 's', '1')", &[&mine, &w]).unwrap().get::<_, bool>(0));
-    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&mine, &w]).unwrap().get::<_, bool>(0));
+    assert_eq!(one(&mut c, &format!("jobq_acquire_lock('t1:lock', '{w}')")), "true");
+    assert_eq!(one(&mut c, "jobq_lock_holder('t1:lock')"), w.to_string());
+    assert_eq!(one(&mut c, &format!("jobq_release_lock('t1:lock', '{w}')")), "true");
+    assert_eq!(one(&mut c, "jobq_emit_event('t1:event')"), "0");
+    let e = c.query_one("SELECT jobq_await_jobs($1, $2, ARRAY[$1::bigint])", &[&mine, &w]).unwrap_err();
+    assert_eq!(sqlstate(&e), "22023", "a job cannot await itself: argument checks come first");
+    assert_eq!(one(&mut c, &format!("jobq_checkpoint({mine}, '{w}', 's', '1')")), "true");
+    assert_eq!(one(&mut c, &format!("jobq_await_event({mine}, '{w}', 't1:event')")), "emitted");
+    assert_eq!(one(&mut c, &format!("jobq_complete({mine}, '{w}')")), "true");
+    assert_eq!(one(&mut c, &format!("(SELECT count(*) FROM jobq_results(ARRAY[{mine}::bigint]))")), "1");
     let again = enqueue(&mut c, "t1:b");
-    assert_eq!(c.query_one("SELECT jobq_cancel($1)", &[&again]).unwrap().get::<_, String>(0), "cancelled");
-    assert!(c.query_one("SELECT jobq_retry($1)", &[&again]).unwrap().get::<_, bool>(0));
+    assert_eq!(one(&mut c, &format!("jobq_cancel({again})")), "cancelled");
+    assert_eq!(one(&mut c, &format!("jobq_retry({again})")), "true");
     let batch = ids(&mut c, "SELECT jobq_enqueue_batch('t1:c', ARRAY['{}'::jsonb, '{}'])");
-    assert_eq!(batch.len(), 2);
-    // Its worker's own calls name no queue: heartbeats, unregistering (the legacy job goes back).
+    let graph = ids(&mut c, "SELECT jobq_enqueue_graph('[{\"queue\": \"t1:d\"}, {\"queue\": \"t1:d\", \"after\": [0]}]')");
+    assert_eq!((batch.len(), graph.len()), (2, 2));
+    // Checked out with the one-commit calls, then finished through each of the others.
+    let mut held = ids(&mut c, &format!("SELECT id FROM jobq_complete_and_checkout('{w}', '{{}}', NULL, '{{t1:b, t1:c}}', 3)"));
+    held.sort();
+    assert_eq!(held, vec![again, batch[0], batch[1]]);
+    assert_eq!(one(&mut c, &format!("jobq_snooze({again}, '{w}', now())")), "true");
+    assert_eq!(one(&mut c, &format!("jobq_await_jobs({}, '{w}', ARRAY[{}::bigint])", batch[0], graph[0])), "waiting");
+    assert_eq!(one(&mut c, &format!("jobq_fail({}, '{w}', discard => true)", batch[1])), "dead");
+    let next = ids(&mut c, &format!("SELECT id FROM jobq_fail_and_checkout('{w}', '{{}}', NULL, NULL, 5)"));
+    assert!(next.contains(&again) && next.contains(&graph[0]), "{next:?}");
+    assert_eq!(one(&mut c, &format!("array_length(jobq_complete_many('{w}', ARRAY[{again}, {}]::bigint[]), 1)", graph[0])), "2");
+    // Their completion woke the job awaiting one and the job depending on it: both failed, to retry.
+    assert_eq!(one(&mut c, &format!("jobq_fail_many('{w}', ARRAY(SELECT id FROM jobq_checkout('{w}', NULL, 5)))")), "{ready,ready}");
+    assert_eq!(one(&mut c, "(SELECT edition FROM jobq_version())"), if sql_edition().is_some() { "sql" } else { "extension" });
+    // Its worker's own calls name no queue: heartbeats, stopping and unregistering (the legacy
+    // job, of a queue it may no longer work on, goes back all the same).
     c.query_one("SELECT jobq_heartbeat($1)", &[&w]).unwrap();
+    c.execute("SELECT jobq_stop_checkouts($1)", &[&w]).unwrap();
     assert_eq!(c.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap().get::<_, i32>(0), 1);
+    let proxied = Uuid::new_v4();
+    c.query_one("SELECT jobq._register_worker($1, 'proxied', '{}', false)", &[&proxied]).unwrap();
 }
 
 /// What a limited role reads: in every view and table of jobq_reader's column, the rows of the
