@@ -8,7 +8,7 @@
 # No network, no pgbench, no flush waits: what the server's CPU does per job, which is what
 # bounds jobs/s once both cores are busy (16 and 64 clients; docs/performance.md).
 #
-#   bench/instructions.sh [--rows "baseline jobq jobq_any jobq_ckey jobq_sql statements layout"]
+#   bench/instructions.sh [--rows "baseline jobq jobq_tenant jobq_any jobq_ckey jobq_sql statements layout"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
 #                                   10 % above bench/results/instructions-reference, a CPU regression of
 #                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
@@ -17,6 +17,8 @@
 # Rows:
 #   baseline       the hand-written queue's UPDATE ... SKIP LOCKED and DELETE
 #   jobq           jobq_checkout(worker, ARRAY['bench']) and jobq_complete(id, worker)
+#   jobq_tenant    the same two calls by a role limited to queue 'bench' (jobq_grant_queues,
+#                  docs/tenants.md) with a worker of its own: the fast paths' check of its grants
 #   jobq_any       the same with jobq_checkout(worker, NULL): a worker of every queue (ready_any)
 #   jobq_ckey      the same for jobs with a concurrency key (100 keys of limit 5, queue 'keyed'):
 #                  the keyed claim and the slot's release
@@ -35,7 +37,7 @@
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS="baseline jobq jobq_any jobq_ckey jobq_sql statements layout"; CHECK=0
+ROWS="baseline jobq jobq_tenant jobq_any jobq_ckey jobq_sql statements layout"; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -52,6 +54,7 @@ SNAP=$PWD/target/instr-snap WORK=$PWD/target/instr-work PROF=$PWD/target/instr-p
 rm -rf "$PROF"; install -d -o postgres -g postgres "$PROF"
 OUT=bench/results/instructions.md; [ $CHECK = 1 ] && OUT=target/instructions-check.md
 W=00000000-0000-0000-0000-0000000000b0   # the one worker of the measured jobs
+WT=00000000-0000-0000-0000-0000000000b1  # row jobq_tenant's, owned by its limited role
 
 # The cluster: jobq and the baseline side by side with 2,000 ready jobs each (jobq's ids 1 to
 # 2,000), and 2,000 jobs with a concurrency key in jobq's queue 'keyed' (ids 2,001 to 4,000); one
@@ -90,6 +93,14 @@ script() {
     jobq|jobq_any|jobq_ckey|jobq_sql)
       echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', $(queues "$row")) j;"
       echo "PREPARE cm(bigint) AS SELECT jobq_complete(\$1, '$W');" ;;
+    jobq_tenant)
+      # Made here, not in the snapshot, so that the other rows run where no grant exists.
+      echo "CREATE ROLE bench_tenant; GRANT jobq_worker TO bench_tenant;"
+      echo "SELECT jobq_grant_queues('bench_tenant', 'worker', ARRAY['bench']);"
+      echo "INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at) VALUES ('$WT', 'bench_tenant'::regrole, 'tenant', '{}', now(), now() + interval '1 day');"
+      echo "SET ROLE bench_tenant;"
+      echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$WT', ARRAY['bench']) j;"
+      echo "PREPARE cm(bigint) AS SELECT jobq_complete(\$1, '$WT');" ;;
     statements)
       # jobq_checkout's fast path and jobq_complete's statements for a job without keys, as
       # src/sql/checkout.sql and src/sql/finish.sql have them (the floor read in the statement).

@@ -285,9 +285,20 @@ unsafe fn claim(
     }
     let l = layout(r, desc)?;
     let snapshot = pg_sys::GetActiveSnapshot();
-    // A limited role's checkout is the SQL's, which keeps it to its queues (src/grants.rs).
-    if usable(r.workers, worker, snapshot, true) != Some(true) || crate::grants::limited(snapshot) {
+    if usable(r.workers, worker, snapshot, true) != Some(true) {
         return None;
+    }
+    // A limited role's checkout is done here only when it names queues it holds as a worker;
+    // otherwise the SQL refuses it or keeps it to its queues (src/grants.rs).
+    if let Some(p) = crate::grants::limits(snapshot, b"worker") {
+        let inside = match queues {
+            Queues::One(q) => crate::grants::covers(&p, text(*q)),
+            Queues::Some(names) => names.iter().all(|n| crate::grants::covers(&p, n)),
+            Queues::Any => false,
+        };
+        if !inside {
+            return None;
+        }
     }
     let pauses = Pauses::read(r.pauses, snapshot)?;
     let now = pg_sys::GetCurrentTimestamp();

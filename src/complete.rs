@@ -126,12 +126,7 @@ unsafe fn fast(job: i64, worker: pg_sys::Datum, result: Option<pg_sys::Datum>) -
     // jobq.live_jobs (src/compact.rs) the lock waited for is in it.
     pg_sys::CommandCounterIncrement();
     pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-    // A limited role's completion is the SQL's, which checks the job's queue (src/grants.rs).
-    let done = if crate::grants::limited(pg_sys::GetActiveSnapshot()) {
-        None
-    } else {
-        claim_end(live, finished, workers, job, worker, result)
-    };
+    let done = claim_end(live, finished, workers, job, worker, result);
     // The locks stay until the end of the transaction, as the executor's do.
     pg_sys::table_close(workers, pg_sys::NoLock as i32);
     pg_sys::table_close(finished, pg_sys::NoLock as i32);
@@ -180,6 +175,10 @@ unsafe fn claim_end(
     }
     // The worker exists and the caller may act for it (else the SQL says why: false or 42501).
     if usable(workers, worker, snapshot, false) != Some(true) {
+        return None;
+    }
+    // A limited role's job of a queue it may not work on: the SQL refuses it (src/grants.rs).
+    if crate::grants::limits(snapshot, b"worker").is_some_and(|p| !crate::grants::covers(&p, text(values[cols.queue]))) {
         return None;
     }
 

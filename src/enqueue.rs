@@ -173,15 +173,16 @@ unsafe fn common(args: &[Option<pg_sys::Datum>; ARGS]) -> Option<Job> {
     if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || pg_sys::XactReadOnly {
         return None;
     }
-    // A limited role's enqueue is the SQL's, which checks its queue (src/grants.rs).
-    let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
-    if crate::grants::limited(snapshot) {
-        return None;
-    }
     let name = |n: usize| args[n].map(|d| text(d));
     let fits = |s: Option<&[u8]>| s.is_none_or(|s| !s.is_empty() && s.len() <= 1000);
     // NULLs where the SQL's defaults are, or refused.
     let queue = name(QUEUE)?;
+    // A limited role enqueues here into a queue it holds as a producer; otherwise the SQL
+    // refuses it (src/grants.rs).
+    let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
+    if crate::grants::limits(snapshot, b"producer").is_some_and(|p| !crate::grants::covers(&p, queue)) {
+        return None;
+    }
     let (priority, max_attempts, climit) = (args[PRIORITY]?, args[MAX_ATTEMPTS]?, args[CONCURRENCY_LIMIT]?);
     args[PAYLOAD]?;
     let (strategy, on_conflict) = (name(UNIQUE_STRATEGY)?, name(ON_CONFLICT)?);

@@ -1,32 +1,75 @@
 //! Queues granted per role, as the fast paths see them (src/sql/grants.sql has the rule, the
 //! grants and every check). `jobq_enqueue`, `jobq_checkout` and `jobq_complete` do their common
-//! case in Rust; a call by a limited role is handed, before anything changed, to their SQL,
-//! which checks its queues. What each fast call pays for it: the table's lock and its size
-//! (no page where no grant was ever made), else one probe of its primary key for the caller
-//! (bench/instructions.sh measures it with the rest of the call).
-use crate::rows::fetch;
+//! case in Rust, and so they do for a limited role whose call stays inside its grants: an
+//! enqueue into a queue it holds as a producer, a checkout of queues it names and holds as a
+//! worker, a completion of a job of such a queue. Any other call of a limited role is handed,
+//! before anything changed, to the SQL, which refuses it (42501) or serves it (a checkout of
+//! every queue). What each fast call pays where no grant was ever made: the table's lock and
+//! its size (no page); else one probe of its primary key for the caller
+//! (bench/instructions.sh measures both, rows jobq and jobq_tenant).
+use crate::rows::{attr, column, text};
 use pgrx::pg_sys;
 
-/// Whether the calling role is limited to some queues: it holds a queue grant and is neither
-/// a member of `jobq_admin` nor of the role jobq's functions run as (superusers are members of
-/// every role), as `jobq._patterns` decides. False where jobq.queue_grants does not exist (an
-/// older release's SQL under this library), which has no grants. `snapshot`: the call's.
-pub unsafe fn limited(snapshot: pg_sys::Snapshot) -> bool {
+/// The patterns the calling role may use at `privilege` (`b"producer"` or `b"worker"`) or a
+/// stronger one, as `jobq._limits` reads them: None when the caller is not limited (no grant,
+/// or a member of `jobq_admin` or of the role jobq's functions run as; superusers are members
+/// of every role), and None where jobq.queue_grants does not exist (an older release's SQL under
+/// this library, which has no grants). `snapshot`: the call's.
+pub unsafe fn limits(snapshot: pg_sys::Snapshot, privilege: &[u8]) -> Option<Vec<Vec<u8>>> {
     let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
     let table = pg_sys::get_relname_relid(c"queue_grants".as_ptr(), nsp);
     if nsp == pg_sys::InvalidOid || table == pg_sys::InvalidOid {
-        return false;
+        return None;
     }
     let caller = pg_sys::GetOuterUserId();
     let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as i32);
     // A table that never held a grant has no page: no index to descend (the common case).
-    let empty = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) == 0;
-    let holds = if empty { None } else { fetch(rel, 1, pg_sys::F_OIDEQ, pg_sys::Datum::from(caller), snapshot) };
+    let rows = if pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) > 0 {
+        grants_of(rel, caller, snapshot)
+    } else {
+        Some(Vec::new())
+    };
     pg_sys::table_close(rel, pg_sys::NoLock as i32);
-    if holds.is_none() {
-        return false;
+    // A table not as expected: every call is the SQL's (limited, with no pattern to serve here).
+    let Some(rows) = rows else { return Some(Vec::new()) };
+    if rows.is_empty() {
+        return None;
     }
     let admin = pg_sys::get_role_oid(c"jobq_admin".as_ptr(), true);
-    !((admin != pg_sys::InvalidOid && pg_sys::is_member_of_role(caller, admin))
-        || pg_sys::is_member_of_role(caller, pg_sys::GetUserId()))
+    if (admin != pg_sys::InvalidOid && pg_sys::is_member_of_role(caller, admin)) || pg_sys::is_member_of_role(caller, pg_sys::GetUserId()) {
+        return None;
+    }
+    let strong_enough: &[&[u8]] = if privilege == b"producer" { &[b"producer", b"worker"] } else { &[b"worker"] };
+    Some(rows.into_iter().filter(|(p, _)| strong_enough.contains(&p.as_slice())).map(|(_, pattern)| pattern).collect())
+}
+
+/// The (privilege, pattern) of every grant of `role`, through the primary key (role first).
+/// None when the table's columns are not the expected ones.
+unsafe fn grants_of(rel: pg_sys::Relation, role: pg_sys::Oid, snapshot: pg_sys::Snapshot) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let desc = (*rel).rd_att;
+    let (privilege, pattern) = (column(desc, "privilege")? as i32 + 1, column(desc, "pattern")? as i32 + 1);
+    pg_sys::RelationGetIndexList(rel); // fills rd_pkindex
+    let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+    pg_sys::ScanKeyInit(&mut key, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_OIDEQ), pg_sys::Datum::from(role));
+    let scan = pg_sys::systable_beginscan(rel, (*rel).rd_pkindex, true, snapshot, 1, &mut key);
+    let mut rows = Vec::new();
+    loop {
+        let t = pg_sys::systable_getnext(scan);
+        if t.is_null() {
+            break;
+        }
+        let get = |attno| attr(t, desc, attno).map(|d| text(d).to_vec()).unwrap_or_default();
+        rows.push((get(privilege), get(pattern)));
+    }
+    pg_sys::systable_endscan(scan);
+    Some(rows)
+}
+
+/// Whether `name` is covered by one of `patterns`, as `jobq._sees` says: equal to one, or
+/// starting with the prefix of one that ends in `*`.
+pub fn covers(patterns: &[Vec<u8>], name: &[u8]) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix(b"*") {
+        Some(prefix) => name.starts_with(prefix),
+        None => p.as_slice() == name,
+    })
 }

@@ -201,6 +201,45 @@ fn a_limited_role_is_refused_every_call_on_another_queue_and_nothing_changes() {
     c.query_one("SELECT jobq._register_worker($1, 'proxied', '{}', false)", &[&proxied]).unwrap();
 }
 
+/// The extension's fast paths (src/grants.rs) serve a limited role inside its grants: its
+/// enqueue into its queue, its checkout of queues it names and its completion never reach the
+/// SQL; a checkout of every queue, or a call outside its grants, does (and is kept to its queues
+/// or refused). (The SQL edition has the SQL alone: scripts/test-sql-edition.sh skips this.)
+#[test]
+fn the_fast_paths_serve_a_limited_role_inside_its_grants() {
+    let (_, db, mut su) = db();
+    let t = login_role(&mut su, &db, "t", &["jobq_worker"]);
+    grant(&mut su, &t, "worker", &["t:*"]);
+    let as_t = format!("SET LOCAL ROLE {t}");
+    su.batch_execute(&format!("SET ROLE {t}")).unwrap();
+    let w = register(&mut su);
+    su.batch_execute("RESET ROLE").unwrap();
+    let (id, sql) = calls_sql(&mut su, "READ COMMITTED", "_enqueue", |x| {
+        x.batch_execute(&as_t).unwrap();
+        x.query_one("SELECT jobq_enqueue('t:a')", &[]).unwrap().get::<_, i64>(0)
+    });
+    assert!(!sql, "the enqueue into its queue is the fast path's");
+    let (got, sql) = calls_sql(&mut su, "READ COMMITTED", "_checkout", |x| {
+        x.batch_execute(&as_t).unwrap();
+        x.query_one("SELECT id FROM jobq_checkout($1, '{t:a, t:b}')", &[&w]).unwrap().get::<_, i64>(0)
+    });
+    assert_eq!(got, id);
+    assert!(!sql, "the checkout of its named queues is the fast path's");
+    let (done, sql) = calls_sql(&mut su, "READ COMMITTED", "_complete", |x| {
+        x.batch_execute(&as_t).unwrap();
+        x.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0)
+    });
+    assert!(done && !sql, "its completion is the fast path's");
+    let (n, sql) = calls_sql(&mut su, "READ COMMITTED", "_checkout", |x| {
+        x.batch_execute(&as_t).unwrap();
+        x.query("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().len()
+    });
+    assert!(n == 0 && sql, "a checkout of every queue is the SQL's");
+    let mut x = su.transaction().unwrap();
+    x.batch_execute(&as_t).unwrap();
+    assert_eq!(sqlstate(&x.query_one("SELECT jobq_enqueue('u:a')", &[]).unwrap_err()), "42501");
+}
+
 /// What a limited role reads: in every view and table of jobq_reader's column, the rows of the
 /// queues it holds a grant for (any privilege), its own workers, the locks and events its
 /// patterns cover; jobq_results the same. A role without grants reads everything.
