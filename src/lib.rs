@@ -12,8 +12,8 @@
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
 //! - `src/privileges.rs`: `jobq._may_act_for()`, who may act for a worker; the grants are in
 //!   `src/sql/privileges.sql`.
-//! - `src/grants.rs`: whether the caller is limited to some queues, for the fast paths, which
-//!   hand such a call to the SQL (src/sql/grants.sql).
+//! - `src/grants.rs`: the queues a limited caller may use, for the fast paths, which serve
+//!   its calls inside them and hand the others to the SQL (src/sql/grants.sql).
 //! - `src/schedules.rs`: when a recurring job's ticks fall (cron expressions, IANA time zones).
 //! - `src/floors.rs`: claim floors, where checkout starts walking the waiting set (shared
 //!   memory, lowered at commit by whoever makes a job ready, raised by the background worker).

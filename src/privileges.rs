@@ -11,6 +11,15 @@
 //! superusers (both members of every role, for `is_member_of_role`).
 use pgrx::prelude::*;
 
+/// Whether `role` may act for anyone: a member of `jobq_admin`, or of the role the function runs
+/// as (inside a `SECURITY DEFINER` function of jobq: the extension's owner; superusers are
+/// members of every role). Such a role acts for any worker and is limited to no queue
+/// (src/grants.rs).
+pub unsafe fn acts_for_all(role: pg_sys::Oid) -> bool {
+    let admin = pg_sys::get_role_oid(c"jobq_admin".as_ptr(), true);
+    (admin != pg_sys::InvalidOid && pg_sys::is_member_of_role(role, admin)) || pg_sys::is_member_of_role(role, pg_sys::GetUserId())
+}
+
 #[pg_schema]
 pub mod jobq {
     use pgrx::prelude::*;
@@ -31,12 +40,7 @@ pub mod jobq {
             // No owner: a worker registered before jobq 0.2.0 (kept by the upgrade from 0.1.0,
             // where anyone could act for any worker), so that the workers running across the
             // upgrade finish their jobs; such a row is gone once its worker registers anew.
-            if caller == owner || owner == pg_sys::InvalidOid {
-                return true;
-            }
-            let admin = pg_sys::get_role_oid(c"jobq_admin".as_ptr(), true);
-            (admin != pg_sys::InvalidOid && pg_sys::is_member_of_role(caller, admin))
-                || pg_sys::is_member_of_role(caller, pg_sys::GetUserId())
+            caller == owner || owner == pg_sys::InvalidOid || super::acts_for_all(caller)
         }
     }
 }
