@@ -428,13 +428,19 @@ fn every_example_worker_completes_through_the_fused_call() {
         let after = calls(&mut c);
         let [fused, fail_fused, complete, many, fail] = [0, 1, 2, 3, 4].map(|i| after[i] - before[i]);
         assert_eq!(complete, 7, "{lang:?}: each job completed once");
-        // One job at a time, so a fused call completes one job at most: seven of them at
-        // least, and no jobq_complete_many but theirs (jobq_complete_and_checkout completes
-        // through it). The Ruby worker holds up to twice its concurrency in hand while its jobs
-        // are short (clients/ruby/lib/jobq/worker.rb, capacity), so one of its fused calls may
-        // complete two: four of them at least.
-        let least = if lang == Lang::Ruby { 4 } else { 7 };
-        assert!(fused >= least && many == fused && (fail_fused, fail) == (0, 0), "{lang:?}: every completion rode on a checkout: {fused} fused, {many} batch, {fail_fused}/{fail} failures");
+        // One job at a time, so a fused call completes one job at most: seven of them, and no
+        // jobq_complete_many but theirs (jobq_complete_and_checkout completes through it).
+        // The Ruby worker holds up to twice its concurrency in hand while its jobs are short
+        // (clients/ruby/lib/jobq/worker.rb, capacity). It then checks out with nothing to
+        // report, and a job that finishes during that checkout is reported on its report
+        // connection (jobq_complete_many alone): how many do depends on timing. Of the Ruby
+        // worker this asserts what holds every time: every completion went through
+        // jobq_complete_many, at least one of them riding on a checkout, none failed.
+        if lang == Lang::Ruby {
+            assert!(fused >= 1 && many >= fused && many <= 7 && (fail_fused, fail) == (0, 0), "{lang:?}: completions rode on checkouts or the report connection: {fused} fused, {many} batch, {fail_fused}/{fail} failures");
+        } else {
+            assert!(fused >= 7 && many == fused && (fail_fused, fail) == (0, 0), "{lang:?}: every completion rode on a checkout: {fused} fused, {many} batch, {fail_fused}/{fail} failures");
+        }
     }
 }
 
