@@ -15,24 +15,47 @@ CREATE TABLE jobq.queue_grants (
 );
 SELECT pg_catalog.pg_extension_config_dump('jobq.queue_grants', '');
 
-CREATE FUNCTION jobq._limits(privilege text) RETURNS text[]
+CREATE FUNCTION jobq._limits_of(role oid, privilege text) RETURNS text[]
 LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_caller oid := jobq._caller();
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role = v_caller) THEN
+    IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role = _limits_of.role) THEN
         RETURN NULL;
     END IF;
-    IF pg_has_role(v_caller, (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'jobq'), 'MEMBER')
-       OR (to_regrole('jobq_admin') IS NOT NULL AND pg_has_role(v_caller, 'jobq_admin', 'MEMBER')) THEN
+    IF pg_has_role(_limits_of.role, (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'jobq'), 'MEMBER')
+       OR (to_regrole('jobq_admin') IS NOT NULL AND pg_has_role(_limits_of.role, 'jobq_admin', 'MEMBER')) THEN
         RETURN NULL;
     END IF;
     RETURN ARRAY(SELECT g.pattern FROM jobq.queue_grants g
-                  WHERE g.role = v_caller
-                    AND g.privilege = ANY (CASE _limits.privilege
+                  WHERE g.role = _limits_of.role
+                    AND g.privilege = ANY (CASE _limits_of.privilege
                                                WHEN 'reader' THEN ARRAY['reader', 'producer', 'worker']
                                                WHEN 'producer' THEN ARRAY['producer', 'worker']
                                                ELSE ARRAY['worker'] END));
+END $$;
+
+CREATE FUNCTION jobq._limits(privilege text) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_caller  oid := jobq._caller();
+    v_login   oid := to_regrole(quote_ident(session_user::text))::oid;
+    v_set     text[];
+    v_logged  text[];
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role IN (v_caller, v_login)) THEN
+        RETURN NULL;
+    END IF;
+    v_set := jobq._limits_of(v_caller, privilege);
+    IF v_login = v_caller THEN
+        RETURN v_set;
+    END IF;
+    v_logged := jobq._limits_of(v_login, privilege);
+    IF v_set IS NULL OR v_logged IS NULL THEN
+        RETURN coalesce(v_set, v_logged);
+    END IF;
+    -- Both limit: of two patterns that overlap, the narrower one (a name, or the longer prefix).
+    RETURN ARRAY(SELECT DISTINCT CASE WHEN jobq._sees(a, ARRAY[b]) THEN a ELSE b END
+                   FROM unnest(v_set) a, unnest(v_logged) b
+                  WHERE jobq._sees(a, ARRAY[b]) OR jobq._sees(b, ARRAY[a]));
 END $$;
 
 CREATE FUNCTION jobq._patterns(privilege text) RETURNS text[]
@@ -69,7 +92,7 @@ END $$;
 CREATE FUNCTION jobq._require_jobs(privilege text, ids bigint[]) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF jobq._limits(privilege) IS NULL THEN
+    IF jobq._limits(privilege) IS NULL THEN  -- not limited: no job's queue to look up
         RETURN;
     END IF;
     PERFORM jobq._require(privilege, ARRAY(SELECT j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
@@ -84,12 +107,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
                       jobq._limits('reader'))
 $$;
 
-CREATE OR REPLACE VIEW jobq.jobs AS
-SELECT * FROM jobq.live_jobs l
- WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(l.queue, (SELECT jobq._patterns('reader')))
+CREATE OR REPLACE VIEW jobq.jobs WITH (security_invoker) AS
+SELECT * FROM jobq.live_jobs
 UNION ALL
-SELECT * FROM jobq.finished_jobs f
- WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(f.queue, (SELECT jobq._patterns('reader')));
+SELECT * FROM jobq.finished_jobs;
 
 CREATE FUNCTION jobq._check_grant(role regrole, privilege text, queues text[]) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -134,7 +155,9 @@ END $$;
 
 -- The functions that check a limited role's queues, and the views that show it its rows.
 
-CREATE OR REPLACE FUNCTION jobq._enqueue(
+-- A new last argument (checked): the old function goes.
+DROP FUNCTION jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text);
+CREATE FUNCTION jobq._enqueue(
     queue             text,
     payload           jsonb,
     kind              text,
@@ -148,7 +171,8 @@ CREATE OR REPLACE FUNCTION jobq._enqueue(
     concurrency_limit integer,
     rate_key          text,
     depends_on        bigint[],
-    on_parent_failure text
+    on_parent_failure text,
+    checked           boolean DEFAULT true  -- false: the caller's grants are not checked (schedules' ticks)
 ) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -197,7 +221,7 @@ BEGIN
     END IF;
     -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql);
     -- where no grant exists, no role is limited.
-    IF EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
+    IF checked AND EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
         v_ok := jobq._require('producer', ARRAY[queue], 'queue');
         IF depends_on IS NOT NULL THEN
             PERFORM jobq._require_jobs('reader', depends_on);
@@ -216,7 +240,9 @@ BEGIN
                 -- (its ready row first: jobq._lock_ready), after any compaction of the hot
                 -- tables in progress (src/compact.rs). Keys are global: a limited role replaces
                 -- only a job of a queue it may enqueue into (src/sql/grants.sql).
-                PERFORM jobq._require_jobs('producer', ARRAY[v_holder.job_id]);
+                IF checked THEN
+                    PERFORM jobq._require_jobs('producer', ARRAY[v_holder.job_id]);
+                END IF;
                 PERFORM jobq._hold_hot_tables();
                 v_ready := jobq._lock_ready(v_holder.job_id);
                 IF v_ready IS NOT NULL THEN
@@ -1151,7 +1177,7 @@ BEGIN
     RETURN QUERY SELECT u.id FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
 END $$;
 
-CREATE OR REPLACE VIEW jobq.queue_stats AS
+CREATE OR REPLACE VIEW jobq.queue_stats WITH (security_barrier) AS
 WITH RECURSIVE t AS MATERIALIZED (SELECT clock_timestamp() AS now),
 history (queue) AS (
     (SELECT f.queue FROM jobq.finished_jobs f ORDER BY f.queue LIMIT 1)
@@ -1189,7 +1215,7 @@ SELECT q.queue,
  -- a limited role's queues (src/sql/grants.sql)
  WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(q.queue, (SELECT jobq._patterns('reader')));
 
-CREATE OR REPLACE VIEW jobq.queue_depths AS
+CREATE OR REPLACE VIEW jobq.queue_depths WITH (security_barrier) AS
 WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
 parts AS (
     SELECT j.queue,
@@ -1215,19 +1241,42 @@ SELECT p.queue, sum(p.ready)::bigint AS ready, sum(p.scheduled)::bigint AS sched
  WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(p.queue, (SELECT jobq._patterns('reader')))  -- src/sql/grants.sql
  GROUP BY p.queue, t.now;
 
-CREATE OR REPLACE VIEW jobq.schedules AS
+-- A schedule's ticks are enqueued unchecked (src/sql/schedules.sql).
+CREATE OR REPLACE FUNCTION jobq._enqueue_ticks(s jobq.crontab, now timestamptz) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_tick  timestamptz := s.next_run_at;
+    v_last  timestamptz := s.last_run_at;
+    v_n     integer := 0;
+BEGIN
+    IF NOT s.catch_up THEN
+        v_tick := greatest(v_tick, jobq._cron_latest(s.cron, s.time_zone, now));
+    END IF;
+    WHILE v_tick <= now AND v_n < 1000 LOOP
+        -- Unchecked: a schedule's queue was chosen by jobq_admin, and the pass that enqueues its
+        -- ticks may run in any worker's session (the SQL edition's heartbeats), limited or not.
+        PERFORM jobq._enqueue(s.queue, s.payload, s.kind, s.priority, v_tick, s.max_attempts, NULL,
+                              'until_executed', 'reject', NULL, 1, NULL, NULL, 'cancel', checked => false);
+        v_last := v_tick;
+        v_n := v_n + 1;
+        v_tick := jobq._cron_next(s.cron, s.time_zone, v_tick);
+    END LOOP;
+    UPDATE jobq.crontab c SET next_run_at = v_tick, last_run_at = v_last WHERE c.name = s.name;
+END $$;
+
+CREATE OR REPLACE VIEW jobq.schedules WITH (security_barrier) AS
 SELECT c.name, c.cron, c.time_zone, c.queue, c.kind, c.next_run_at, c.last_run_at,
        c.payload, c.priority, c.max_attempts, c.catch_up
   FROM jobq.crontab c
  -- a limited role's queues (src/sql/grants.sql)
  WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(c.queue, (SELECT jobq._patterns('reader')));
 
-CREATE OR REPLACE VIEW jobq.events AS
+CREATE OR REPLACE VIEW jobq.events WITH (security_barrier) AS
 SELECT e.name, e.payload, e.emitted_at FROM jobq.event_log e
  WHERE e.emitted_at IS NOT NULL
    AND ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(e.name, (SELECT jobq._patterns('reader'))));
 
-CREATE OR REPLACE VIEW jobq.concurrency_slots AS
+CREATE OR REPLACE VIEW jobq.concurrency_slots WITH (security_barrier) AS
 SELECT CASE s.ns WHEN 'c' THEN 'concurrency' ELSE 'while_executing' END AS kind,
        s.key,
        count(*) AS executing,
@@ -1238,7 +1287,7 @@ SELECT CASE s.ns WHEN 'c' THEN 'concurrency' ELSE 'while_executing' END AS kind,
  WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(j.queue, (SELECT jobq._patterns('reader')))  -- a limited role's queues' jobs (src/sql/grants.sql)
  GROUP BY s.ns, s.key;
 
-CREATE OR REPLACE VIEW jobq.rate_windows AS
+CREATE OR REPLACE VIEW jobq.rate_windows WITH (security_barrier) AS
 WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)
 SELECT l.key, l.max_starts, l.per,
        count(s.slot) FILTER (WHERE s.last_start > t.now - l.per) AS starts_in_window,
@@ -1251,8 +1300,29 @@ SELECT l.key, l.max_starts, l.per,
  GROUP BY l.key, l.max_starts, l.per, t.now;
 
 
+-- jobq_results filters a limited role's reads itself: jobq.jobs is read as its owner here
+-- (src/sql/workflows.sql).
+CREATE OR REPLACE FUNCTION jobq_results(ids bigint[])
+RETURNS TABLE (id bigint, kind text, state text, attempt integer, result jsonb, last_error jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_patterns text[] := jobq._limits('reader');  -- a limited role's queues (src/sql/grants.sql)
+BEGIN
+    IF ids IS NULL THEN
+        RAISE EXCEPTION 'jobq: ids must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(ids) > 10000 THEN
+        RAISE EXCEPTION 'jobq: ids names % jobs, at most 10000 allowed', cardinality(ids) USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    SELECT j.id, j.kind, j.state, j.attempt, j.result, j.last_error
+      FROM jobq.jobs j
+     WHERE j.id = ANY (ids) AND (v_patterns IS NULL OR jobq._sees(j.queue, v_patterns))
+     ORDER BY array_position(ids, j.id);
+END $$;
+
 -- Privileges (src/sql/privileges.sql).
-REVOKE ALL ON FUNCTION jobq._limits(text), jobq._patterns(text), jobq._sees(text, text[]), jobq._require(text, text[], text),
+REVOKE ALL ON FUNCTION jobq._limits(text), jobq._limits_of(oid, text), jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text, boolean),
+    jobq._patterns(text), jobq._sees(text, text[]), jobq._require(text, text[], text),
     jobq._require_jobs(text, bigint[]), jobq._sees_job(bigint), jobq._check_grant(regrole, text, text[]),
     jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint) TO jobq_reader;

@@ -10,36 +10,64 @@
 use crate::rows::{attr, column, text};
 use pgrx::pg_sys;
 
-/// The patterns the calling role may use at `privilege` (`b"producer"` or `b"worker"`) or a
-/// stronger one, as `jobq._limits` reads them: None when the caller is not limited (no grant,
-/// or a member of `jobq_admin` or of the role jobq's functions run as; superusers are members
-/// of every role), and None where jobq.queue_grants does not exist (an older release's SQL under
-/// this library, which has no grants). `snapshot`: the call's.
+/// The patterns the caller may use at `privilege` (`b"producer"` or `b"worker"`) or a stronger
+/// one, as `jobq._limits` reads them: None when the caller is not limited, and None where
+/// jobq.queue_grants does not exist (an older release's SQL under this library, which has no
+/// grants). The caller is the role the session set (SET ROLE) and the role it logged in as:
+/// each may limit it, and a name must then be covered by both. `snapshot`: the call's.
 pub unsafe fn limits(snapshot: pg_sys::Snapshot, privilege: &[u8]) -> Option<Vec<Vec<u8>>> {
     let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
     let table = pg_sys::get_relname_relid(c"queue_grants".as_ptr(), nsp);
     if nsp == pg_sys::InvalidOid || table == pg_sys::InvalidOid {
         return None;
     }
-    let caller = pg_sys::GetOuterUserId();
+    let (set, login) = (pg_sys::GetOuterUserId(), pg_sys::GetSessionUserId());
     let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as i32);
     // A table that never held a grant has no page: no index to descend (the common case).
-    let rows = if pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) > 0 {
-        grants_of(rel, caller, snapshot)
+    let limits = if pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) == 0 {
+        None
     } else {
-        Some(Vec::new())
+        let mine = limits_of(rel, set, snapshot, privilege);
+        match (mine, if login == set { None } else { limits_of(rel, login, snapshot, privilege) }) {
+            (Some(a), Some(b)) => Some(intersect(&a, &b)),
+            (a, b) => a.or(b),
+        }
     };
     pg_sys::table_close(rel, pg_sys::NoLock as i32);
-    // A table not as expected: every call is the SQL's (limited, with no pattern to serve here).
-    let Some(rows) = rows else { return Some(Vec::new()) };
-    if rows.is_empty() {
-        return None;
-    }
-    if crate::privileges::acts_for_all(caller) {
+    limits
+}
+
+/// One role's patterns, as `jobq._limits_of` reads them: None when it holds no grant, or is a
+/// member of `jobq_admin` or of the role jobq's functions run as (superusers are members of
+/// every role). A table not as expected: limited, with no pattern (every call is the SQL's).
+unsafe fn limits_of(rel: pg_sys::Relation, role: pg_sys::Oid, snapshot: pg_sys::Snapshot, privilege: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let Some(rows) = grants_of(rel, role, snapshot) else { return Some(Vec::new()) };
+    if rows.is_empty() || crate::privileges::acts_for_all(role) {
         return None;
     }
     let strong_enough: &[&[u8]] = if privilege == b"producer" { &[b"producer", b"worker"] } else { &[b"worker"] };
     Some(rows.into_iter().filter(|(p, _)| strong_enough.contains(&p.as_slice())).map(|(_, pattern)| pattern).collect())
+}
+
+/// The names covered by both `a` and `b`, as patterns: of two that overlap, the narrower one
+/// (as `jobq._limits` intersects them).
+fn intersect(a: &[Vec<u8>], b: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut both = Vec::new();
+    for x in a {
+        for y in b {
+            let narrower = if covers(std::slice::from_ref(y), x) {
+                x
+            } else if covers(std::slice::from_ref(x), y) {
+                y
+            } else {
+                continue;
+            };
+            if !both.contains(narrower) {
+                both.push(narrower.clone());
+            }
+        }
+    }
+    both
 }
 
 /// The (privilege, pattern) of every grant of `role`, through the primary key (role first).

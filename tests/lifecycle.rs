@@ -832,6 +832,7 @@ fn every_function_pins_its_search_path() {
     let mut hot = vec![
         "jobq._claim_keyed(bigint,tid,uuid,timestamp with time zone)",
         "jobq._limits(text)", // a limited role's queues (src/sql/grants.sql): checked on every job's path
+        "jobq._limits_of(oid,text)",
         "jobq._release_keys(bigint,text,text,text,text,text,integer)",
         "jobq._require(text,text[],text)",
         "jobq._require_jobs(text,bigint[])",

@@ -73,7 +73,8 @@ CREATE FUNCTION jobq._enqueue(
     concurrency_limit integer,
     rate_key          text,
     depends_on        bigint[],
-    on_parent_failure text
+    on_parent_failure text,
+    checked           boolean DEFAULT true  -- false: the caller's grants are not checked (schedules' ticks)
 ) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -122,7 +123,7 @@ BEGIN
     END IF;
     -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql);
     -- where no grant exists, no role is limited.
-    IF EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
+    IF checked AND EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
         v_ok := jobq._require('producer', ARRAY[queue], 'queue');
         IF depends_on IS NOT NULL THEN
             PERFORM jobq._require_jobs('reader', depends_on);
@@ -141,7 +142,9 @@ BEGIN
                 -- (its ready row first: jobq._lock_ready), after any compaction of the hot
                 -- tables in progress (src/compact.rs). Keys are global: a limited role replaces
                 -- only a job of a queue it may enqueue into (src/sql/grants.sql).
-                PERFORM jobq._require_jobs('producer', ARRAY[v_holder.job_id]);
+                IF checked THEN
+                    PERFORM jobq._require_jobs('producer', ARRAY[v_holder.job_id]);
+                END IF;
                 PERFORM jobq._hold_hot_tables();
                 v_ready := jobq._lock_ready(v_holder.job_id);
                 IF v_ready IS NOT NULL THEN

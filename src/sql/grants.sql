@@ -5,12 +5,14 @@
 -- or of the role jobq's functions run as (the installing role; superusers are members of
 -- every role). A role without rows is not limited: every check below is then one index probe
 -- that finds nothing, and every filter one test of NULL per row. Grants are the caller's own
--- (jobq._caller(), src/privileges.rs): not inherited through membership.
+-- (jobq._caller(), src/privileges.rs): not inherited through membership. A session that set a
+-- role is limited by the grants of both its login role and the role it set (jobq._limits).
 --
 -- A limited role's calls are checked where each function names a queue or finds its job
 -- (jobq._require, jobq._require_jobs: 42501, and the error undoes the call); its reads are
--- filtered in the views (their WHERE) and, for the tables jobq_reader reads directly, by row
--- level security (the policies at the end of src/sql/privileges.sql). jobq's own functions run
+-- filtered in the views (their WHERE; every one a security barrier, so that no condition of the
+-- reader's sees a row before the filter; jobq.jobs by its tables' policies) and, for the tables
+-- jobq_reader reads directly, by row level security (the policies at the end of src/sql/privileges.sql). jobq's own functions run
 -- as the tables' owner, whom no policy filters. The fast paths in Rust (src/grants.rs) hand a
 -- limited caller's call to the SQL, which checks it.
 
@@ -27,7 +29,10 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.queue_grants', '');
 
 -- The patterns the caller may use at `privilege` ('reader', 'producer' or 'worker') or a
 -- stronger one; NULL when the caller is not limited (it may use every queue). An empty array:
--- limited, with no grant that strong.
+-- limited, with no grant that strong. The caller is two roles when a session has set a role
+-- (SET ROLE): the role it logged in as and the role it set. Each may limit it, and a name must
+-- then be covered by both (jobq._limits_of each, intersected): setting a role never widens a
+-- limited login, and a login that is not limited acts as the role it sets.
 -- Like the keyed claim's helpers (src/sql/checkout.sql, the header), it and jobq._require and
 -- jobq._require_jobs below leave the search_path to their callers, jobq's own functions, which
 -- pin it: a pinned setting is applied and undone at every call, which cost each job of the SQL
@@ -38,18 +43,43 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.queue_grants', '');
 CREATE FUNCTION jobq._limits(privilege text) RETURNS text[]
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    v_caller oid := jobq._caller();
+    v_caller  oid := jobq._caller();
+    v_login   oid := to_regrole(quote_ident(session_user::text))::oid;
+    v_set     text[];
+    v_logged  text[];
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role = v_caller) THEN
+    IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role IN (v_caller, v_login)) THEN
         RETURN NULL;
     END IF;
-    IF pg_has_role(v_caller, (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'jobq'), 'MEMBER')
-       OR (to_regrole('jobq_admin') IS NOT NULL AND pg_has_role(v_caller, 'jobq_admin', 'MEMBER')) THEN
+    v_set := jobq._limits_of(v_caller, privilege);
+    IF v_login = v_caller THEN
+        RETURN v_set;
+    END IF;
+    v_logged := jobq._limits_of(v_login, privilege);
+    IF v_set IS NULL OR v_logged IS NULL THEN
+        RETURN coalesce(v_set, v_logged);
+    END IF;
+    -- Both limit: of two patterns that overlap, the narrower one (a name, or the longer prefix).
+    RETURN ARRAY(SELECT DISTINCT CASE WHEN jobq._sees(a, ARRAY[b]) THEN a ELSE b END
+                   FROM unnest(v_set) a, unnest(v_logged) b
+                  WHERE jobq._sees(a, ARRAY[b]) OR jobq._sees(b, ARRAY[a]));
+END $$;
+
+-- The patterns of one role, as jobq._limits above says: NULL when it holds no grant or is a
+-- member of jobq_admin or of the role jobq's functions run as.
+CREATE FUNCTION jobq._limits_of(role oid, privilege text) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role = _limits_of.role) THEN
+        RETURN NULL;
+    END IF;
+    IF pg_has_role(_limits_of.role, (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'jobq'), 'MEMBER')
+       OR (to_regrole('jobq_admin') IS NOT NULL AND pg_has_role(_limits_of.role, 'jobq_admin', 'MEMBER')) THEN
         RETURN NULL;
     END IF;
     RETURN ARRAY(SELECT g.pattern FROM jobq.queue_grants g
-                  WHERE g.role = v_caller
-                    AND g.privilege = ANY (CASE _limits.privilege
+                  WHERE g.role = _limits_of.role
+                    AND g.privilege = ANY (CASE _limits_of.privilege
                                                WHEN 'reader' THEN ARRAY['reader', 'producer', 'worker']
                                                WHEN 'producer' THEN ARRAY['producer', 'worker']
                                                ELSE ARRAY['worker'] END));
@@ -100,7 +130,7 @@ END $$;
 CREATE FUNCTION jobq._require_jobs(privilege text, ids bigint[]) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF jobq._limits(privilege) IS NULL THEN
+    IF jobq._limits(privilege) IS NULL THEN  -- not limited: no job's queue to look up
         RETURN;
     END IF;
     PERFORM jobq._require(privilege, ARRAY(SELECT j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
@@ -118,13 +148,15 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
                       jobq._limits('reader'))
 $$;
 
--- jobq.jobs: every job, live and finished; a limited role sees its queues' jobs only.
-CREATE VIEW jobq.jobs AS
-SELECT * FROM jobq.live_jobs l
- WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(l.queue, (SELECT jobq._patterns('reader')))
+-- jobq.jobs: every job, live and finished; a limited role sees its queues' jobs only. It reads
+-- the two tables as the role reading it (security_invoker), so their row level security filters
+-- it (src/sql/privileges.sql) and a condition of the reader's runs only on rows the filter kept,
+-- while PostgreSQL still flattens the UNION ALL (a dashboard's ORDER BY id LIMIT n reads n rows
+-- of the two primary keys).
+CREATE VIEW jobq.jobs WITH (security_invoker) AS
+SELECT * FROM jobq.live_jobs
 UNION ALL
-SELECT * FROM jobq.finished_jobs f
- WHERE (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(f.queue, (SELECT jobq._patterns('reader')));
+SELECT * FROM jobq.finished_jobs;
 
 -- jobq_grant_queues(role, privilege, queues): `role` may use `queues` (names, or prefixes
 -- ending in `*`) at `privilege` ('reader', 'producer' or 'worker'), and is limited to the

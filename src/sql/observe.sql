@@ -5,7 +5,7 @@
 -- jobq.schedules, src/sql/schedules.sql.)
 
 -- Concurrency slots in use: one row per concurrency or while_executing key with executing jobs.
-CREATE VIEW jobq.concurrency_slots AS
+CREATE VIEW jobq.concurrency_slots WITH (security_barrier) AS
 SELECT CASE s.ns WHEN 'c' THEN 'concurrency' ELSE 'while_executing' END AS kind,
        s.key,
        count(*) AS executing,
@@ -19,7 +19,7 @@ SELECT CASE s.ns WHEN 'c' THEN 'concurrency' ELSE 'while_executing' END AS kind,
 -- Rate limits and their windows now: starts in the last `per` (one per slot whose last start
 -- is that recent, src/sql/rate_limits.sql) and, when the window is full, when the next start
 -- may come.
-CREATE VIEW jobq.rate_windows AS
+CREATE VIEW jobq.rate_windows WITH (security_barrier) AS
 WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now)
 SELECT l.key, l.max_starts, l.per,
        count(s.slot) FILTER (WHERE s.last_start > t.now - l.per) AS starts_in_window,

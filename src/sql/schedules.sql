@@ -26,7 +26,7 @@ CREATE TABLE jobq.crontab (
 CREATE INDEX crontab_due ON jobq.crontab (next_run_at);
 SELECT pg_catalog.pg_extension_config_dump('jobq.crontab', '');
 
-CREATE VIEW jobq.schedules AS
+CREATE VIEW jobq.schedules WITH (security_barrier) AS
 SELECT c.name, c.cron, c.time_zone, c.queue, c.kind, c.next_run_at, c.last_run_at,
        c.payload, c.priority, c.max_attempts, c.catch_up
   FROM jobq.crontab c
@@ -48,7 +48,10 @@ BEGIN
         v_tick := greatest(v_tick, jobq._cron_latest(s.cron, s.time_zone, now));
     END IF;
     WHILE v_tick <= now AND v_n < 1000 LOOP
-        PERFORM @extschema@.jobq_enqueue(s.queue, s.payload, s.kind, s.priority, v_tick, s.max_attempts);
+        -- Unchecked: a schedule's queue was chosen by jobq_admin, and the pass that enqueues its
+        -- ticks may run in any worker's session (the SQL edition's heartbeats), limited or not.
+        PERFORM jobq._enqueue(s.queue, s.payload, s.kind, s.priority, v_tick, s.max_attempts, NULL,
+                              'until_executed', 'reject', NULL, 1, NULL, NULL, 'cancel', checked => false);
         v_last := v_tick;
         v_n := v_n + 1;
         v_tick := jobq._cron_next(s.cron, s.time_zone, v_tick);

@@ -60,7 +60,7 @@ CREATE TABLE jobq.event_log (
 CREATE INDEX event_log_emitted ON jobq.event_log (emitted_at) WHERE emitted_at IS NOT NULL;
 
 -- A limited role sees the events whose names its patterns cover (src/sql/grants.sql).
-CREATE VIEW jobq.events AS
+CREATE VIEW jobq.events WITH (security_barrier) AS
 SELECT e.name, e.payload, e.emitted_at FROM jobq.event_log e
  WHERE e.emitted_at IS NOT NULL
    AND ((SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(e.name, (SELECT jobq._patterns('reader'))));
@@ -474,6 +474,8 @@ END $$;
 CREATE FUNCTION jobq_results(ids bigint[])
 RETURNS TABLE (id bigint, kind text, state text, attempt integer, result jsonb, last_error jsonb)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_patterns text[] := jobq._limits('reader');  -- a limited role's queues (src/sql/grants.sql)
 BEGIN
     IF ids IS NULL THEN
         RAISE EXCEPTION 'jobq: ids must not be NULL' USING ERRCODE = '22004';
@@ -483,7 +485,7 @@ BEGIN
     RETURN QUERY
     SELECT j.id, j.kind, j.state, j.attempt, j.result, j.last_error
       FROM jobq.jobs j
-     WHERE j.id = ANY (ids)
+     WHERE j.id = ANY (ids) AND (v_patterns IS NULL OR jobq._sees(j.queue, v_patterns))
      ORDER BY array_position(ids, j.id);
 END $$;
 
