@@ -220,7 +220,9 @@ BEGIN
             USING ERRCODE = '22023', HINT = 'Use cancel or run.';
     END IF;
     -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql);
-    -- where no grant exists, no role is limited.
+    -- where no grant exists, no role is limited. The parents are checked here, before an id is
+    -- drawn, and again where they are locked (jobq._lock_unfinished), for a parent committed
+    -- in between.
     IF checked AND EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
         v_ok := jobq._require('producer', ARRAY[queue], 'queue');
         IF depends_on IS NOT NULL THEN
@@ -812,11 +814,14 @@ DECLARE
     v_ready    tid;
     v_waiting  boolean;
     v_state    text;
+    v_queue    text;
 BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
     END IF;
-    PERFORM jobq._require_jobs('producer', ARRAY[job_id]);  -- src/sql/grants.sql
+    -- A limited role cancels jobs of its queues only (src/sql/grants.sql): checked on the row
+    -- this call acts on (a job's queue never changes), so that a job committed meanwhile is
+    -- checked too; the error undoes what the call did.
     -- A compaction of the hot tables in progress is waited for, and none starts before this
     -- transaction ends (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
@@ -837,24 +842,27 @@ BEGIN
             UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
             RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
+            PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');
             PERFORM jobq._archive(ARRAY[job_id]);
             PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
                                        j.concurrency_key, NULL);
             RETURN 'cancelled';
         END IF;
         BEGIN
-            SELECT x.state INTO j FROM jobq.live_jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
+            SELECT x.state, x.queue INTO j FROM jobq.live_jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
             IF NOT FOUND THEN
                 -- Finished, or no such job. One snapshot over both tables (jobq.jobs) sees a
                 -- job that jobq_retry moved back meanwhile in jobq.live_jobs: look again then.
-                SELECT x.state INTO v_state FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
+                SELECT x.state, x.queue INTO v_state, v_queue FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
                 CONTINUE WHEN v_state IN ('ready', 'executing', 'blocked');
+                PERFORM jobq._require('producer', ARRAY[v_queue], 'queue');  -- (NULL: no such job)
                 RETURN v_state;
             ELSIF j.state IN ('ready', 'blocked') THEN
                 -- It became ready again since we looked (a retry, a requeue): give the job
                 -- row back (this block's subtransaction ends) and take the ready row first.
                 RAISE EXCEPTION USING ERRCODE = 'JQ900';
             END IF;
+            PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');
             -- Executing: the worker sees the request in jobq_heartbeat; the reaper cancels
             -- it if the worker dies.
             UPDATE jobq.live_jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
@@ -977,6 +985,34 @@ BEGIN
     RETURN jobq._suspend(job_id, worker, 'ready', until) IS NOT NULL;
 END $$;
 
+-- The parents and awaited jobs a limited role names are checked where they are locked.
+CREATE OR REPLACE FUNCTION jobq._lock_unfinished(ids bigint[], what text, most integer) RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_ids   bigint[] := ARRAY(SELECT DISTINCT i FROM unnest(ids) i ORDER BY i);
+    v_live  bigint[];
+    v_known integer;
+BEGIN
+    IF array_position(v_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'jobq: % must not contain NULL', what USING ERRCODE = '22023';
+    ELSIF cardinality(v_ids) > most THEN
+        RAISE EXCEPTION 'jobq: % names % jobs, at most % allowed', what, cardinality(v_ids), most
+            USING ERRCODE = '22023';
+    END IF;
+    v_live := ARRAY(SELECT x.id FROM jobq.live_jobs x WHERE x.id = ANY (v_ids) ORDER BY x.id FOR KEY SHARE);
+    SELECT count(*) INTO v_known FROM jobq.finished_jobs f WHERE f.id = ANY (v_ids) AND f.id <> ALL (v_live);
+    IF v_known + cardinality(v_live) < cardinality(v_ids) THEN
+        RAISE EXCEPTION 'jobq: % names jobs that do not exist or were pruned: %', what,
+            ARRAY(SELECT i FROM unnest(v_ids) i
+                   WHERE NOT EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.id = i) LIMIT 10)
+            USING ERRCODE = '22023';
+    END IF;
+    -- A limited role names only jobs it may read (src/sql/grants.sql): checked here, where every
+    -- one exists and none can change its queue before this call ends.
+    PERFORM jobq._require_jobs('reader', v_ids);
+    RETURN v_live;
+END $$;
+
 CREATE OR REPLACE FUNCTION jobq_await_jobs(job_id bigint, worker uuid, jobs bigint[]) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -988,8 +1024,7 @@ BEGIN
         RAISE EXCEPTION 'jobq: job % cannot await itself', job_id USING ERRCODE = '22023';
     END IF;
     -- A limited role works on its own queues and reads only those (src/sql/grants.sql).
-    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);
-    PERFORM jobq._require_jobs('reader', jobs);
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);  -- `jobs`: jobq._lock_unfinished
     -- A compaction of the hot tables in progress is waited for (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
     -- The fence first, without changing anything: NULL for a job not executing under worker.

@@ -122,7 +122,9 @@ BEGIN
             USING ERRCODE = '22023', HINT = 'Use cancel or run.';
     END IF;
     -- A limited role enqueues into its queues, after parents it may read (src/sql/grants.sql);
-    -- where no grant exists, no role is limited.
+    -- where no grant exists, no role is limited. The parents are checked here, before an id is
+    -- drawn, and again where they are locked (jobq._lock_unfinished), for a parent committed
+    -- in between.
     IF checked AND EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
         v_ok := jobq._require('producer', ARRAY[queue], 'queue');
         IF depends_on IS NOT NULL THEN

@@ -140,11 +140,14 @@ DECLARE
     v_ready    tid;
     v_waiting  boolean;
     v_state    text;
+    v_queue    text;
 BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'jobq: job_id must not be NULL' USING ERRCODE = '22004';
     END IF;
-    PERFORM jobq._require_jobs('producer', ARRAY[job_id]);  -- src/sql/grants.sql
+    -- A limited role cancels jobs of its queues only (src/sql/grants.sql): checked on the row
+    -- this call acts on (a job's queue never changes), so that a job committed meanwhile is
+    -- checked too; the error undoes what the call did.
     -- A compaction of the hot tables in progress is waited for, and none starts before this
     -- transaction ends (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
@@ -165,24 +168,27 @@ BEGIN
             UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
             RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
+            PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');
             PERFORM jobq._archive(ARRAY[job_id]);
             PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
                                        j.concurrency_key, NULL);
             RETURN 'cancelled';
         END IF;
         BEGIN
-            SELECT x.state INTO j FROM jobq.live_jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
+            SELECT x.state, x.queue INTO j FROM jobq.live_jobs x WHERE x.id = jobq_cancel.job_id FOR UPDATE;
             IF NOT FOUND THEN
                 -- Finished, or no such job. One snapshot over both tables (jobq.jobs) sees a
                 -- job that jobq_retry moved back meanwhile in jobq.live_jobs: look again then.
-                SELECT x.state INTO v_state FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
+                SELECT x.state, x.queue INTO v_state, v_queue FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
                 CONTINUE WHEN v_state IN ('ready', 'executing', 'blocked');
+                PERFORM jobq._require('producer', ARRAY[v_queue], 'queue');  -- (NULL: no such job)
                 RETURN v_state;
             ELSIF j.state IN ('ready', 'blocked') THEN
                 -- It became ready again since we looked (a retry, a requeue): give the job
                 -- row back (this block's subtransaction ends) and take the ready row first.
                 RAISE EXCEPTION USING ERRCODE = 'JQ900';
             END IF;
+            PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');
             -- Executing: the worker sees the request in jobq_heartbeat; the reaper cancels
             -- it if the worker dies.
             UPDATE jobq.live_jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())

@@ -199,6 +199,9 @@ BEGIN
                    WHERE NOT EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.id = i) LIMIT 10)
             USING ERRCODE = '22023';
     END IF;
+    -- A limited role names only jobs it may read (src/sql/grants.sql): checked here, where every
+    -- one exists and none can change its queue before this call ends.
+    PERFORM jobq._require_jobs('reader', v_ids);
     RETURN v_live;
 END $$;
 
@@ -340,8 +343,7 @@ BEGIN
         RAISE EXCEPTION 'jobq: job % cannot await itself', job_id USING ERRCODE = '22023';
     END IF;
     -- A limited role works on its own queues and reads only those (src/sql/grants.sql).
-    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);
-    PERFORM jobq._require_jobs('reader', jobs);
+    PERFORM jobq._require_jobs('worker', ARRAY[job_id]);  -- `jobs`: jobq._lock_unfinished
     -- A compaction of the hot tables in progress is waited for (src/compact.rs).
     PERFORM jobq._hold_hot_tables();
     -- The fence first, without changing anything: NULL for a job not executing under worker.
