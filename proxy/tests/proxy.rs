@@ -191,6 +191,8 @@ fn roles_are_refused_through_the_proxy_as_on_a_node() {
         "SELECT jobq_unschedule('s')",
         "SELECT jobq_set_rate_limit('r', 1, '1 minute')",
         "SELECT jobq_set_node(0)",
+        "SELECT jobq_grant_queues('app', 'worker', '{q}')",
+        "SELECT jobq_revoke_queues('app', 'worker', '{q}')",
         "SELECT * FROM jobq.queue_stats",
         "SELECT * FROM jobq.placements",
     ] {
@@ -204,6 +206,7 @@ fn roles_are_refused_through_the_proxy_as_on_a_node() {
         "SELECT jobq_pause('q')",
         "SELECT jobq_schedule('s', '@daily', 'q')",
         "SELECT jobq_set_rate_limit('r', 1, '1 minute')",
+        "SELECT jobq_grant_queues('app', 'worker', '{q}')",
         "INSERT INTO jobq.placements VALUES ('q', 1)",
     ] {
         let e = app.query(call, &[]).unwrap_err();
@@ -625,4 +628,46 @@ fn workflows_run_on_the_node_of_their_jobs() {
     let mut nobody = f.proxy_as("nobody");
     assert_eq!(sqlstate(&nobody.query("SELECT * FROM jobq_results(ARRAY[1::bigint])", &[]).unwrap_err()), "42501");
     assert_eq!(sqlstate(&nobody.query("SELECT jobq_emit_event('x')", &[]).unwrap_err()), "42501");
+}
+
+/// Queues granted per role through the proxy (the contract, "Tenants"): a grant or revoke made
+/// on the proxy holds on every node, a limited role is refused there through the proxy as on
+/// a node, nothing of the refused calls is done, and only jobq_admin may grant.
+#[test]
+fn queue_grants_hold_on_every_node_through_the_proxy() {
+    let f = Fleet::new();
+    for (k, q) in ["t:a", "t:b", "other"].iter().enumerate() {
+        f.place(q, k);
+    }
+    let mut admin = f.proxy_as("admin");
+    let mut app = f.proxy_as("app");
+    let e = app.query("SELECT jobq_grant_queues('app2', 'worker', '{t:*}')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "42501", "a worker role may not grant");
+    let e = admin.query("SELECT jobq_grant_queues('app', 'owner', '{t:*}')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "22023", "a node's check comes through");
+    admin.execute("SELECT jobq_grant_queues('app', 'worker', '{t:*}')", &[]).unwrap();
+    for k in 0..3 {
+        let grants: Vec<String> = f.node(k).query("SELECT role::text || ' ' || privilege || ' ' || pattern FROM jobq.queue_grants", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+        assert_eq!(grants, vec!["app worker t:*".to_string()], "node {k}");
+    }
+    let other: i64 = admin.query_one("SELECT jobq_enqueue('other')", &[]).unwrap().get(0);
+    let mine: Vec<i64> = ["t:a", "t:b"].iter().map(|q| app.query_one("SELECT jobq_enqueue($1)", &[q]).unwrap().get(0)).collect();
+    let e = app.query("SELECT jobq_enqueue('other')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "42501", "enqueue into a queue not granted");
+    let e = app.query("SELECT jobq_cancel($1)", &[&other]).unwrap_err();
+    assert_eq!(sqlstate(&e), "42501", "cancel of a job of a queue not granted");
+    let w = register(&mut app);
+    // A checkout of every queue, through the proxy over the three nodes: the role's jobs only.
+    let mut got: Vec<i64> = app.query("SELECT id FROM jobq_checkout($1, NULL, 10)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    got.sort();
+    assert_eq!(got, mine);
+    let state: String = admin.query_one("SELECT state FROM jobq_results(ARRAY[$1::bigint])", &[&other]).unwrap().get(0);
+    assert_eq!(state, "ready", "the refused calls did nothing");
+    // Revoked through the proxy: unlimited again on every node.
+    admin.execute("SELECT jobq_revoke_queues('app', 'worker', '{t:*}')", &[]).unwrap();
+    for k in 0..3 {
+        let n: i64 = f.node(k).query_one("SELECT count(*) FROM jobq.queue_grants", &[]).unwrap().get(0);
+        assert_eq!(n, 0, "node {k}");
+    }
+    app.query_one("SELECT jobq_enqueue('other')", &[]).unwrap();
 }
