@@ -7,7 +7,7 @@
 //! every queue). What each fast call pays where no grant was ever made: the table's lock and
 //! its size (no page); else one probe of its primary key for the caller
 //! (bench/instructions.sh measures both, rows jobq and jobq_tenant).
-use crate::rows::{attr, column, text};
+use crate::rows::{attr, column, each_by_pk, text};
 use pgrx::pg_sys;
 
 /// The patterns the caller may use at `privilege` (`b"producer"` or `b"worker"`) or a stronger
@@ -75,20 +75,12 @@ fn intersect(a: &[Vec<u8>], b: &[Vec<u8>]) -> Vec<Vec<u8>> {
 unsafe fn grants_of(rel: pg_sys::Relation, role: pg_sys::Oid, snapshot: pg_sys::Snapshot) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
     let desc = (*rel).rd_att;
     let (privilege, pattern) = (column(desc, "privilege")? as i32 + 1, column(desc, "pattern")? as i32 + 1);
-    pg_sys::RelationGetIndexList(rel); // fills rd_pkindex
-    let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
-    pg_sys::ScanKeyInit(&mut key, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(pg_sys::F_OIDEQ), pg_sys::Datum::from(role));
-    let scan = pg_sys::systable_beginscan(rel, (*rel).rd_pkindex, true, snapshot, 1, &mut key);
     let mut rows = Vec::new();
-    loop {
-        let t = pg_sys::systable_getnext(scan);
-        if t.is_null() {
-            break;
-        }
+    each_by_pk(rel, 1, pg_sys::F_OIDEQ, pg_sys::Datum::from(role), snapshot, |t| {
         let get = |attno| attr(t, desc, attno).map(|d| text(d).to_vec()).unwrap_or_default();
         rows.push((get(privilege), get(pattern)));
-    }
-    pg_sys::systable_endscan(scan);
+        true
+    });
     Some(rows)
 }
 

@@ -14,18 +14,40 @@ pub unsafe fn fetch(
     key: pg_sys::Datum,
     snapshot: pg_sys::Snapshot,
 ) -> Option<pg_sys::HeapTuple> {
+    let mut copy = None;
+    each_by_pk(rel, attno, eq, key, snapshot, |t| {
+        copy = Some(pg_sys::heap_copytuple(t));
+        false
+    });
+    copy
+}
+
+/// Calls `each` with every row of `rel` whose column `attno` (the primary key's first) equals
+/// `key`, as `fetch` finds them, until it returns false; the row is valid during the call
+/// only. Nothing when `rel` has no primary key.
+pub unsafe fn each_by_pk(
+    rel: pg_sys::Relation,
+    attno: i16,
+    eq: u32,
+    key: pg_sys::Datum,
+    snapshot: pg_sys::Snapshot,
+    mut each: impl FnMut(pg_sys::HeapTuple) -> bool,
+) {
     pg_sys::RelationGetIndexList(rel); // fills rd_pkindex
     let pk = (*rel).rd_pkindex;
     if pk == pg_sys::InvalidOid {
-        return None;
+        return;
     }
     let mut skey: pg_sys::ScanKeyData = std::mem::zeroed();
     pg_sys::ScanKeyInit(&mut skey, attno, pg_sys::BTEqualStrategyNumber as u16, pg_sys::Oid::from(eq), key);
     let scan = pg_sys::systable_beginscan(rel, pk, true, snapshot, 1, &mut skey);
-    let t = pg_sys::systable_getnext(scan);
-    let copy = (!t.is_null()).then(|| pg_sys::heap_copytuple(t));
+    loop {
+        let t = pg_sys::systable_getnext(scan);
+        if t.is_null() || !each(t) {
+            break;
+        }
+    }
     pg_sys::systable_endscan(scan);
-    copy
 }
 
 /// Attribute `attno` (1-based) of tuple `t` described by `desc`; None when it is NULL.

@@ -86,7 +86,11 @@ BEGIN
 END $$;
 
 -- The same for the views and policies, which call it as the role that reads them: that role
--- may not read jobq.queue_grants, and its search_path is its own.
+-- may not read jobq.queue_grants, and its search_path is its own. Each filters with
+--     (SELECT jobq._patterns('reader')) IS NULL OR jobq._sees(x, (SELECT jobq._patterns('reader')))
+-- written out where it is used: PostgreSQL evaluates the sub-selects once per statement (an
+-- InitPlan), so a role without grants pays one test of NULL per row, where a function
+-- wrapping the whole test would look the caller's grants up for every row.
 CREATE FUNCTION jobq._patterns(privilege text) RETURNS text[]
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
     SELECT jobq._limits(privilege)
