@@ -516,3 +516,43 @@ fn a_schedule_ticks_into_its_queue_whoever_runs_the_pass() {
     });
     refused(&mut c, "SELECT jobq_enqueue('theirs')");
 }
+
+/// Unique keys are global, but a limited role is told which job holds one only when it may
+/// read that job: the 23505's DETAIL and the 'log' NOTICE name another tenant's job or lock
+/// without its id.
+#[test]
+fn a_unique_key_held_by_another_tenant_is_named_without_its_holder() {
+    let (cluster, db, mut su) = db();
+    let t = login_role(&mut su, &db, "t", &["jobq_worker"]);
+    grant(&mut su, &t, "worker", &["t:*"]);
+    let theirs: i64 = su.query_one("SELECT jobq_enqueue('other', unique_key => 'k-other')", &[]).unwrap().get(0);
+    let w = register(&mut su);
+    su.execute("SELECT jobq_acquire_lock('k-lock', $1)", &[&w]).unwrap();
+    let mut c = cluster.connect_as(&db, &t);
+    let mine: i64 = c.query_one("SELECT jobq_enqueue('t:a', unique_key => 'k-mine')", &[]).unwrap().get(0);
+    let detail = |c: &mut Client, key: &str| -> String {
+        let e = c.query("SELECT jobq_enqueue('t:a', unique_key => $1)", &[&key]).unwrap_err();
+        assert_eq!(sqlstate(&e), "23505", "{e:?}");
+        e.as_db_error().unwrap().detail().unwrap_or_default().to_string()
+    };
+    assert_eq!(detail(&mut c, "k-mine"), format!("existing job id: {mine}"));
+    for key in ["k-other", "k-lock"] {
+        let d = detail(&mut c, key);
+        assert_eq!(d, "held by a job or lock outside this role's queues", "{key}");
+    }
+    assert_eq!(detail(&mut su, "k-other"), format!("existing job id: {theirs}"), "a role without grants is told");
+}
+
+/// A dropped role's grants go with the next pass: PostgreSQL does not know jobq.queue_grants
+/// names the role, and a role created later with the same oid must not find itself limited.
+#[test]
+fn the_grants_of_a_dropped_role_go_at_the_next_pass() {
+    let (_cluster, db, mut su) = db();
+    let gone = login_role(&mut su, &db, "gone", &["jobq_worker"]);
+    let kept = login_role(&mut su, &db, "kept", &["jobq_worker"]);
+    grant(&mut su, &gone, "worker", &["g:*"]);
+    grant(&mut su, &kept, "worker", &["k:*"]);
+    su.batch_execute(&format!("DROP ROLE {gone}")).unwrap();
+    su.query("SELECT * FROM jobq_reap()", &[]).unwrap();
+    assert_eq!(texts(&mut su, "SELECT role::text || ' ' || pattern FROM jobq.queue_grants"), BTreeSet::from([format!("{kept} k:*")]));
+}

@@ -83,6 +83,7 @@ DECLARE
     v_id      bigint;
     v_state   text := 'ready';
     v_holder  record;
+    v_hidden  boolean;   -- the key's holder is not the caller's to know (src/sql/grants.sql)
     v_ready   tid;
     v_ready_queue text;
     v_ok      boolean;
@@ -172,15 +173,21 @@ BEGIN
                                            WHERE l.key = unique_key AND l.job_id = v_holder.job_id);
             ELSIF on_conflict = 'discard' THEN
                 RETURN NULL;
-            ELSIF on_conflict = 'log' THEN
+            END IF;
+            -- Keys are global: a limited role (src/sql/grants.sql) learns that the key is
+            -- taken, and which job holds it only when it may read that job.
+            v_hidden := EXISTS (SELECT 1 FROM jobq.queue_grants) AND NOT jobq._sees_job(v_holder.job_id);
+            IF on_conflict = 'log' THEN
                 RAISE NOTICE 'jobq: unique key "%" is held by %; job not enqueued', unique_key,
-                    coalesce('job ' || v_holder.job_id, 'the lock of worker ' || v_holder.worker_id);
+                    CASE WHEN v_hidden THEN 'a job or lock outside this role''s queues'
+                         ELSE coalesce('job ' || v_holder.job_id, 'the lock of worker ' || v_holder.worker_id) END;
                 RETURN NULL;
             END IF;
             RAISE EXCEPTION 'jobq: unique key "%" is already taken', unique_key
                 USING ERRCODE = '23505',
-                      DETAIL = coalesce('existing job id: ' || v_holder.job_id,
-                                        'held by the lock of worker ' || v_holder.worker_id);
+                      DETAIL = CASE WHEN v_hidden THEN 'held by a job or lock outside this role''s queues'
+                                    ELSE coalesce('existing job id: ' || v_holder.job_id,
+                                                  'held by the lock of worker ' || v_holder.worker_id) END;
         END LOOP;
     END IF;
 

@@ -118,6 +118,11 @@ BEGIN
     -- Workflows: timed-out awaits, old events (src/sql/workflows.sql).
     PERFORM jobq._workflow_pass(v_now, v_cutoff);
 
+    -- Queue grants of roles dropped since (src/sql/grants.sql): a role's oid is not a
+    -- dependency PostgreSQL tracks, and a new role that drew the same oid must not be limited.
+    DELETE FROM jobq.queue_grants g
+     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.oid = g.role);
+
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.
