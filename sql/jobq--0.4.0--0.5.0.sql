@@ -41,6 +41,11 @@ DECLARE
     v_set     text[];
     v_logged  text[];
 BEGIN
+    IF v_caller IS NULL OR v_login IS NULL THEN
+        -- A role renamed or dropped under a live session (the SQL edition finds the set role by
+        -- name): limited, with nothing granted, wherever a grant exists.
+        RETURN CASE WHEN EXISTS (SELECT 1 FROM jobq.queue_grants) THEN '{}'::text[] END;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role IN (v_caller, v_login)) THEN
         RETURN NULL;
     END IF;
@@ -89,15 +94,42 @@ BEGIN
     RETURN true;
 END $$;
 
-CREATE FUNCTION jobq._require_jobs(privilege text, ids bigint[]) RETURNS void
+CREATE FUNCTION jobq._outside_jobs(privilege text, ids bigint[]) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_patterns text[] := jobq._limits(privilege);
+BEGIN
+    IF v_patterns IS NULL THEN  -- not limited: no job's queue to look up
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT x.id FROM (SELECT j.id, j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
+                              UNION ALL
+                              SELECT f.id, f.queue FROM jobq.finished_jobs f WHERE f.id = ANY (ids)) x
+             WHERE NOT jobq._sees(x.queue, v_patterns)
+             ORDER BY x.id LIMIT 1);
+END $$;
+
+CREATE FUNCTION jobq._require_job(privilege text, job bigint, queue text) RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF jobq._limits(privilege) IS NULL THEN  -- not limited: no job's queue to look up
-        RETURN;
+    IF queue IS NOT NULL AND NOT jobq._sees(queue, jobq._limits(privilege)) THEN
+        RAISE EXCEPTION 'jobq: job % is in a queue this session holds no % grant for', job, privilege
+            USING ERRCODE = '42501',
+                  HINT = 'An administrator grants queues with jobq_grant_queues(role, privilege, queues).';
     END IF;
-    PERFORM jobq._require(privilege, ARRAY(SELECT j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
-                                           UNION ALL
-                                           SELECT f.queue FROM jobq.finished_jobs f WHERE f.id = ANY (ids)), 'queue');
+    RETURN true;
+END $$;
+
+CREATE FUNCTION jobq._require_jobs(privilege text, ids bigint[]) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_job bigint := jobq._outside_jobs(privilege, ids);
+BEGIN
+    IF v_job IS NOT NULL THEN
+        RAISE EXCEPTION 'jobq: job % is in a queue this session holds no % grant for', v_job, privilege
+            USING ERRCODE = '42501',
+                  HINT = 'An administrator grants queues with jobq_grant_queues(role, privilege, queues).';
+    END IF;
 END $$;
 
 CREATE FUNCTION jobq._sees_job(id bigint) RETURNS boolean
@@ -238,14 +270,14 @@ BEGIN
             EXIT WHEN jobq._take_key(unique_key, v_id);
             SELECT l.job_id, l.worker_id INTO v_holder FROM jobq.locks l WHERE l.key = unique_key;
             CONTINUE WHEN NOT FOUND;  -- the holder let go in between: try again
-            IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL THEN
+            -- Debounce replaces only a job of a queue the caller may enqueue into: another
+            -- tenant's holder is a conflict like any other (src/sql/grants.sql).
+            IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL
+               AND (NOT checked OR NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
+                    OR jobq._outside_jobs('producer', ARRAY[v_holder.job_id]) IS NULL) THEN
                 -- Debounce: the waiting job takes the new payload, priority and run_at
                 -- (its ready row first: jobq._lock_ready), after any compaction of the hot
-                -- tables in progress (src/compact.rs). Keys are global: a limited role replaces
-                -- only a job of a queue it may enqueue into (src/sql/grants.sql).
-                IF checked THEN
-                    PERFORM jobq._require_jobs('producer', ARRAY[v_holder.job_id]);
-                END IF;
+                -- tables in progress (src/compact.rs).
                 PERFORM jobq._hold_hot_tables();
                 v_ready := jobq._lock_ready(v_holder.job_id);
                 IF v_ready IS NOT NULL THEN
@@ -274,7 +306,10 @@ BEGIN
             END IF;
             -- Keys are global: a limited role (src/sql/grants.sql) learns that the key is
             -- taken, and which job holds it only when it may read that job.
-            v_hidden := EXISTS (SELECT 1 FROM jobq.queue_grants) AND NOT jobq._sees_job(v_holder.job_id);
+            -- (A lock holder: shown where the caller's patterns cover the key, as jobq.locks does.)
+            v_hidden := EXISTS (SELECT 1 FROM jobq.queue_grants)
+                        AND NOT CASE WHEN v_holder.job_id IS NOT NULL THEN jobq._sees_job(v_holder.job_id)
+                                     ELSE jobq._sees(unique_key, jobq._limits('reader')) END;
             IF on_conflict = 'log' THEN
                 RAISE NOTICE 'jobq: unique key "%" is held by %; job not enqueued', unique_key,
                     CASE WHEN v_hidden THEN 'a job or lock outside this role''s queues'
@@ -732,7 +767,7 @@ BEGIN
     DELETE FROM jobq.live_jobs x
      WHERE x.id = _complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
-       AND (NOT EXISTS (SELECT 1 FROM jobq.queue_grants) OR jobq._require('worker', ARRAY[x.queue], 'queue'))
+       AND (NOT EXISTS (SELECT 1 FROM jobq.queue_grants) OR jobq._require_job('worker', x.id, x.queue))
     RETURNING x.* INTO j;
     IF NOT FOUND THEN
         PERFORM jobq._refuse_foreign_worker(worker);
@@ -784,7 +819,7 @@ BEGIN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN NULL;
     END IF;
-    PERFORM jobq._require('worker', ARRAY[j.queue], 'queue');  -- src/sql/grants.sql
+    PERFORM jobq._require_job('worker', job_id, j.queue);  -- src/sql/grants.sql
     v_state := CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
                     WHEN discard OR j.attempt >= j.max_attempts THEN 'dead'
                     ELSE 'ready' END;
@@ -849,7 +884,7 @@ BEGIN
             UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
             RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
-            PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');
+            PERFORM jobq._require_job('producer', job_id, j.queue);
             PERFORM jobq._archive(ARRAY[job_id]);
             PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
                                        j.concurrency_key, NULL);
@@ -862,14 +897,14 @@ BEGIN
                 -- job that jobq_retry moved back meanwhile in jobq.live_jobs: look again then.
                 SELECT x.state, x.queue INTO v_state, v_queue FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
                 CONTINUE WHEN v_state IN ('ready', 'executing', 'blocked');
-                PERFORM jobq._require('producer', ARRAY[v_queue], 'queue');  -- (NULL: no such job)
+                PERFORM jobq._require_job('producer', job_id, v_queue);  -- (NULL: no such job)
                 RETURN v_state;
             ELSIF j.state IN ('ready', 'blocked') THEN
                 -- It became ready again since we looked (a retry, a requeue): give the job
                 -- row back (this block's subtransaction ends) and take the ready row first.
                 RAISE EXCEPTION USING ERRCODE = 'JQ900';
             END IF;
-            PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');
+            PERFORM jobq._require_job('producer', job_id, j.queue);
             -- Executing: the worker sees the request in jobq_heartbeat; the reaper cancels
             -- it if the worker dies.
             UPDATE jobq.live_jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
@@ -896,7 +931,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');  -- src/sql/grants.sql
+    PERFORM jobq._require_job('producer', job_id, j.queue);  -- src/sql/grants.sql
     IF j.unique_key IS NOT NULL AND j.unique_strategy <> 'while_executing'
        AND NOT jobq._take_key(j.unique_key, job_id) THEN
         RETURN false;
@@ -1467,8 +1502,41 @@ BEGIN
     END LOOP;
 END $$;
 
+-- A login limited to some queues that set another role acts for no worker (src/privileges.rs;
+-- the SQL edition's twin changes with it), and registers none.
+CREATE OR REPLACE FUNCTION jobq._may_act_for(owner oid) RETURNS boolean
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'may_act_for_wrapper';
+
+CREATE OR REPLACE FUNCTION jobq._usable_worker(worker uuid) RETURNS boolean
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'usable_worker_wrapper';
+
+CREATE OR REPLACE FUNCTION jobq._register_worker(worker uuid, name text, metadata jsonb, bind_to_session boolean)
+RETURNS uuid LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now  timestamptz := clock_timestamp();
+BEGIN
+    IF worker IS NULL THEN
+        RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
+    ELSIF bind_to_session IS NULL THEN
+        RAISE EXCEPTION 'jobq: bind_to_session must not be NULL' USING ERRCODE = '22004';
+    ELSIF NOT jobq._may_act_for(jobq._caller()) THEN
+        -- A login limited to some queues that set another role (src/privileges.rs).
+        RAISE EXCEPTION 'jobq: a session whose login role % is limited to some queues registers workers as that role', session_user
+            USING ERRCODE = '42501', HINT = 'RESET ROLE, then register.';
+    END IF;
+    INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at, backend_pid, backend_start)
+    SELECT worker, jobq._caller(), _register_worker.name, coalesce(metadata, '{}'), v_now, v_now, a.pid, a.backend_start
+      FROM (SELECT NULL::integer AS pid, NULL::timestamptz AS backend_start WHERE NOT bind_to_session
+            UNION ALL
+            SELECT s.pid, s.backend_start FROM pg_stat_get_activity(pg_backend_pid()) s WHERE bind_to_session) a;
+    RETURN worker;
+END $$;
+
 -- Privileges (src/sql/privileges.sql).
-REVOKE ALL ON FUNCTION jobq._limits(text), jobq._limits_of(oid, text), jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text, boolean),
+REVOKE ALL ON FUNCTION jobq._limits(text), jobq._limits_of(oid, text), jobq._outside_jobs(text, bigint[]),
+    jobq._require_job(text, bigint, text), jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text, boolean),
     jobq._patterns(text), jobq._sees(text, text[]), jobq._require(text, text[], text),
     jobq._require_jobs(text, bigint[]), jobq._sees_job(bigint), jobq._check_grant(regrole, text, text[]),
     jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) FROM PUBLIC;

@@ -10,7 +10,7 @@
 use crate::rows::{attr, column, each_by_pk, text};
 use pgrx::pg_sys;
 
-/// The patterns the caller may use at `privilege` (`b"producer"` or `b"worker"`) or a stronger
+/// The patterns the caller may use at `privilege` (`b"reader"`, `b"producer"` or `b"worker"`) or a stronger
 /// one, as `jobq._limits` reads them: None when the caller is not limited, and None where
 /// jobq.queue_grants does not exist (an older release's SQL under this library, which has no
 /// grants). The caller is the role the session set (SET ROLE) and the role it logged in as:
@@ -37,6 +37,23 @@ pub unsafe fn limits(snapshot: pg_sys::Snapshot, privilege: &[u8]) -> Option<Vec
     limits
 }
 
+/// Whether `role` is limited to some queues (it holds a grant and does not act for all), in
+/// the calling statement's snapshot. For src/privileges.rs, where a session set a role.
+pub unsafe fn is_limited(role: pg_sys::Oid) -> bool {
+    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
+    let table = pg_sys::get_relname_relid(c"queue_grants".as_ptr(), nsp);
+    if nsp == pg_sys::InvalidOid || table == pg_sys::InvalidOid {
+        return false;
+    }
+    // The calling statement's snapshot (every caller runs inside one).
+    let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
+    let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as i32);
+    let limited = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) > 0
+        && limits_of(rel, role, snapshot, b"reader").is_some();
+    pg_sys::table_close(rel, pg_sys::NoLock as i32);
+    limited
+}
+
 /// One role's patterns, as `jobq._limits_of` reads them: None when it holds no grant, or is a
 /// member of `jobq_admin` or of the role jobq's functions run as (superusers are members of
 /// every role). A table not as expected: limited, with no pattern (every call is the SQL's).
@@ -45,7 +62,11 @@ unsafe fn limits_of(rel: pg_sys::Relation, role: pg_sys::Oid, snapshot: pg_sys::
     if rows.is_empty() || crate::privileges::acts_for_all(role) {
         return None;
     }
-    let strong_enough: &[&[u8]] = if privilege == b"producer" { &[b"producer", b"worker"] } else { &[b"worker"] };
+    let strong_enough: &[&[u8]] = match privilege {
+        b"reader" => &[b"reader", b"producer", b"worker"],
+        b"producer" => &[b"producer", b"worker"],
+        _ => &[b"worker"],
+    };
     Some(rows.into_iter().filter(|(p, _)| strong_enough.contains(&p.as_slice())).map(|(_, pattern)| pattern).collect())
 }
 

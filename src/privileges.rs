@@ -8,7 +8,10 @@
 //! `SET SESSION AUTHORIZATION` as a superuser, change it). A worker belongs to the outer user of
 //! the session that registered it (`jobq.workers.owner`), and a call naming that worker is
 //! allowed for that role, for members of `jobq_admin`, and for the extension's owner and
-//! superusers (both members of every role, for `is_member_of_role`).
+//! superusers (both members of every role, for `is_member_of_role`). A session whose login role
+//! is limited to some queues (src/grants.rs) and that set another role acts for no worker but
+//! through `jobq_admin`: setting a role never widens a limited login, and a worker owned by the
+//! set role may be another tenant's.
 use pgrx::prelude::*;
 
 /// Whether `role` may act for anyone: a member of `jobq_admin`, or of the role the function runs
@@ -31,8 +34,9 @@ pub mod jobq {
     }
 
     /// True when the calling role may act for a worker registered by `owner`: it is that
-    /// role, a member of `jobq_admin`, or a member of the role the function runs as (inside a
-    /// `SECURITY DEFINER` function of jobq: the extension's owner). Superusers always may.
+    /// role (unless a limited login set it: see the module's comment), a member of
+    /// `jobq_admin`, or a member of the role the function runs as (inside a `SECURITY DEFINER`
+    /// function of jobq: the extension's owner). Superusers always may.
     #[pg_extern(stable, parallel_safe, name = "_may_act_for")]
     pub fn may_act_for(owner: pg_sys::Oid) -> bool {
         unsafe {
@@ -40,7 +44,16 @@ pub mod jobq {
             // No owner: a worker registered before jobq 0.2.0 (kept by the upgrade from 0.1.0,
             // where anyone could act for any worker), so that the workers running across the
             // upgrade finish their jobs; such a row is gone once its worker registers anew.
-            caller == owner || owner == pg_sys::InvalidOid || super::acts_for_all(caller)
+            if owner == pg_sys::InvalidOid {
+                return true;
+            }
+            if caller == owner {
+                let login = pg_sys::GetSessionUserId();
+                if login == caller || !crate::grants::is_limited(login) {
+                    return true;
+                }
+            }
+            super::acts_for_all(caller)
         }
     }
 }

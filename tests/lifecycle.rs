@@ -833,8 +833,10 @@ fn every_function_pins_its_search_path() {
         "jobq._claim_keyed(bigint,tid,uuid,timestamp with time zone)",
         "jobq._limits(text)", // a limited role's queues (src/sql/grants.sql): checked on every job's path
         "jobq._limits_of(oid,text)",
+        "jobq._outside_jobs(text,bigint[])",
         "jobq._release_keys(bigint,text,text,text,text,text,integer)",
         "jobq._require(text,text[],text)",
+        "jobq._require_job(text,bigint,text)",
         "jobq._require_jobs(text,bigint[])",
         "jobq._take_keys(bigint,tid,timestamp with time zone)",
         "jobq._take_rate(text,timestamp with time zone)",

@@ -366,11 +366,21 @@ fn privileges_are_ordered_and_only_the_role_itself_is_limited() {
     let x2 = enqueue(&mut n, "x2");
     n.batch_execute("SET ROLE jobq_worker").unwrap();
     refused(&mut n, "SELECT jobq_enqueue('elsewhere')");
-    refused(&mut n, &format!("SELECT jobq_cancel({job})"));
+    let e = n.query(&format!("SELECT jobq_cancel({job})"), &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "42501");
+    assert!(!e.as_db_error().unwrap().message().contains("p1"), "a job's refusal names no queue: {e:?}");
     assert_eq!(texts(&mut n, "SELECT queue FROM jobq.jobs"), BTreeSet::from(["x2".to_string()]), "as jobq_worker");
-    let nw = register(&mut n);
-    refused(&mut n, &format!("SELECT * FROM jobq_checkout('{nw}', '{{elsewhere}}')"));
-    assert!(ids(&mut n, &format!("SELECT id FROM jobq_checkout('{nw}')")).is_empty(), "no queue granted as a worker");
+    // It acts for no worker as the set role: a worker of jobq_worker's may be another tenant's.
+    refused(&mut n, "SELECT jobq_register_worker()");
+    let theirs = register(&mut m); // member, not limited, its own worker
+    m.batch_execute("SET ROLE jobq_worker").unwrap();
+    let shared = register(&mut m);
+    m.batch_execute("RESET ROLE").unwrap();
+    for sql in [format!("SELECT jobq_heartbeat('{shared}', '{{}}')"), format!("SELECT jobq_unregister_worker('{shared}')"),
+                format!("SELECT jobq_stop_checkouts('{shared}')"), format!("SELECT * FROM jobq_checkout('{shared}')"),
+                format!("SELECT jobq_heartbeat('{theirs}')")] {
+        refused(&mut n, &sql);
+    }
     n.batch_execute(&format!("SET ROLE {wide}")).unwrap();
     let x1 = enqueue(&mut n, "x1");
     refused(&mut n, "SELECT jobq_enqueue('y1')");
@@ -540,6 +550,12 @@ fn a_unique_key_held_by_another_tenant_is_named_without_its_holder() {
         let d = detail(&mut c, key);
         assert_eq!(d, "held by a job or lock outside this role's queues", "{key}");
     }
+    // A lock whose key its patterns cover is named, as jobq.locks shows it.
+    su.execute("SELECT jobq_acquire_lock('t:lock', $1)", &[&w]).unwrap();
+    assert_eq!(detail(&mut c, "t:lock"), format!("held by the lock of worker {w}"));
+    // Debounce does not replace another tenant's job: a conflict like any other.
+    let e = c.query("SELECT jobq_enqueue('t:a', unique_key => 'k-other', on_conflict => 'replace')", &[]).unwrap_err();
+    assert_eq!((sqlstate(&e), e.as_db_error().unwrap().detail()), ("23505".to_string(), Some("held by a job or lock outside this role's queues")));
     assert_eq!(detail(&mut su, "k-other"), format!("existing job id: {theirs}"), "a role without grants is told");
 }
 

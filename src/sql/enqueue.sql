@@ -140,14 +140,14 @@ BEGIN
             EXIT WHEN jobq._take_key(unique_key, v_id);
             SELECT l.job_id, l.worker_id INTO v_holder FROM jobq.locks l WHERE l.key = unique_key;
             CONTINUE WHEN NOT FOUND;  -- the holder let go in between: try again
-            IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL THEN
+            -- Debounce replaces only a job of a queue the caller may enqueue into: another
+            -- tenant's holder is a conflict like any other (src/sql/grants.sql).
+            IF on_conflict = 'replace' AND v_holder.job_id IS NOT NULL
+               AND (NOT checked OR NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
+                    OR jobq._outside_jobs('producer', ARRAY[v_holder.job_id]) IS NULL) THEN
                 -- Debounce: the waiting job takes the new payload, priority and run_at
                 -- (its ready row first: jobq._lock_ready), after any compaction of the hot
-                -- tables in progress (src/compact.rs). Keys are global: a limited role replaces
-                -- only a job of a queue it may enqueue into (src/sql/grants.sql).
-                IF checked THEN
-                    PERFORM jobq._require_jobs('producer', ARRAY[v_holder.job_id]);
-                END IF;
+                -- tables in progress (src/compact.rs).
                 PERFORM jobq._hold_hot_tables();
                 v_ready := jobq._lock_ready(v_holder.job_id);
                 IF v_ready IS NOT NULL THEN
@@ -176,7 +176,10 @@ BEGIN
             END IF;
             -- Keys are global: a limited role (src/sql/grants.sql) learns that the key is
             -- taken, and which job holds it only when it may read that job.
-            v_hidden := EXISTS (SELECT 1 FROM jobq.queue_grants) AND NOT jobq._sees_job(v_holder.job_id);
+            -- (A lock holder: shown where the caller's patterns cover the key, as jobq.locks does.)
+            v_hidden := EXISTS (SELECT 1 FROM jobq.queue_grants)
+                        AND NOT CASE WHEN v_holder.job_id IS NOT NULL THEN jobq._sees_job(v_holder.job_id)
+                                     ELSE jobq._sees(unique_key, jobq._limits('reader')) END;
             IF on_conflict = 'log' THEN
                 RAISE NOTICE 'jobq: unique key "%" is held by %; job not enqueued', unique_key,
                     CASE WHEN v_hidden THEN 'a job or lock outside this role''s queues'

@@ -44,7 +44,7 @@ BEGIN
     DELETE FROM jobq.live_jobs x
      WHERE x.id = _complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
        AND EXISTS (SELECT 1 FROM jobq.workers w WHERE w.id = worker AND jobq._may_act_for(w.owner))
-       AND (NOT EXISTS (SELECT 1 FROM jobq.queue_grants) OR jobq._require('worker', ARRAY[x.queue], 'queue'))
+       AND (NOT EXISTS (SELECT 1 FROM jobq.queue_grants) OR jobq._require_job('worker', x.id, x.queue))
     RETURNING x.* INTO j;
     IF NOT FOUND THEN
         PERFORM jobq._refuse_foreign_worker(worker);
@@ -103,7 +103,7 @@ BEGIN
         PERFORM jobq._refuse_foreign_worker(worker);
         RETURN NULL;
     END IF;
-    PERFORM jobq._require('worker', ARRAY[j.queue], 'queue');  -- src/sql/grants.sql
+    PERFORM jobq._require_job('worker', job_id, j.queue);  -- src/sql/grants.sql
     v_state := CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
                     WHEN discard OR j.attempt >= j.max_attempts THEN 'dead'
                     ELSE 'ready' END;
@@ -168,7 +168,7 @@ BEGIN
             UPDATE jobq.live_jobs x SET state = 'cancelled', finished_at = clock_timestamp()
              WHERE x.id = jobq_cancel.job_id
             RETURNING x.queue, x.unique_key, x.unique_strategy, x.concurrency_key INTO j;
-            PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');
+            PERFORM jobq._require_job('producer', job_id, j.queue);
             PERFORM jobq._archive(ARRAY[job_id]);
             PERFORM jobq._release_keys(job_id, j.queue, 'cancelled', j.unique_key, j.unique_strategy,
                                        j.concurrency_key, NULL);
@@ -181,14 +181,14 @@ BEGIN
                 -- job that jobq_retry moved back meanwhile in jobq.live_jobs: look again then.
                 SELECT x.state, x.queue INTO v_state, v_queue FROM jobq.jobs x WHERE x.id = jobq_cancel.job_id;
                 CONTINUE WHEN v_state IN ('ready', 'executing', 'blocked');
-                PERFORM jobq._require('producer', ARRAY[v_queue], 'queue');  -- (NULL: no such job)
+                PERFORM jobq._require_job('producer', job_id, v_queue);  -- (NULL: no such job)
                 RETURN v_state;
             ELSIF j.state IN ('ready', 'blocked') THEN
                 -- It became ready again since we looked (a retry, a requeue): give the job
                 -- row back (this block's subtransaction ends) and take the ready row first.
                 RAISE EXCEPTION USING ERRCODE = 'JQ900';
             END IF;
-            PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');
+            PERFORM jobq._require_job('producer', job_id, j.queue);
             -- Executing: the worker sees the request in jobq_heartbeat; the reaper cancels
             -- it if the worker dies.
             UPDATE jobq.live_jobs x SET cancel_requested_at = coalesce(x.cancel_requested_at, clock_timestamp())
@@ -215,7 +215,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM jobq._require('producer', ARRAY[j.queue], 'queue');  -- src/sql/grants.sql
+    PERFORM jobq._require_job('producer', job_id, j.queue);  -- src/sql/grants.sql
     IF j.unique_key IS NOT NULL AND j.unique_strategy <> 'while_executing'
        AND NOT jobq._take_key(j.unique_key, job_id) THEN
         RETURN false;

@@ -48,6 +48,11 @@ DECLARE
     v_set     text[];
     v_logged  text[];
 BEGIN
+    IF v_caller IS NULL OR v_login IS NULL THEN
+        -- A role renamed or dropped under a live session (the SQL edition finds the set role by
+        -- name): limited, with nothing granted, wherever a grant exists.
+        RETURN CASE WHEN EXISTS (SELECT 1 FROM jobq.queue_grants) THEN '{}'::text[] END;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM jobq.queue_grants g WHERE g.role IN (v_caller, v_login)) THEN
         RETURN NULL;
     END IF;
@@ -130,16 +135,49 @@ BEGIN
     RETURN true;
 END $$;
 
--- The same for the queues of jobs `ids` (unknown ids are skipped: the caller answers for them).
+-- The first of jobs `ids` whose queue the caller may not use at `privilege`; NULL when there is
+-- none (unknown ids are skipped: the caller answers for them) or the caller is not limited.
+CREATE FUNCTION jobq._outside_jobs(privilege text, ids bigint[]) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_patterns text[] := jobq._limits(privilege);
+BEGIN
+    IF v_patterns IS NULL THEN  -- not limited: no job's queue to look up
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT x.id FROM (SELECT j.id, j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
+                              UNION ALL
+                              SELECT f.id, f.queue FROM jobq.finished_jobs f WHERE f.id = ANY (ids)) x
+             WHERE NOT jobq._sees(x.queue, v_patterns)
+             ORDER BY x.id LIMIT 1);
+END $$;
+
+-- Raises 42501 unless the caller may use the queues of jobs `ids` at `privilege`. The error
+-- names the job, not its queue: a job id is easy to guess, another tenant's queue names are
+-- not the caller's to learn.
 CREATE FUNCTION jobq._require_jobs(privilege text, ids bigint[]) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_job bigint := jobq._outside_jobs(privilege, ids);
 BEGIN
-    IF jobq._limits(privilege) IS NULL THEN  -- not limited: no job's queue to look up
-        RETURN;
+    IF v_job IS NOT NULL THEN
+        RAISE EXCEPTION 'jobq: job % is in a queue this session holds no % grant for', v_job, privilege
+            USING ERRCODE = '42501',
+                  HINT = 'An administrator grants queues with jobq_grant_queues(role, privilege, queues).';
     END IF;
-    PERFORM jobq._require(privilege, ARRAY(SELECT j.queue FROM jobq.live_jobs j WHERE j.id = ANY (ids)
-                                           UNION ALL
-                                           SELECT f.queue FROM jobq.finished_jobs f WHERE f.id = ANY (ids)), 'queue');
+END $$;
+
+-- The same for job `job` of queue `queue`, read by the caller from a row it holds: true, or
+-- 42501 (a value, for use in a statement's condition). A NULL queue (no such job) passes.
+CREATE FUNCTION jobq._require_job(privilege text, job bigint, queue text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF queue IS NOT NULL AND NOT jobq._sees(queue, jobq._limits(privilege)) THEN
+        RAISE EXCEPTION 'jobq: job % is in a queue this session holds no % grant for', job, privilege
+            USING ERRCODE = '42501',
+                  HINT = 'An administrator grants queues with jobq_grant_queues(role, privilege, queues).';
+    END IF;
+    RETURN true;
 END $$;
 
 -- Whether the caller may read job `id`: its queue is granted to the caller, or the caller is

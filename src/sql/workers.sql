@@ -74,6 +74,10 @@ BEGIN
         RAISE EXCEPTION 'jobq: worker must not be NULL' USING ERRCODE = '22004';
     ELSIF bind_to_session IS NULL THEN
         RAISE EXCEPTION 'jobq: bind_to_session must not be NULL' USING ERRCODE = '22004';
+    ELSIF NOT jobq._may_act_for(jobq._caller()) THEN
+        -- A login limited to some queues that set another role (src/privileges.rs).
+        RAISE EXCEPTION 'jobq: a session whose login role % is limited to some queues registers workers as that role', session_user
+            USING ERRCODE = '42501', HINT = 'RESET ROLE, then register.';
     END IF;
     INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at, backend_pid, backend_start)
     SELECT worker, jobq._caller(), _register_worker.name, coalesce(metadata, '{}'), v_now, v_now, a.pid, a.backend_start

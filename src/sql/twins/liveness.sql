@@ -35,7 +35,8 @@ BEGIN
         RETURN false;
     END IF;
     IF w.backend_pid IS NULL AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
-       AND w.owner::oid = jobq._caller() THEN
+       AND w.owner::oid = jobq._caller()
+       AND (pg_catalog.current_setting('role') = 'none' OR jobq._may_act_for(w.owner)) THEN  -- (a role set: jobq._may_act_for's rule)
         RETURN true;
     END IF;
     RETURN jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) AND jobq._may_act_for(w.owner);
