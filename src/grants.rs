@@ -16,42 +16,38 @@ use pgrx::pg_sys;
 /// grants). The caller is the role the session set (SET ROLE) and the role it logged in as:
 /// each may limit it, and a name must then be covered by both. `snapshot`: the call's.
 pub unsafe fn limits(snapshot: pg_sys::Snapshot, privilege: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
-    let table = pg_sys::get_relname_relid(c"queue_grants".as_ptr(), nsp);
-    if nsp == pg_sys::InvalidOid || table == pg_sys::InvalidOid {
-        return None;
-    }
     let (set, login) = (pg_sys::GetOuterUserId(), pg_sys::GetSessionUserId());
-    let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as i32);
-    // A table that never held a grant has no page: no index to descend (the common case).
-    let limits = if pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) == 0 {
-        None
-    } else {
+    with_grants(|rel| {
         let mine = limits_of(rel, set, snapshot, privilege);
         match (mine, if login == set { None } else { limits_of(rel, login, snapshot, privilege) }) {
             (Some(a), Some(b)) => Some(intersect(&a, &b)),
             (a, b) => a.or(b),
         }
-    };
-    pg_sys::table_close(rel, pg_sys::NoLock as i32);
-    limits
+    })
+    .flatten()
 }
 
 /// Whether `role` is limited to some queues (it holds a grant and does not act for all), in
 /// the calling statement's snapshot. For src/privileges.rs, where a session set a role.
 pub unsafe fn is_limited(role: pg_sys::Oid) -> bool {
+    // The calling statement's snapshot (every caller runs inside one).
+    let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
+    with_grants(|rel| limits_of(rel, role, snapshot, b"reader").is_some()).unwrap_or(false)
+}
+
+/// `f` of jobq.queue_grants, opened; None, without calling it, where the table does not exist
+/// (an older release's SQL under this library) or never held a grant (no page: no index to
+/// descend, the common case).
+unsafe fn with_grants<T>(f: impl FnOnce(pg_sys::Relation) -> T) -> Option<T> {
     let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
     let table = pg_sys::get_relname_relid(c"queue_grants".as_ptr(), nsp);
     if nsp == pg_sys::InvalidOid || table == pg_sys::InvalidOid {
-        return false;
+        return None;
     }
-    // The calling statement's snapshot (every caller runs inside one).
-    let snapshot = if pg_sys::ActiveSnapshotSet() { pg_sys::GetActiveSnapshot() } else { pg_sys::GetTransactionSnapshot() };
     let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as i32);
-    let limited = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) > 0
-        && limits_of(rel, role, snapshot, b"reader").is_some();
+    let out = (pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) > 0).then(|| f(rel));
     pg_sys::table_close(rel, pg_sys::NoLock as i32);
-    limited
+    out
 }
 
 /// One role's patterns, as `jobq._limits_of` reads them: None when it holds no grant, or is a

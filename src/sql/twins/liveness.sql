@@ -20,7 +20,7 @@ BEGIN
 END $$;
 
 -- Checkout's test: registered, alive, not stopping, and the caller may act for it. The common
--- case (a fresh heartbeat, no bound session, the caller's own worker) is decided here without
+-- case (a fresh heartbeat, no bound session, the caller's own worker, no role set) is decided here without
 -- calling the two functions that decide the others (each call of a function with a pinned
 -- search_path costs a job about 10 µs: bench/results/instructions.md, row jobq_sql).
 -- These twins leave the search_path to their callers, jobq's functions, which pin it (as the
@@ -35,8 +35,7 @@ BEGIN
         RETURN false;
     END IF;
     IF w.backend_pid IS NULL AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
-       AND w.owner::oid = jobq._caller()
-       AND (pg_catalog.current_setting('role') = 'none' OR jobq._may_act_for(w.owner)) THEN  -- (a role set: jobq._may_act_for's rule)
+       AND w.owner::oid = jobq._caller() AND pg_catalog.current_setting('role') = 'none' THEN  -- (a role set: the rule below)
         RETURN true;
     END IF;
     RETURN jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) AND jobq._may_act_for(w.owner);
