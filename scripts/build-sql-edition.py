@@ -163,6 +163,12 @@ def upgrade_from(v, twins):
             twin = twins[name if "." in name else "public." + name]
             s = twin if "OR REPLACE" not in s.upper() else re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", twin, count=1, flags=re.I)
         out.append(s)
+    # The twins no C function stands for (the SQL edition's own helpers) as they are now.
+    done = {defined(x) for x in out if "FUNCTION" in x}
+    for n, t in twins.items():
+        if n != "jobq._edition" and re.match(r"(\s*--[^\n]*\n)*\s*CREATE\s+FUNCTION", t) and n not in done \
+                and n.replace("public.", "") not in done:
+            out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", t, count=1, flags=re.I))
     edition = [s for n, s in twins.items() if n == "jobq._edition"][0]
     out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", edition, count=1, flags=re.I) + "\n")
     return previous, "".join(out).replace("@extschema@.", "public.")

@@ -18,9 +18,9 @@ export JOBQ_SQL_EDITION=$file
 if [ "$v" = 15 ]; then features=(); else features=(--no-default-features --features "pg$v"); fi
 # Every suite of a guarantee of the edition: exactly once, fencing, keys, slots, rate limits,
 # locks, schedules, workflows, privileges and search-path pinning, crash recovery, every
-# isolation level (in each), the waiting checkout, and the example workers of four languages
+# isolation level (in each), fair checkout, the waiting checkout, and the example workers of four languages
 # (killed, through PgBouncer in transaction mode).
-suites=(exactly_once keys lifecycle complete privileges tenants reaper waits workflows schedules observing cross_language)
+suites=(exactly_once keys lifecycle complete privileges tenants fairness reaper waits workflows schedules observing cross_language)
 skip=(
   # The extension's Rust beside its SQL, compared: the SQL edition has the SQL alone
   # (tests/checkout.rs is all of that kind and does not run here).

@@ -5,6 +5,30 @@
 -- (scripts/build-sql-edition.py).
 \echo Use "ALTER EXTENSION jobq UPDATE" to load this file. \quit
 
+-- Fair checkout (src/sql/fairness.sql): a job's fairness key, on its rows and in jobq.job. The
+-- plain checkout's indexes keep the jobs without one; ready_fair holds those with one.
+ALTER TABLE jobq.live_jobs ADD COLUMN fairness_key text;
+ALTER TABLE jobq.finished_jobs ADD COLUMN fairness_key text;
+ALTER TABLE jobq.ready ADD COLUMN fairness_key text;
+DROP INDEX jobq.ready_by_queue;
+DROP INDEX jobq.ready_any;
+CREATE INDEX ready_by_queue ON jobq.ready (queue_hash, priority, run_at, id) WHERE fairness_key IS NULL;
+CREATE INDEX ready_any ON jobq.ready (priority, run_at, id) WHERE fairness_key IS NULL;
+CREATE INDEX ready_fair ON jobq.ready (queue_hash, priority, fairness_key, run_at, id) WHERE fairness_key IS NOT NULL;
+ALTER TYPE jobq.job ADD ATTRIBUTE fairness_key text;
+CREATE SEQUENCE jobq.fairness_turns AS bigint;
+CREATE TABLE jobq.fairness (
+    queue         text NOT NULL,
+    fairness_key  text,
+    weight        integer NOT NULL DEFAULT 1,   -- jobs per turn (jobq_set_fairness_weight)
+    served        bigint NOT NULL DEFAULT nextval('jobq.fairness_turns'),
+    taken         integer NOT NULL DEFAULT 0,   -- jobs taken since `served` last moved
+    UNIQUE NULLS NOT DISTINCT (queue, fairness_key)
+);
+CREATE INDEX fairness_by_turn ON jobq.fairness (queue, served);
+SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
+
 -- Queues granted per role (src/sql/grants.sql).
 CREATE TABLE jobq.queue_grants (
     role       regrole NOT NULL,
@@ -185,6 +209,694 @@ BEGIN
 END $$;
 
 
+-- Fair checkout (src/sql/fairness.sql).
+CREATE FUNCTION jobq._fair_keys(queue text, keys text[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
+    INSERT INTO jobq.fairness (queue, fairness_key)
+    SELECT _fair_keys.queue, k FROM unnest(keys || NULL::text) k
+    ON CONFLICT DO NOTHING;
+END $$;
+
+CREATE FUNCTION jobq_set_fairness_weight(queue text, fairness_key text, weight integer) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF queue IS NULL OR weight IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue and weight must not be NULL' USING ERRCODE = '22004';
+    ELSIF queue = '' OR octet_length(queue) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue must be 1 to 1000 bytes' USING ERRCODE = '22023';
+    ELSIF fairness_key = '' OR octet_length(fairness_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: fairness_key must be 1 to 1000 bytes (NULL: the jobs without a key)'
+            USING ERRCODE = '22023';
+    ELSIF weight < 1 OR weight > 100 THEN
+        RAISE EXCEPTION 'jobq: weight must be between 1 and 100, got %', weight USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._fair_keys(queue, ARRAY[fairness_key]);
+    UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
+     WHERE f.queue = jobq_set_fairness_weight.queue
+       AND f.fairness_key IS NOT DISTINCT FROM jobq_set_fairness_weight.fairness_key;
+END $$;
+
+CREATE FUNCTION jobq._fair_claim(worker uuid, queue text, now timestamptz, paused boolean,
+                                 locked boolean, INOUT skip text[], OUT job bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan SET jit = off AS $$
+DECLARE
+    v_hash     integer := hashtext(queue);
+    v_from     integer := -2147483648;   -- the lowest priority still to look at
+    v_p        integer;
+    k          record;
+    c          record;
+    v_blocked  "char";
+BEGIN
+    LOOP
+        -- The queue's top due priority from v_from on: of its jobs without a key
+        -- (ready_by_queue) and of those with one (ready_fair), each the first due row.
+        SELECT min(x.priority) INTO v_p
+          FROM ((SELECT r.priority FROM jobq.ready r
+                  WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NULL
+                    AND r.priority >= v_from AND r.run_at <= now
+                  ORDER BY r.priority, r.run_at, r.id LIMIT 1)
+                UNION ALL
+                (SELECT r.priority FROM jobq.ready r
+                  WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NOT NULL
+                    AND r.priority >= v_from AND r.run_at <= now
+                  ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x;
+        IF v_p IS NULL THEN
+            RETURN;
+        END IF;
+        LOOP
+            -- The key whose turn it is: least recently served, with a due, unpaused job at v_p,
+            -- not yielded in this call; its row locked, or any when every one is locked.
+            k := NULL;
+            IF locked THEN
+                SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
+                 WHERE f.queue = _fair_claim.queue
+                   AND (_fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
+                 ORDER BY f.served
+                 LIMIT 1
+                   FOR UPDATE OF f SKIP LOCKED;
+            END IF;
+            IF k IS NULL THEN
+                SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
+                 WHERE f.queue = _fair_claim.queue
+                   AND (_fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
+                 ORDER BY f.served
+                 LIMIT 1;
+                EXIT WHEN NOT FOUND;  -- no key at v_p: the next priority
+            END IF;
+            -- Its oldest due job that no other checkout holds.
+            IF k.fairness_key IS NULL THEN
+                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
+                 WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NULL
+                   AND r.priority = v_p AND r.run_at <= now
+                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT 1
+                   FOR UPDATE OF r SKIP LOCKED;
+            ELSE
+                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
+                 WHERE r.queue_hash = v_hash AND r.priority = v_p AND r.fairness_key = k.fairness_key
+                   AND r.queue = _fair_claim.queue AND r.run_at <= now
+                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                 ORDER BY r.priority, r.fairness_key, r.run_at, r.id
+                 LIMIT 1
+                   FOR UPDATE OF r SKIP LOCKED;
+            END IF;
+            IF FOUND THEN
+                IF c.keyed THEN
+                    v_blocked := jobq._claim_keyed(c.id, c.rid, worker, now);
+                ELSE
+                    DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
+                    UPDATE jobq.live_jobs j
+                       SET state = 'executing', worker_id = _fair_claim.worker, attempt = j.attempt + 1,
+                           started_at = now
+                     WHERE j.id = c.id AND j.state = 'ready';
+                    v_blocked := NULL;
+                END IF;
+                IF v_blocked IS NULL THEN
+                    -- Served: to the back once it had its weight's jobs in this turn.
+                    IF k.fid IS NOT NULL THEN
+                        UPDATE jobq.fairness f
+                           SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
+                               served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
+                         WHERE f.ctid = k.fid;
+                    ELSIF NOT locked THEN
+                        -- Never waiting for another checkout's hold on the row.
+                        BEGIN
+                            PERFORM 1 FROM jobq.fairness f
+                             WHERE f.queue = _fair_claim.queue AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
+                               FOR UPDATE NOWAIT;
+                            UPDATE jobq.fairness f
+                               SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
+                                   served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
+                             WHERE f.queue = _fair_claim.queue AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key;
+                        EXCEPTION WHEN serialization_failure OR lock_not_available THEN
+                            NULL;  -- moved by a transaction after our snapshot: it stays where that one put it
+                        END;
+                    END IF;
+                    job := c.id;
+                    RETURN;
+                END IF;
+            END IF;
+            -- Its jobs are all held by other checkouts, or the next one cannot start: the key
+            -- yields its turn for the rest of this call.
+            skip := skip || (_fair_claim.queue || E'\n' || coalesce(k.fairness_key, ''));
+        END LOOP;
+        EXIT WHEN v_p = 2147483647;
+        v_from := v_p + 1;
+    END LOOP;
+END $$;
+
+CREATE FUNCTION jobq._fair_due(hash integer, queue text, fairness_key text, priority integer,
+                               now timestamptz, paused boolean) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF fairness_key IS NULL THEN
+        RETURN EXISTS (SELECT 1 FROM jobq.ready r
+                        WHERE r.queue_hash = hash AND r.queue = _fair_due.queue AND r.fairness_key IS NULL
+                          AND r.priority = _fair_due.priority AND r.run_at <= now
+                          AND (NOT paused OR NOT jobq._paused(r.queue, r.kind)));
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM jobq.ready r
+                    WHERE r.queue_hash = hash AND r.priority = _fair_due.priority
+                      AND r.fairness_key = _fair_due.fairness_key AND r.queue = _fair_due.queue
+                      AND r.run_at <= now
+                      AND (NOT paused OR NOT jobq._paused(r.queue, r.kind)));
+END $$;
+
+CREATE FUNCTION jobq._paused(queue text, kind text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM jobq.pauses p
+                    WHERE (p.queue = _paused.queue AND (p.kind IS NULL OR p.kind = _paused.kind))
+                       OR (p.queue IS NULL AND p.kind = _paused.kind));
+END $$;
+
+CREATE FUNCTION jobq._checkout_fair(worker uuid, queues text[], max_jobs integer, now timestamptz,
+                                    grants text[])
+RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan SET jit = off AS $$
+DECLARE
+    v_rc       boolean := current_setting('transaction_isolation') = 'read committed';
+    v_paused   boolean := EXISTS (SELECT 1 FROM jobq.pauses);
+    v_fair     text[];             -- the fair queues this call may take from
+    v_plain    boolean;            -- whether it may take from other queues too
+    v_claimed  bigint[] := '{}';
+    v_skip     text[] := '{}';     -- fairness keys that yielded their turn (jobq._fair_claim)
+    v_skip_c   text[] := '{}';     -- as jobq._checkout's: keys of the other queues that
+    v_skip_l   integer[] := '{}';  -- could not start in this call
+    v_skip_u   text[] := '{}';
+    v_skip_r   text[] := '{}';
+    v_best     record;
+    v_job      bigint;
+    c          record;
+    v_blocked  "char";
+BEGIN
+    v_fair := ARRAY(SELECT DISTINCT f.queue FROM jobq.fairness f
+                     WHERE (queues IS NULL OR f.queue = ANY (queues))
+                       AND (grants IS NULL OR jobq._sees(f.queue, grants)));
+    v_plain := queues IS NULL OR NOT queues <@ v_fair;
+    WHILE cardinality(v_claimed) < max_jobs AND (v_plain OR cardinality(v_fair) > 0) LOOP
+        -- What each source would give next: (priority, run_at, id), the first wins. A call
+        -- of one fair queue has nothing to compare.
+        IF NOT v_plain AND cardinality(v_fair) = 1 THEN
+            SELECT v_fair[1] AS src INTO v_best;
+        ELSE
+            SELECT s.src, s.priority, s.run_at, s.id INTO v_best
+              FROM (SELECT NULL::text AS src, r.priority, r.run_at, r.id
+                      FROM jobq.ready r
+                     WHERE v_plain AND r.fairness_key IS NULL
+                       AND (queues IS NULL OR r.queue = ANY (queues)) AND r.queue <> ALL (v_fair)
+                       AND (grants IS NULL OR jobq._sees(r.queue, grants))
+                       AND r.run_at <= now
+                       AND (NOT v_paused OR NOT jobq._paused(r.queue, r.kind))
+                       AND (r.concurrency_key IS NULL OR NOT EXISTS (
+                               SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                                WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                       AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
+                     ORDER BY r.priority, r.run_at, r.id
+                     LIMIT 1) s
+            UNION ALL
+            SELECT q, n.priority, n.run_at, n.id
+              FROM unnest(v_fair) q CROSS JOIN LATERAL jobq._fair_next(q, now, v_paused, v_skip) n
+             ORDER BY 2, 3, 4
+             LIMIT 1;
+            IF NOT FOUND THEN
+                EXIT;
+            END IF;
+        END IF;
+        v_job := NULL;
+        BEGIN
+            IF v_best.src IS NOT NULL THEN
+                SELECT x.skip, x.job INTO v_skip, v_job FROM jobq._fair_claim(worker, v_best.src, now, v_paused, v_rc, v_skip) x;
+                IF v_job IS NULL THEN
+                    v_fair := array_remove(v_fair, v_best.src);  -- nothing more it can give
+                END IF;
+            ELSE
+                SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key INTO c
+                  FROM jobq.ready r
+                 WHERE r.fairness_key IS NULL
+                   AND (queues IS NULL OR r.queue = ANY (queues)) AND r.queue <> ALL (v_fair)
+                   AND (grants IS NULL OR jobq._sees(r.queue, grants))
+                   AND r.run_at <= now
+                   AND (r.priority, r.run_at, r.id) >= (v_best.priority, v_best.run_at, v_best.id)
+                   AND (NOT v_paused OR NOT jobq._paused(r.queue, r.kind))
+                   AND (r.concurrency_key IS NULL OR NOT EXISTS (
+                           SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                            WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                   AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                   AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT 1
+                   FOR UPDATE OF r SKIP LOCKED;
+                IF NOT FOUND THEN
+                    v_plain := false;  -- every one held by other checkouts
+                ELSIF NOT c.keyed THEN
+                    DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
+                    UPDATE jobq.live_jobs j
+                       SET state = 'executing', worker_id = _checkout_fair.worker, attempt = j.attempt + 1,
+                           started_at = now
+                     WHERE j.id = c.id AND j.state = 'ready';
+                    v_job := c.id;
+                ELSE
+                    v_blocked := jobq._claim_keyed(c.id, c.rid, worker, now);
+                    IF v_blocked IS NULL THEN
+                        v_job := c.id;
+                    ELSIF v_blocked = 'c' THEN
+                        v_skip_c := v_skip_c || c.concurrency_key;
+                        v_skip_l := v_skip_l || c.concurrency_limit;
+                    ELSIF v_blocked = 'u' THEN
+                        v_skip_u := v_skip_u || c.while_key;
+                    ELSE
+                        v_skip_r := v_skip_r || c.rate_key;
+                    END IF;
+                END IF;
+            END IF;
+        EXCEPTION WHEN serialization_failure THEN
+            -- (REPEATABLE READ, SERIALIZABLE) a row changed since our snapshot: that source
+            -- gives nothing more to this call.
+            IF v_best.src IS NOT NULL THEN
+                v_fair := array_remove(v_fair, v_best.src);
+            ELSE
+                v_plain := false;
+            END IF;
+        END;
+        IF v_job IS NOT NULL THEN
+            v_claimed := v_claimed || v_job;
+        END IF;
+    END LOOP;
+    RETURN v_claimed;
+END $$;
+
+CREATE FUNCTION jobq._fair_next(queue text, now timestamptz, paused boolean, skip text[],
+                                OUT priority integer, OUT run_at timestamptz, OUT id bigint)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_hash  integer := hashtext(queue);
+    v_from  integer := -2147483648;
+    v_p     integer;
+    v_key   text;
+BEGIN
+    LOOP
+        SELECT min(x.priority) INTO v_p
+          FROM ((SELECT r.priority FROM jobq.ready r
+                  WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NULL
+                    AND r.priority >= v_from AND r.run_at <= now
+                  ORDER BY r.priority, r.run_at, r.id LIMIT 1)
+                UNION ALL
+                (SELECT r.priority FROM jobq.ready r
+                  WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NOT NULL
+                    AND r.priority >= v_from AND r.run_at <= now
+                  ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x;
+        IF v_p IS NULL THEN
+            RETURN;
+        END IF;
+        SELECT f.fairness_key INTO v_key FROM jobq.fairness f
+         WHERE f.queue = _fair_next.queue
+           AND (_fair_next.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+           AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
+         ORDER BY f.served
+         LIMIT 1;
+        IF FOUND THEN
+            IF v_key IS NULL THEN
+                RETURN QUERY SELECT r.priority, r.run_at, r.id FROM jobq.ready r
+                 WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NULL
+                   AND r.priority = v_p AND r.run_at <= now
+                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT 1;
+            ELSE
+                RETURN QUERY SELECT r.priority, r.run_at, r.id FROM jobq.ready r
+                 WHERE r.queue_hash = v_hash AND r.priority = v_p AND r.fairness_key = v_key
+                   AND r.queue = _fair_next.queue AND r.run_at <= now
+                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                 ORDER BY r.priority, r.fairness_key, r.run_at, r.id
+                 LIMIT 1;
+            END IF;
+            RETURN;
+        END IF;
+        EXIT WHEN v_p = 2147483647;
+        v_from := v_p + 1;
+    END LOOP;
+END $$;
+
+CREATE FUNCTION jobq._prune_fairness() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    q text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    FOR q IN SELECT DISTINCT f.queue FROM jobq.fairness f LOOP
+        CONTINUE WHEN NOT pg_try_advisory_lock(1785684593, hashtext('fairness:' || q));
+        BEGIN
+            DELETE FROM jobq.fairness f
+             WHERE f.ctid = ANY (ARRAY(
+                       SELECT g.ctid FROM jobq.fairness g
+                        WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.weight = 1
+                          AND NOT EXISTS (SELECT 1 FROM jobq.ready r
+                                           WHERE r.queue_hash = hashtext(q) AND r.fairness_key = g.fairness_key
+                                             AND r.queue = q)
+                          FOR UPDATE SKIP LOCKED));
+            DELETE FROM jobq.fairness f
+             WHERE f.ctid = ANY (ARRAY(
+                       SELECT g.ctid FROM jobq.fairness g
+                        WHERE g.queue = q AND g.fairness_key IS NULL AND g.weight = 1
+                          AND NOT EXISTS (SELECT 1 FROM jobq.fairness h WHERE h.queue = q AND h.fairness_key IS NOT NULL)
+                          FOR UPDATE SKIP LOCKED));
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
+            RAISE;
+        END;
+        PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
+    END LOOP;
+END $$;
+
+-- A job's fairness key reaches its ready row, its lookups, the compaction and the waits.
+CREATE OR REPLACE FUNCTION jobq._enter_ready(ids bigint[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp SET enable_seqscan = off AS $$
+DECLARE
+    v_groups integer;
+BEGIN
+    -- One pass: the inserted rows' keys feed the floors. The rows of one call share queue,
+    -- priority and run_at but for a requeue by the reaper.
+    WITH ins AS (
+        INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
+                                concurrency_limit, while_key, rate_key, fairness_key)
+        SELECT j.queue, j.priority, j.run_at, j.id, j.kind,
+               j.concurrency_key IS NOT NULL OR j.rate_key IS NOT NULL
+                   OR coalesce(j.unique_strategy IN ('while_executing', 'until_executing'), false),
+               j.concurrency_key, j.concurrency_limit,
+               CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END, j.rate_key,
+               j.fairness_key
+          FROM jobq.live_jobs j
+         WHERE j.id = ANY (ids) AND j.state = 'ready'
+        RETURNING queue, priority, run_at, id, fairness_key
+    )
+    SELECT count(*) INTO v_groups
+      FROM (SELECT jobq._lower_floor('jobq.ready'::regclass, i.queue, i.priority, i.run_at, min(i.id)),
+                   jobq._wake(i.queue, i.run_at, count(*)),  -- waiting checkouts, at commit
+                   -- a fairness key's turn (src/sql/fairness.sql)
+                   CASE WHEN bool_or(i.fairness_key IS NOT NULL) THEN
+                       jobq._fair_keys(i.queue, array_agg(DISTINCT i.fairness_key) FILTER (WHERE i.fairness_key IS NOT NULL))
+                   END
+              FROM ins i
+             GROUP BY i.queue, i.priority, i.run_at) g;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq._lock_ready(job bigint) RETURNS tid
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j     record;
+    prev  text;   -- what the last look found: the same twice means no ready row to lock
+    v     tid;
+BEGIN
+    LOOP
+        SELECT x.queue, x.priority, x.run_at, x.state, x.fairness_key INTO j FROM jobq.live_jobs x WHERE x.id = job;
+        IF NOT FOUND OR j.state <> 'ready' OR j::text = prev THEN
+            RETURN NULL;
+        END IF;
+        IF j.fairness_key IS NULL THEN
+            SELECT r.ctid INTO v FROM jobq.ready r
+             WHERE r.queue_hash = hashtext(j.queue) AND r.queue = j.queue AND r.fairness_key IS NULL
+               AND r.priority = j.priority AND r.run_at = j.run_at AND r.id = job
+               FOR UPDATE OF r;
+        ELSE
+            SELECT r.ctid INTO v FROM jobq.ready r
+             WHERE r.queue_hash = hashtext(j.queue) AND r.queue = j.queue AND r.fairness_key = j.fairness_key
+               AND r.priority = j.priority AND r.run_at = j.run_at AND r.id = job
+               FOR UPDATE OF r;
+        END IF;
+        IF FOUND THEN
+            RETURN v;
+        END IF;
+        prev := j::text;
+    END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq._compact(min_dead bigint, lock_wait interval DEFAULT '50 ms') RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_live     jobq.live_jobs[];
+    v_ready    jobq.ready[];
+    v_slots    jobq.slots[];
+    v_dead     bigint;
+    v_rows     bigint;
+    v_before   bigint;
+    v_start    timestamptz;
+    v_until    timestamptz;
+    v_table    regclass;
+    -- The hot tables, in the order they are locked (checkout's).
+    v_tables   regclass[] := ARRAY['jobq.ready'::regclass, 'jobq.live_jobs'::regclass, 'jobq.slots'::regclass];
+BEGIN
+    -- Its copy must see every row committed before it got its lock: a statement's snapshot
+    -- taken after the LOCK, which only READ COMMITTED gives (a transaction snapshot taken
+    -- before it would miss rows, and the TRUNCATE would lose them).
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jobq: compaction needs READ COMMITTED' USING ERRCODE = '0A000';
+    END IF;
+    IF min_dead > 0 THEN
+        SELECT sum(pg_stat_get_dead_tuples(t)), sum(pg_stat_get_live_tuples(t)) INTO v_dead, v_rows
+          FROM unnest(v_tables) t;
+        IF v_dead < greatest(min_dead, 4 * v_rows) OR v_rows > 100000 THEN
+            RETURN false;
+        END IF;
+        -- Only where vacuum cannot do it: something has held the xmin horizon for more than
+        -- 10 s (a replication slot or a prepared transaction for any time). Without that, the
+        -- dead versions are autovacuum's, however many pile up between its visits.
+        IF NOT EXISTS (SELECT 1 FROM jobq._oldest_horizon() h
+                        WHERE h.xact_age IS NULL OR h.xact_age > interval '10 seconds') THEN
+            RETURN false;
+        END IF;
+        -- A prepared transaction's locks have no pid: they count as old.
+        IF EXISTS (SELECT 1 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'relation' AND l.granted
+                      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND l.relation = ANY (v_tables::oid[])
+                      AND l.pid IS DISTINCT FROM pg_backend_pid()
+                      AND (l.pid IS NULL OR a.xact_start < clock_timestamp() - interval '1 second')) THEN
+            RETURN false;
+        END IF;
+        IF jobq._dump_connected() THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- In checkout's order (jobq.ready, jobq.live_jobs, then jobq.slots), and never waiting as
+    -- long as the deadlock detector would: every call that comes meanwhile queues behind this
+    -- request, and one that waited deadlock_timeout would run the detector and could be picked.
+    -- One budget for the three (lock_timeout counts each wait on its own): each table gets
+    -- what the ones before it left. A lock not granted in time is NULL, tried again later.
+    v_until := clock_timestamp() + least(coalesce(lock_wait, interval '50 ms'),
+                                         current_setting('deadlock_timeout')::interval / 2);
+    BEGIN
+        FOREACH v_table IN ARRAY v_tables LOOP
+            PERFORM set_config('lock_timeout',
+                greatest(1, extract(epoch FROM v_until - clock_timestamp()) * 1000)::integer || 'ms', true);
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_table);
+        END LOOP;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN NULL;
+    END;
+    -- Once more under the lock: a pg_dump that connected since the look above may have taken
+    -- its snapshot already (a narrow window remains: one that connects from here to the commit).
+    IF min_dead > 0 AND jobq._dump_connected() THEN
+        RETURN false;
+    END IF;
+    v_start := clock_timestamp();
+    -- Before the truncation, under the lock: whoever locks the tables next reads it.
+    IF NOT jobq._note_compaction() THEN
+        RAISE EXCEPTION 'jobq: compaction needs jobq in shared_preload_libraries'
+            USING ERRCODE = '55000';
+    END IF;
+    v_before := (SELECT sum(pg_total_relation_size(t)) FROM unnest(v_tables) t);
+    SELECT array_agg(j) INTO v_live FROM jobq.live_jobs j;
+    SELECT array_agg(r) INTO v_ready FROM jobq.ready r;
+    SELECT array_agg(s) INTO v_slots FROM jobq.slots s;
+    TRUNCATE jobq.live_jobs, jobq.ready, jobq.slots;
+    INSERT INTO jobq.live_jobs SELECT * FROM unnest(v_live);
+    INSERT INTO jobq.slots SELECT * FROM unnest(v_slots);
+    -- ready's stored queue_hash is computed again, not copied.
+    INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
+                            concurrency_limit, while_key, rate_key, fairness_key)
+    SELECT r.queue, r.priority, r.run_at, r.id, r.kind, r.keyed, r.concurrency_key,
+           r.concurrency_limit, r.while_key, r.rate_key, r.fairness_key
+      FROM unnest(v_ready) r;
+    RAISE LOG 'jobq: compacted the hot tables in % ms: % jobs kept, % MB before, % MB after',
+        round(extract(epoch FROM clock_timestamp() - v_start) * 1000, 1),
+        coalesce(array_length(v_live, 1), 0), round(v_before / 1048576.0, 1),
+        round((SELECT sum(pg_total_relation_size(t)) FROM unnest(v_tables) t) / 1048576.0, 1);
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION jobq._checkout_waiting(worker uuid, queues text[], max_jobs integer, wait interval)
+RETURNS SETOF jobq.job
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_until  timestamptz;
+    v_look   timestamptz;
+    v_due    timestamptz;
+    v_keys   text[];
+    v_rates  text[];
+    v_rate   text;
+    v_opens  timestamptz;
+    v_opening integer;
+    v_hashes integer[] := ARRAY(SELECT hashtext(q) FROM unnest(queues) q);  -- ready_by_queue's keys
+BEGIN
+    IF wait <= interval '0' OR wait > interval '1 hour' THEN
+        RAISE EXCEPTION 'jobq: wait must be more than 0 and at most 1 hour, got %', wait USING ERRCODE = '22023';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jobq: jobq_checkout with wait needs READ COMMITTED'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'A transaction snapshot never sees the jobs committed after it was taken.';
+    END IF;
+    v_until := clock_timestamp() + wait;
+    IF NOT jobq._wait_begin(worker, queues) THEN
+        -- No waiter slot (no preload, or all taken): no reap pass keeps this worker alive
+        -- while it waits, so the wait ends before its heartbeat could run out.
+        v_until := least(v_until, clock_timestamp() + current_setting('jobq.heartbeat_timeout')::interval / 2);
+    END IF;
+    LOOP
+        -- A worker that stops checking out (jobq_stop_checkouts, src/sql/workers.sql) waits no
+        -- more: read before each look, so a call rung for it, or begun after it, returns at
+        -- once (its looks would claim nothing).
+        EXIT WHEN EXISTS (SELECT 1 FROM jobq.workers w
+                           WHERE w.id = worker AND w.stopping_at IS NOT NULL AND jobq._may_act_for(w.owner));
+        BEGIN
+            v_look := clock_timestamp();
+            RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
+            IF FOUND THEN
+                PERFORM jobq._wait_end(false);  -- no longer a waiter, whatever the transaction does next
+                RETURN;
+            END IF;
+            -- What no commit for these queues announces, read anew at each look (a scan of
+            -- these queues' waiting rows: none of them could start): the earliest scheduled job
+            -- comes due (the waiter's alarm; a commit that schedules an earlier one moves it);
+            -- a slot is freed, by a job of any queue, of a key that holds back a due job
+            -- (`_freed`'s names: 'c' and a concurrency key, 'u' and a while_executing key); a
+            -- rate window that holds one back opens.
+            SELECT min(r.run_at) FILTER (WHERE r.run_at > v_look),
+                   array_agg(DISTINCT 'c' || r.concurrency_key) FILTER (WHERE r.run_at <= v_look AND r.concurrency_key IS NOT NULL)
+                   || array_agg(DISTINCT 'u' || r.while_key) FILTER (WHERE r.run_at <= v_look AND r.while_key IS NOT NULL),
+                   array_agg(DISTINCT r.rate_key) FILTER (WHERE r.run_at <= v_look AND r.rate_key IS NOT NULL)
+              INTO v_due, v_keys, v_rates
+              FROM (SELECT x.run_at, x.concurrency_key, x.while_key, x.rate_key FROM jobq.ready x
+                     WHERE x.fairness_key IS NULL  -- ready_by_queue
+                       AND (queues IS NULL OR (x.queue_hash = ANY (v_hashes) AND x.queue = ANY (queues)))
+                    UNION ALL
+                    SELECT x.run_at, x.concurrency_key, x.while_key, x.rate_key FROM jobq.ready x
+                     WHERE x.fairness_key IS NOT NULL  -- ready_fair (src/sql/fairness.sql)
+                       AND (queues IS NULL OR (x.queue_hash = ANY (v_hashes) AND x.queue = ANY (queues)))) r;
+            -- The earliest of their full windows (its oldest start, through rate_slots_oldest,
+            -- still in it) opens when that start leaves it, strictly after last_start + per
+            -- (jobq._take_rate), with every start made at the same moment.
+            SELECT l.key, o.oldest + l.per + interval '1 ms',
+                   (SELECT count(*) FROM jobq.rate_slots s
+                     WHERE s.key = l.key AND s.last_start = o.oldest AND s.slot <= l.max_starts)
+              INTO v_rate, v_opens, v_opening
+              FROM jobq.rate_limits l
+             CROSS JOIN LATERAL (SELECT s.last_start AS oldest FROM jobq.rate_slots s
+                                  WHERE s.key = l.key AND s.slot <= l.max_starts
+                                  ORDER BY s.last_start LIMIT 1) o
+             WHERE l.key = ANY (v_rates) AND o.oldest >= v_look - l.per
+             ORDER BY 2
+             LIMIT 1;
+            -- Nothing claimed: let go of whatever the look locked, and of the locks on the
+            -- tables it read (held, they would block DDL on them for the whole wait).
+            RAISE SQLSTATE 'JQ000';
+        EXCEPTION WHEN SQLSTATE 'JQ000' THEN
+            NULL;
+        END;
+        EXIT WHEN clock_timestamp() >= v_until;
+        PERFORM jobq._wait(v_until, v_due, v_keys, v_rate, v_opens, coalesce(v_opening, 1));
+    END LOOP;
+    PERFORM jobq._wait_end(true);  -- ran out: what its last look could not use goes on
+END $$;
+
+-- A new last argument (fairness_key): the old functions go.
+DROP FUNCTION jobq._insert_job(bigint, text, jsonb, text, integer, timestamptz, integer, text, text, text, integer, text, bigint[], text);
+CREATE FUNCTION jobq._insert_job(
+    id                bigint,
+    queue             text,
+    payload           jsonb,
+    kind              text,
+    priority          integer,
+    run_at            timestamptz,
+    max_attempts      integer,
+    unique_key        text,
+    unique_strategy   text,
+    concurrency_key   text,
+    concurrency_limit integer,
+    rate_key          text,
+    depends_on        bigint[] DEFAULT NULL,
+    state             text DEFAULT 'ready',    -- or 'blocked', or 'cancelled' (jobq._depend)
+    fairness_key      text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+BEGIN
+    -- The hot tables in their one lock order: jobq.ready before jobq.live_jobs, as checkout and
+    -- the compaction (src/sql/compact.sql) take them. Inserting the job row first would hold
+    -- live_jobs while waiting for ready: a compaction holding ready and waiting for live_jobs
+    -- then never gets it (measured: keyed enqueues kept every compaction off after the first).
+    LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
+    INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
+                           unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key,
+                           depends_on, finished_at, fairness_key)
+    VALUES (id, queue, kind, payload, priority, run_at, v_now, _insert_job.state, max_attempts,
+            unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
+            concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key,
+            _insert_job.depends_on, CASE WHEN _insert_job.state = 'cancelled' THEN v_now END,
+            _insert_job.fairness_key);
+    PERFORM jobq._tally(queue, 'enqueued', NULL, v_now);  -- the dashboard's counters (src/counters.rs)
+    IF _insert_job.state = 'cancelled' THEN
+        -- A parent already failed (on_parent_failure 'cancel'): finished at once, keys freed.
+        PERFORM jobq._archive(ARRAY[id]);
+        PERFORM jobq._release_keys(id, queue, 'cancelled', unique_key, unique_strategy, NULL, NULL);
+        RETURN id;
+    END IF;
+    PERFORM jobq._enter_ready(ARRAY[id]);  -- nothing for a blocked job
+
+    -- One notification per queue per transaction: PostgreSQL folds identical ones, and
+    -- jobq._notify (deferred) notes a queue once.
+    IF run_at <= v_now THEN
+        PERFORM jobq._notify(queue);
+    END IF;
+    RETURN id;
+END $$;
+
+DROP FUNCTION jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text);
+CREATE FUNCTION jobq_enqueue(
+    queue             text,
+    payload           jsonb       DEFAULT '{}',
+    kind              text        DEFAULT NULL,
+    priority          integer     DEFAULT 0,
+    run_at            timestamptz DEFAULT NULL,
+    max_attempts      integer     DEFAULT 25,
+    unique_key        text        DEFAULT NULL,
+    unique_strategy   text        DEFAULT 'until_executed',
+    on_conflict       text        DEFAULT 'reject',
+    concurrency_key   text        DEFAULT NULL,
+    concurrency_limit integer     DEFAULT 1,
+    rate_key          text        DEFAULT NULL,
+    depends_on        bigint[]    DEFAULT NULL,
+    on_parent_failure text        DEFAULT 'cancel',
+    fairness_key      text        DEFAULT NULL    -- its turn in a fair checkout (src/sql/fairness.sql)
+) RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS 'MODULE_PATHNAME', 'jobq_enqueue';
+DROP FUNCTION jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer);
+
 -- The functions that check a limited role's queues, and the views that show it its rows.
 
 -- A new last argument (checked): the old function goes.
@@ -204,6 +916,7 @@ CREATE FUNCTION jobq._enqueue(
     rate_key          text,
     depends_on        bigint[],
     on_parent_failure text,
+    fairness_key      text DEFAULT NULL,
     checked           boolean DEFAULT true  -- false: the caller's grants are not checked (schedules' ticks)
 ) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -248,6 +961,8 @@ BEGIN
         RAISE EXCEPTION 'jobq: concurrency_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
     ELSIF rate_key = '' THEN
         RAISE EXCEPTION 'jobq: rate_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF fairness_key = '' OR octet_length(fairness_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: fairness_key must be 1 to 1000 bytes (use NULL for none)' USING ERRCODE = '22023';
     ELSIF on_parent_failure NOT IN ('cancel', 'run') THEN
         RAISE EXCEPTION 'jobq: unknown on_parent_failure "%"', on_parent_failure
             USING ERRCODE = '22023', HINT = 'Use cancel or run.';
@@ -333,16 +1048,17 @@ BEGIN
     END IF;
     RETURN jobq._insert_job(v_id, queue, payload, kind, priority, v_run_at, max_attempts,
                             unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key,
-                            depends_on, v_state);
+                            depends_on, v_state, fairness_key);
 END $$;
 
-CREATE OR REPLACE FUNCTION jobq_enqueue_batch(
+CREATE FUNCTION jobq_enqueue_batch(
     queue        text,
     payloads     jsonb[],
     kind         text        DEFAULT NULL,
     priority     integer     DEFAULT 0,
     run_at       timestamptz DEFAULT NULL,
-    max_attempts integer     DEFAULT 25
+    max_attempts integer     DEFAULT 25,
+    fairness_key text        DEFAULT NULL   -- every job's (src/sql/fairness.sql)
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -363,6 +1079,8 @@ BEGIN
         RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
     ELSIF max_attempts < 1 THEN
         RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    ELSIF fairness_key = '' OR octet_length(fairness_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: fairness_key must be 1 to 1000 bytes (use NULL for none)' USING ERRCODE = '22023';
     END IF;
     PERFORM jobq._require('producer', ARRAY[queue], 'queue');  -- src/sql/grants.sql
     IF cardinality(payloads) = 0 THEN
@@ -372,8 +1090,8 @@ BEGIN
     LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     -- Ids come from the sequence in row order, so ordering by id is payload order.
     WITH ins AS (
-        INSERT INTO jobq.live_jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
-        SELECT queue, kind, p.payload, priority, v_run_at, v_now, 'ready', max_attempts
+        INSERT INTO jobq.live_jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts, fairness_key)
+        SELECT queue, kind, p.payload, priority, v_run_at, v_now, 'ready', max_attempts, fairness_key
           FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
          ORDER BY p.ord
         RETURNING id
@@ -406,7 +1124,7 @@ BEGIN
     FOR c IN
         SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key
           FROM jobq.ready r
-         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
+         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL AND r.run_at <= now
            AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
            AND (r.priority, r.run_at, r.id) >= (fp, fr, fi)  -- the claim floor (fp, fr, fi)
            AND (NOT paused OR NOT EXISTS (
@@ -478,6 +1196,7 @@ DECLARE
     cur        refcursor;
     v_grants   text[];               -- a limited role's worker patterns, for a call of every queue
     v_ok       boolean;
+    v_fair     boolean;              -- the call may take from a fair queue
 BEGIN
     -- A limited role (src/sql/grants.sql) checks out of the queues granted to it as a worker:
     -- those it names must be, and a call of every queue (NULL) walks past the others.
@@ -508,6 +1227,9 @@ BEGIN
     -- The worker, judged by one lookup by primary key (src/liveness.rs), not by a part of the
     -- claim statement: that part cost every checkout ~39,000 instructions.
     v_live := jobq._usable_worker(worker);
+    -- A call that may take from a fair queue is jobq._checkout_fair's (src/sql/fairness.sql);
+    -- where no queue is fair, one look at an empty table.
+    v_fair := EXISTS (SELECT 1 FROM jobq.fairness f WHERE queues IS NULL OR f.queue = ANY (queues));
     -- Where the walk starts: past the dead entries of earlier claims (src/floors.rs).
     SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;
 
@@ -524,13 +1246,14 @@ BEGIN
     -- with `cand` gets a hash join over the whole table in the generic plan (which guesses
     -- LIMIT max_jobs at 10% of the table). The two statements differ only in the queue
     -- condition, so that each gets the index that serves its order.
-    IF v_rc AND v_live THEN
+    IF v_rc AND v_live AND NOT v_fair THEN
         IF v_queue IS NOT NULL THEN
             RETURN QUERY
             WITH cand AS (
                 SELECT r.ctid AS rid, r.id, r.keyed
                   FROM jobq.ready r
-                 WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.run_at <= v_now
+                 WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
                    AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
@@ -560,7 +1283,7 @@ BEGIN
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints, j.fairness_key
               FROM claimed j
              ORDER BY j.priority, j.run_at, j.id;
         ELSE
@@ -568,7 +1291,8 @@ BEGIN
             WITH cand AS (
                 SELECT r.ctid AS rid, r.id, r.keyed
                   FROM jobq.ready r
-                 WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                 WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
                    AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
                    AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
@@ -599,7 +1323,7 @@ BEGIN
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints, j.fairness_key
               FROM claimed j
              ORDER BY j.priority, j.run_at, j.id;
         END IF;
@@ -620,7 +1344,9 @@ BEGIN
         PERFORM jobq._refuse_worker(worker);
     END IF;
     v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
-    IF NOT v_rc THEN
+    IF v_fair THEN
+        v_claimed := jobq._checkout_fair(worker, queues, max_jobs, v_now, v_grants);
+    ELSIF NOT v_rc THEN
         v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused, v_fp, v_fr, v_fi);
     ELSE
         LOOP
@@ -634,7 +1360,8 @@ BEGIN
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
                            r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
-                     WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.run_at <= v_now
+                     WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
@@ -669,7 +1396,8 @@ BEGIN
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
                            r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
-                     WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                     WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
                        AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
@@ -738,7 +1466,7 @@ BEGIN
     RETURN QUERY
     SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
            j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-           j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+           j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints, j.fairness_key
       FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
       JOIN jobq.live_jobs j ON j.id = k.id
      ORDER BY k.ord;
@@ -1191,7 +1919,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS
 DECLARE
     v_keys    text[] := ARRAY['queue', 'payload', 'kind', 'priority', 'run_at', 'max_attempts', 'unique_key',
                               'unique_strategy', 'on_conflict', 'concurrency_key', 'concurrency_limit',
-                              'rate_key', 'depends_on', 'on_parent_failure', 'after'];
+                              'rate_key', 'depends_on', 'on_parent_failure', 'fairness_key', 'after'];
     v_ids     bigint[] := '{}';
     v_parents bigint[];
     v_bad     text;
@@ -1248,7 +1976,8 @@ BEGIN
             coalesce(jobq._graph_value(j, 'concurrency_limit', 'integer', i)::integer, 1),
             j ->> 'rate_key',
             CASE WHEN cardinality(v_parents) > 0 THEN v_parents END,
-            coalesce(j ->> 'on_parent_failure', 'cancel'));
+            coalesce(j ->> 'on_parent_failure', 'cancel'),
+            j ->> 'fairness_key');
         i := i + 1;
     END LOOP;
     RETURN QUERY SELECT u.id FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;
@@ -1476,6 +2205,9 @@ BEGIN
     DELETE FROM jobq.queue_grants g
      WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.oid = g.role);
 
+    -- Fair checkout: the turns of keys that have no waiting job (src/sql/fairness.sql).
+    PERFORM jobq._prune_fairness();
+
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.
@@ -1536,13 +2268,27 @@ END $$;
 
 -- Privileges (src/sql/privileges.sql).
 REVOKE ALL ON FUNCTION jobq._limits(text), jobq._limits_of(oid, text), jobq._outside_jobs(text, bigint[]),
-    jobq._require_job(text, bigint, text), jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text, boolean),
+    jobq._require_job(text, bigint, text), jobq._enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text, text, boolean),
     jobq._patterns(text), jobq._sees(text, text[]), jobq._require(text, text[], text),
     jobq._require_jobs(text, bigint[]), jobq._sees_job(bigint), jobq._check_grant(regrole, text, text[]),
     jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint) TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) TO jobq_admin;
-GRANT SELECT ON jobq.queue_grants TO jobq_admin;
+REVOKE ALL ON FUNCTION jobq._fair_keys(text, text[]), jobq_set_fairness_weight(text, text, integer),
+    jobq._fair_claim(uuid, text, timestamptz, boolean, boolean, text[]),
+    jobq._fair_due(integer, text, text, integer, timestamptz, boolean), jobq._paused(text, text),
+    jobq._checkout_fair(uuid, text[], integer, timestamptz, text[]),
+    jobq._fair_next(text, timestamptz, boolean, text[]), jobq._prune_fairness(),
+    jobq._insert_job(bigint, text, jsonb, text, integer, timestamptz, integer, text, text, text, integer, text, bigint[], text, text),
+    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text, text),
+    jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text, text),
+    jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer, text)
+TO jobq_producer;
+GRANT EXECUTE ON FUNCTION jobq_set_fairness_weight(text, text, integer) TO jobq_admin;
+GRANT SELECT ON jobq.queue_grants, jobq.fairness TO jobq_admin;
 
 -- Row level security on the tables jobq_reader reads directly: a limited role (src/sql/grants.sql)
 -- reads the rows of its queues only; its own workers; the locks whose keys its patterns cover or

@@ -47,9 +47,13 @@ const CONCURRENCY_LIMIT: usize = 10;
 const RATE_KEY: usize = 11;
 const DEPENDS_ON: usize = 12;
 const ON_PARENT_FAILURE: usize = 13;
-const ARGS: usize = 14;
-/// The SQL that serves every case, with the fourteen arguments.
+const FAIRNESS_KEY: usize = 14;
+const ARGS: usize = 15;
+/// The SQL that serves every case, with the first fourteen arguments: a job without a fairness
+/// key, whatever release's SQL runs with this library (a fairness key needs 0.5's).
 const EVERY_CASE: &str = "SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+/// The same with the fifteenth, the fairness key.
+const FAIR_CASE: &str = "SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, fairness_key => $15)";
 const TYPES: [pg_sys::Oid; ARGS] = [
     pg_sys::TEXTOID,
     pg_sys::JSONBOID,
@@ -64,6 +68,7 @@ const TYPES: [pg_sys::Oid; ARGS] = [
     pg_sys::INT4OID,
     pg_sys::TEXTOID,
     pg_sys::INT8ARRAYOID,
+    pg_sys::TEXTOID,
     pg_sys::TEXTOID,
 ];
 
@@ -131,17 +136,19 @@ pub extern "C" fn pg_finfo_jobq_enqueue() -> &'static pg_sys::Pg_finfo_record {
 
 /// `jobq_enqueue(queue, payload, kind, priority, run_at, max_attempts, unique_key,
 /// unique_strategy, on_conflict, concurrency_key, concurrency_limit, rate_key, depends_on,
-/// on_parent_failure)` (declared in
+/// on_parent_failure, fairness_key)` (declared in
 /// src/sql/enqueue.sql: `SECURITY DEFINER`, its search_path pinned, like every jobq_* function).
 #[no_mangle]
 #[pg_guard]
 pub unsafe extern "C-unwind" fn jobq_enqueue(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // An older release's SQL declares fourteen arguments (no fairness key).
+    let nargs = (*fcinfo).nargs as usize;
     let args: [Option<pg_sys::Datum>; ARGS] = std::array::from_fn(|n| {
-        (!pgrx::fcinfo::pg_arg_is_null(fcinfo, n)).then(|| pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n))
+        (n < nargs && !pgrx::fcinfo::pg_arg_is_null(fcinfo, n)).then(|| pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, n))
     });
     let id = match common(&args) {
         Some(job) => fast(&job),
-        None => sql(EVERY_CASE, &args, None),
+        None => every_case(&args),
     };
     match id {
         Some(id) => pg_sys::Datum::from(id),
@@ -149,9 +156,18 @@ pub unsafe extern "C-unwind" fn jobq_enqueue(fcinfo: pg_sys::FunctionCallInfo) -
     }
 }
 
-/// `query` through a kept plan with the fourteen arguments (and `id` as `$15`, when given).
-unsafe fn sql(query: &'static str, args: &[Option<pg_sys::Datum>; ARGS], id: Option<i64>) -> Option<i64> {
-    let mut types = TYPES.to_vec();
+/// The SQL that serves every case (with the fairness key only when there is one).
+unsafe fn every_case(args: &[Option<pg_sys::Datum>; ARGS]) -> Option<i64> {
+    if args[FAIRNESS_KEY].is_some() {
+        sql(FAIR_CASE, args, None)
+    } else {
+        sql(EVERY_CASE, &args[..FAIRNESS_KEY], None)
+    }
+}
+
+/// `query` through a kept plan with `args` as `$1`... (and `id` after them, when given).
+unsafe fn sql(query: &'static str, args: &[Option<pg_sys::Datum>], id: Option<i64>) -> Option<i64> {
+    let mut types = TYPES[..args.len()].to_vec();
     let mut values: Vec<DatumWithOid> = args
         .iter()
         .zip(TYPES)
@@ -186,8 +202,9 @@ unsafe fn common(args: &[Option<pg_sys::Datum>; ARGS]) -> Option<Job> {
     let (priority, max_attempts, climit) = (args[PRIORITY]?, args[MAX_ATTEMPTS]?, args[CONCURRENCY_LIMIT]?);
     args[PAYLOAD]?;
     let (strategy, on_conflict) = (name(UNIQUE_STRATEGY)?, name(ON_CONFLICT)?);
-    // A job with dependencies is the SQL's (src/sql/workflows.sql), as is a policy it refuses.
-    if args[DEPENDS_ON].is_some() || !matches!(name(ON_PARENT_FAILURE)?, b"cancel" | b"run") {
+    // A job with dependencies is the SQL's (src/sql/workflows.sql), as is one with a fairness
+    // key (src/sql/fairness.sql) and a policy it refuses.
+    if args[DEPENDS_ON].is_some() || args[FAIRNESS_KEY].is_some() || !matches!(name(ON_PARENT_FAILURE)?, b"cancel" | b"run") {
         return None;
     }
     let (unique_key, ckey, rate_key) = (name(UNIQUE_KEY), name(CONCURRENCY_KEY), name(RATE_KEY));
@@ -229,7 +246,7 @@ unsafe fn fast(job: &Job) -> Option<i64> {
     let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
     let (ready_id, live_id, seq_id) = (relid(c"ready"), relid(c"live_jobs"), relid(c"jobs_id_seq"));
     if [ready_id, live_id, seq_id].contains(&pg_sys::InvalidOid) {
-        return sql(EVERY_CASE, &job.args, None);
+        return every_case(&job.args);
     }
     // nextval(regclass) itself (its permission check passes: this runs as the tables' owner).
     let id = pg_sys::DirectFunctionCall1Coll(Some(sql_fn::nextval_oid), pg_sys::InvalidOid, pg_sys::Datum::from(seq_id)).value() as i64;
@@ -241,7 +258,7 @@ unsafe fn fast(job: &Job) -> Option<i64> {
         // on_conflict says (with an id of its own).
         let locks = relid(c"locks");
         if locks == pg_sys::InvalidOid || take_key(locks, job.args[UNIQUE_KEY].unwrap(), id, job.now) != Some(true) {
-            return sql(EVERY_CASE, &job.args, None);
+            return every_case(&job.args);
         }
     }
     // The hot tables in their one lock order, jobq.ready first (as checkout and the compaction
@@ -263,7 +280,7 @@ unsafe fn fast(job: &Job) -> Option<i64> {
         // Tables that are not the expected ones: the SQL's own insert, with this id.
         return sql(
             "SELECT jobq._insert_job($15, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12)",
-            &job.args,
+            &job.args[..FAIRNESS_KEY],
             Some(id),
         );
     }
@@ -354,16 +371,17 @@ unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Col
         return Some(c);
     }
     use pg_sys::{BOOLOID as B, INT4OID as I, INT8ARRAYOID as LA, INT8OID as L, JSONBOID as J, TEXTOID as T, TIMESTAMPTZOID as TS, UUIDOID as U};
-    const LIVE: [(&str, pg_sys::Oid); 26] = [
+    const LIVE: [(&str, pg_sys::Oid); 27] = [
         ("id", L), ("queue", T), ("kind", T), ("payload", J), ("priority", I), ("run_at", TS), ("enqueued_at", TS),
         ("state", T), ("attempt", I), ("max_attempts", I), ("unique_key", T), ("unique_strategy", T),
         ("concurrency_key", T), ("concurrency_limit", I), ("worker_id", U), ("started_at", TS), ("finished_at", TS),
         ("interrupted_at", TS), ("cancel_requested_at", TS), ("concurrency_slot", I), ("last_error", J), ("result", J),
-        ("rate_key", T), ("errors", J), ("depends_on", LA), ("checkpoints", J),
+        ("rate_key", T), ("errors", J), ("depends_on", LA), ("checkpoints", J), ("fairness_key", T),
     ];
-    const READY: [(&str, pg_sys::Oid); 11] = [
+    // fairness_key: left NULL, as this path writes only jobs without one.
+    const READY: [(&str, pg_sys::Oid); 12] = [
         ("queue", T), ("priority", I), ("run_at", TS), ("id", L), ("kind", T), ("keyed", B), ("concurrency_key", T),
-        ("concurrency_limit", I), ("while_key", T), ("rate_key", T), ("queue_hash", I),
+        ("concurrency_limit", I), ("while_key", T), ("rate_key", T), ("queue_hash", I), ("fairness_key", T),
     ];
     // Every column is one of these, of its type (a dropped one is left NULL, as the executor
     // leaves it), so that no column has a default or a type the fast path would not write.

@@ -272,6 +272,7 @@ fn lowest_row(queue: Option<&str>, from: Key) -> Result<Option<Key>, ()> {
         let t = c.select(
             "SELECT r.priority, r.run_at, r.id FROM jobq.ready r
               WHERE ($1::text IS NULL OR (r.queue_hash = hashtext($1) AND r.queue = $1))
+                AND r.fairness_key IS NULL  -- the plain walks' rows (ready_by_queue, ready_any)
                 AND (r.priority, r.run_at, r.id) >= ($2, $3, $4)
               ORDER BY r.priority, r.run_at, r.id LIMIT 1",
             None,

@@ -108,7 +108,8 @@ extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers", 
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/rate_limits.sql", name = "rate_limits", requires = ["locks"]);
 extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["rate_limits", waits::jobq::wait_begin, waits::jobq::wait, liveness::jobq::usable_worker]);
-extension_sql_file!("sql/finish.sql", name = "finish", requires = ["checkout", gucs::jobq::retention_ms]);
+extension_sql_file!("sql/fairness.sql", name = "fairness", requires = ["checkout"]);
+extension_sql_file!("sql/finish.sql", name = "finish", requires = ["fairness", gucs::jobq::retention_ms]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
 extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause", schedules::jobq::cron_next, schedules::jobq::cron_latest]);
 extension_sql_file!("sql/counters.sql", name = "counters", requires = ["schedules", counters::jobq::take_tallies, counters::jobq::histogram_add, counters::jobq::histogram_quantile]);

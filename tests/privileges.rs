@@ -102,6 +102,7 @@ fn a_role_granted_nothing_is_refused_everything() {
         "SELECT jobq_schedule('s', '* * * * *', 'q')".to_string(),
         "SELECT jobq_unschedule('s')".to_string(),
         "SELECT jobq_set_rate_limit('k', 1, '1 s')".to_string(),
+        "SELECT jobq_set_fairness_weight('q', 'k', 2)".to_string(),
         "SELECT * FROM jobq.throughput(now() - interval '1 hour')".to_string(),
     ] {
         refused(&mut m, &sql);
@@ -191,6 +192,7 @@ const ADMIN_FUNCTIONS: &[&str] = &[
     "jobq_resume",
     "jobq_revoke_queues",
     "jobq_schedule",
+    "jobq_set_fairness_weight",
     "jobq_set_node",
     "jobq_set_rate_limit",
     "jobq_unschedule",
@@ -293,6 +295,7 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut p, "SELECT * FROM jobq_reap()");
     refused(&mut p, "SELECT jobq_schedule('s', '* * * * *', 'q')");
     refused(&mut p, "SELECT jobq_set_rate_limit('k', 1, '1 s')");
+    refused(&mut p, "SELECT jobq_set_fairness_weight('q', 'k', 2)");
     refused(&mut p, "INSERT INTO jobq.live_jobs (queue, payload, priority, run_at, enqueued_at, state, max_attempts) VALUES ('q', '{}', 0, now(), now(), 'ready', 1)");
 
     let mut w = cluster.connect_as(&db, &worker);
@@ -324,6 +327,8 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut w, "SELECT jobq_schedule('s', '* * * * *', 'q')");
     refused(&mut w, "SELECT jobq_unschedule('s')");
     refused(&mut w, "SELECT jobq_set_rate_limit('k', 1, '1 s')");
+    refused(&mut w, "SELECT jobq_set_fairness_weight('q', 'k', 2)");
+    refused(&mut w, "SELECT * FROM jobq.fairness");
     refused(&mut w, "SELECT jobq_set_node(1)");
     refused(&mut w, "SELECT * FROM jobq.crontab");
     refused(&mut w, "SELECT * FROM jobq.rate_limits");
@@ -339,6 +344,8 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     ad.execute("SELECT jobq_schedule('nightly', '0 3 * * *', 'q', time_zone => 'Europe/Paris')", &[]).unwrap();
     ad.execute("SELECT jobq_set_rate_limit('api', 10, '1 minute')", &[]).unwrap();
     ad.query("SELECT * FROM jobq.rate_limits", &[]).unwrap();
+    ad.execute("SELECT jobq_set_fairness_weight('q', 'k', 2)", &[]).unwrap();
+    ad.query("SELECT * FROM jobq.fairness", &[]).unwrap();
     // The admin may call jobq_set_node; this node has made jobs, so it says 55000, not 42501.
     assert_eq!(sqlstate(&ad.execute("SELECT jobq_set_node(1)", &[]).unwrap_err()), "55000");
     let seen: i64 = r.query_one("SELECT count(*) FROM jobq.schedules WHERE name = 'nightly'", &[]).unwrap().get(0);

@@ -120,8 +120,9 @@ fn contents(c: &mut Client) -> String {
     c.query_one(
         "SELECT concat_ws(' | ',
             -- (rate_key, errors: columns 0.2.0 added, NULL for every upgraded job; depends_on,
-            -- checkpoints: 0.3.0's, checked by upgraded_jobs_have_no_workflow)
-            (SELECT string_agg((to_jsonb(j) - 'rate_key' - 'errors' - 'depends_on' - 'checkpoints')::text, ',' ORDER BY id)
+            -- checkpoints: 0.3.0's, checked by upgraded_jobs_have_no_workflow; fairness_key:
+            -- 0.5.0's, checked there too)
+            (SELECT string_agg((to_jsonb(j) - 'rate_key' - 'errors' - 'depends_on' - 'checkpoints' - 'fairness_key')::text, ',' ORDER BY id)
                FROM jobq.jobs j),
             (SELECT string_agg(format('%s %s %s %s %s', id, name, metadata, heartbeat_at, backend_pid), ',' ORDER BY id) FROM jobq.workers),
             (SELECT string_agg(row_to_json(l)::text, ',' ORDER BY key) FROM jobq.locks l),
@@ -135,11 +136,15 @@ fn contents(c: &mut Client) -> String {
     .get(0)
 }
 
-/// 0.3.0's columns on jobs that were there before: no dependencies, no checkpoints (`{}`).
+/// 0.3.0's columns on jobs that were there before: no dependencies, no checkpoints (`{}`); and
+/// 0.5.0's: no fairness key.
 fn upgraded_jobs_have_no_workflow(c: &mut Client) {
     let (jobs, plain): (i64, i64) = {
         let r = c
-            .query_one("SELECT count(*), count(*) FILTER (WHERE depends_on IS NULL AND checkpoints = '{}') FROM jobq.jobs", &[])
+            .query_one(
+                "SELECT count(*), count(*) FILTER (WHERE depends_on IS NULL AND checkpoints = '{}' AND fairness_key IS NULL) FROM jobq.jobs",
+                &[],
+            )
             .unwrap();
         (r.get(0), r.get(1))
     };

@@ -193,6 +193,7 @@ fn roles_are_refused_through_the_proxy_as_on_a_node() {
         "SELECT jobq_set_node(0)",
         "SELECT jobq_grant_queues('app', 'worker', '{q}')",
         "SELECT jobq_revoke_queues('app', 'worker', '{q}')",
+        "SELECT jobq_set_fairness_weight('q', 'k', 2)",
         "SELECT * FROM jobq.queue_stats",
         "SELECT * FROM jobq.placements",
     ] {
@@ -207,6 +208,7 @@ fn roles_are_refused_through_the_proxy_as_on_a_node() {
         "SELECT jobq_schedule('s', '@daily', 'q')",
         "SELECT jobq_set_rate_limit('r', 1, '1 minute')",
         "SELECT jobq_grant_queues('app', 'worker', '{q}')",
+        "SELECT jobq_set_fairness_weight('q', 'k', 2)",
         "INSERT INTO jobq.placements VALUES ('q', 1)",
     ] {
         let e = app.query(call, &[]).unwrap_err();
@@ -670,4 +672,27 @@ fn queue_grants_hold_on_every_node_through_the_proxy() {
         assert_eq!(n, 0, "node {k}");
     }
     app.query_one("SELECT jobq_enqueue('other')", &[]).unwrap();
+}
+
+/// Fair checkout through the proxy (the contract, "Tenants"): the fairness key travels with the
+/// job to its queue's node, the weight is set there, and a checkout through the proxy serves the
+/// keys in turns and returns each job's key.
+#[test]
+fn fair_checkout_holds_through_the_proxy() {
+    let f = Fleet::new();
+    f.place("fair", 2);
+    let mut admin = f.proxy_as("admin");
+    let mut app = f.proxy_as("app");
+    admin.execute("SELECT jobq_set_fairness_weight('fair', 'big', 2)", &[]).unwrap();
+    let weight: i32 = f.node(2).query_one("SELECT weight FROM jobq.fairness WHERE fairness_key = 'big'", &[]).unwrap().get(0);
+    assert_eq!(weight, 2, "set on the queue's node");
+    app.execute("SELECT count(*) FROM jobq_enqueue_batch('fair', array_fill('{}'::jsonb, ARRAY[6]), fairness_key => 'big')", &[]).unwrap();
+    app.execute("SELECT jobq_enqueue('fair', fairness_key => 'small')", &[]).unwrap();
+    app.execute("SELECT jobq_enqueue('fair', fairness_key => 'small')", &[]).unwrap();
+    let w = register(&mut app);
+    let mut keys = Vec::new();
+    while let Some(r) = app.query("SELECT fairness_key FROM jobq_checkout($1, ARRAY['fair'])", &[&w]).unwrap().first() {
+        keys.push(r.get::<_, String>(0));
+    }
+    assert_eq!(keys, ["big", "big", "small", "big", "big", "small", "big", "big"]);
 }

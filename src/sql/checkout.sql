@@ -157,7 +157,7 @@ BEGIN
     FOR c IN
         SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key
           FROM jobq.ready r
-         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= now
+         WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL AND r.run_at <= now
            AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
            AND (r.priority, r.run_at, r.id) >= (fp, fr, fi)  -- the claim floor (fp, fr, fi)
            AND (NOT paused OR NOT EXISTS (
@@ -249,6 +249,7 @@ DECLARE
     cur        refcursor;
     v_grants   text[];               -- a limited role's worker patterns, for a call of every queue
     v_ok       boolean;
+    v_fair     boolean;              -- the call may take from a fair queue
 BEGIN
     -- A limited role (src/sql/grants.sql) checks out of the queues granted to it as a worker:
     -- those it names must be, and a call of every queue (NULL) walks past the others.
@@ -279,6 +280,9 @@ BEGIN
     -- The worker, judged by one lookup by primary key (src/liveness.rs), not by a part of the
     -- claim statement: that part cost every checkout ~39,000 instructions.
     v_live := jobq._usable_worker(worker);
+    -- A call that may take from a fair queue is jobq._checkout_fair's (src/sql/fairness.sql);
+    -- where no queue is fair, one look at an empty table.
+    v_fair := EXISTS (SELECT 1 FROM jobq.fairness f WHERE queues IS NULL OR f.queue = ANY (queues));
     -- Where the walk starts: past the dead entries of earlier claims (src/floors.rs).
     SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;
 
@@ -295,13 +299,14 @@ BEGIN
     -- with `cand` gets a hash join over the whole table in the generic plan (which guesses
     -- LIMIT max_jobs at 10% of the table). The two statements differ only in the queue
     -- condition, so that each gets the index that serves its order.
-    IF v_rc AND v_live THEN
+    IF v_rc AND v_live AND NOT v_fair THEN
         IF v_queue IS NOT NULL THEN
             RETURN QUERY
             WITH cand AS (
                 SELECT r.ctid AS rid, r.id, r.keyed
                   FROM jobq.ready r
-                 WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.run_at <= v_now
+                 WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
                    AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
                            SELECT 1 FROM jobq.pauses p
@@ -331,7 +336,7 @@ BEGIN
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints, j.fairness_key
               FROM claimed j
              ORDER BY j.priority, j.run_at, j.id;
         ELSE
@@ -339,7 +344,8 @@ BEGIN
             WITH cand AS (
                 SELECT r.ctid AS rid, r.id, r.keyed
                   FROM jobq.ready r
-                 WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                 WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
                    AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
                    AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                    AND (NOT EXISTS (SELECT 1 FROM jobq.pauses) OR NOT EXISTS (
@@ -370,7 +376,7 @@ BEGIN
             )
             SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
                    j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+                   j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints, j.fairness_key
               FROM claimed j
              ORDER BY j.priority, j.run_at, j.id;
         END IF;
@@ -391,7 +397,9 @@ BEGIN
         PERFORM jobq._refuse_worker(worker);
     END IF;
     v_paused := EXISTS (SELECT 1 FROM jobq.pauses);
-    IF NOT v_rc THEN
+    IF v_fair THEN
+        v_claimed := jobq._checkout_fair(worker, queues, max_jobs, v_now, v_grants);
+    ELSIF NOT v_rc THEN
         v_claimed := jobq._checkout_in_snapshot(worker, queues, max_jobs, v_now, v_paused, v_fp, v_fr, v_fi);
     ELSE
         LOOP
@@ -405,7 +413,8 @@ BEGIN
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
                            r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
-                     WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.run_at <= v_now
+                     WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
                                SELECT 1 FROM jobq.pauses p
@@ -440,7 +449,8 @@ BEGIN
                     SELECT r.ctid AS rid, r.id, r.priority, r.run_at, r.keyed, r.concurrency_key,
                            r.concurrency_limit, r.while_key, r.rate_key
                       FROM jobq.ready r
-                     WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.run_at <= v_now
+                     WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
                        AND (v_grants IS NULL OR jobq._sees(r.queue, v_grants))  -- a limited role's queues
                        AND (r.priority, r.run_at, r.id) >= (v_fp, v_fr, v_fi)  -- the claim floor
                        AND (NOT v_paused OR NOT EXISTS (
@@ -509,7 +519,7 @@ BEGIN
     RETURN QUERY
     SELECT j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts, j.run_at,
            j.enqueued_at, j.unique_key, j.concurrency_key, j.interrupted_at, j.last_error,
-           j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints
+           j.unique_strategy, j.concurrency_limit, j.started_at, j.depends_on, j.checkpoints, j.fairness_key
       FROM unnest(v_claimed) WITH ORDINALITY AS k(id, ord)
       JOIN jobq.live_jobs j ON j.id = k.id
      ORDER BY k.ord;
@@ -575,8 +585,13 @@ BEGIN
                    || array_agg(DISTINCT 'u' || r.while_key) FILTER (WHERE r.run_at <= v_look AND r.while_key IS NOT NULL),
                    array_agg(DISTINCT r.rate_key) FILTER (WHERE r.run_at <= v_look AND r.rate_key IS NOT NULL)
               INTO v_due, v_keys, v_rates
-              FROM jobq.ready r
-             WHERE (queues IS NULL OR (r.queue_hash = ANY (v_hashes) AND r.queue = ANY (queues)));
+              FROM (SELECT x.run_at, x.concurrency_key, x.while_key, x.rate_key FROM jobq.ready x
+                     WHERE x.fairness_key IS NULL  -- ready_by_queue
+                       AND (queues IS NULL OR (x.queue_hash = ANY (v_hashes) AND x.queue = ANY (queues)))
+                    UNION ALL
+                    SELECT x.run_at, x.concurrency_key, x.while_key, x.rate_key FROM jobq.ready x
+                     WHERE x.fairness_key IS NOT NULL  -- ready_fair (src/sql/fairness.sql)
+                       AND (queues IS NULL OR (x.queue_hash = ANY (v_hashes) AND x.queue = ANY (queues)))) r;
             -- The earliest of their full windows (its oldest start, through rate_slots_oldest,
             -- still in it) opens when that start leaves it, strictly after last_start + per
             -- (jobq._take_rate), with every start made at the same moment.

@@ -128,9 +128,9 @@ BEGIN
     INSERT INTO jobq.slots SELECT * FROM unnest(v_slots);
     -- ready's stored queue_hash is computed again, not copied.
     INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
-                            concurrency_limit, while_key, rate_key)
+                            concurrency_limit, while_key, rate_key, fairness_key)
     SELECT r.queue, r.priority, r.run_at, r.id, r.kind, r.keyed, r.concurrency_key,
-           r.concurrency_limit, r.while_key, r.rate_key
+           r.concurrency_limit, r.while_key, r.rate_key, r.fairness_key
       FROM unnest(v_ready) r;
     RAISE LOG 'jobq: compacted the hot tables in % ms: % jobs kept, % MB before, % MB after',
         round(extract(epoch FROM clock_timestamp() - v_start) * 1000, 1),

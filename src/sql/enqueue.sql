@@ -52,7 +52,8 @@ CREATE FUNCTION jobq_enqueue(
     concurrency_limit integer     DEFAULT 1,
     rate_key          text        DEFAULT NULL,
     depends_on        bigint[]    DEFAULT NULL,
-    on_parent_failure text        DEFAULT 'cancel'
+    on_parent_failure text        DEFAULT 'cancel',
+    fairness_key      text        DEFAULT NULL    -- its turn in a fair checkout (src/sql/fairness.sql)
 ) RETURNS bigint
 LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
 AS 'MODULE_PATHNAME', 'jobq_enqueue';
@@ -74,6 +75,7 @@ CREATE FUNCTION jobq._enqueue(
     rate_key          text,
     depends_on        bigint[],
     on_parent_failure text,
+    fairness_key      text DEFAULT NULL,
     checked           boolean DEFAULT true  -- false: the caller's grants are not checked (schedules' ticks)
 ) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
@@ -118,6 +120,8 @@ BEGIN
         RAISE EXCEPTION 'jobq: concurrency_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
     ELSIF rate_key = '' THEN
         RAISE EXCEPTION 'jobq: rate_key must not be empty (use NULL for none)' USING ERRCODE = '22023';
+    ELSIF fairness_key = '' OR octet_length(fairness_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: fairness_key must be 1 to 1000 bytes (use NULL for none)' USING ERRCODE = '22023';
     ELSIF on_parent_failure NOT IN ('cancel', 'run') THEN
         RAISE EXCEPTION 'jobq: unknown on_parent_failure "%"', on_parent_failure
             USING ERRCODE = '22023', HINT = 'Use cancel or run.';
@@ -203,7 +207,7 @@ BEGIN
     END IF;
     RETURN jobq._insert_job(v_id, queue, payload, kind, priority, v_run_at, max_attempts,
                             unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key,
-                            depends_on, v_state);
+                            depends_on, v_state, fairness_key);
 END $$;
 
 -- Writes job `id` (its unique key, if any, already taken): the job row, its ready row, the
@@ -223,7 +227,8 @@ CREATE FUNCTION jobq._insert_job(
     concurrency_limit integer,
     rate_key          text,
     depends_on        bigint[] DEFAULT NULL,
-    state             text DEFAULT 'ready'     -- or 'blocked', or 'cancelled' (jobq._depend)
+    state             text DEFAULT 'ready',    -- or 'blocked', or 'cancelled' (jobq._depend)
+    fairness_key      text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -236,11 +241,12 @@ BEGIN
     LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
                            unique_key, unique_strategy, concurrency_key, concurrency_limit, rate_key,
-                           depends_on, finished_at)
+                           depends_on, finished_at, fairness_key)
     VALUES (id, queue, kind, payload, priority, run_at, v_now, _insert_job.state, max_attempts,
             unique_key, CASE WHEN unique_key IS NOT NULL THEN unique_strategy END,
             concurrency_key, CASE WHEN concurrency_key IS NOT NULL THEN concurrency_limit END, rate_key,
-            _insert_job.depends_on, CASE WHEN _insert_job.state = 'cancelled' THEN v_now END);
+            _insert_job.depends_on, CASE WHEN _insert_job.state = 'cancelled' THEN v_now END,
+            _insert_job.fairness_key);
     PERFORM jobq._tally(queue, 'enqueued', NULL, v_now);  -- the dashboard's counters (src/counters.rs)
     IF _insert_job.state = 'cancelled' THEN
         -- A parent already failed (on_parent_failure 'cancel'): finished at once, keys freed.
@@ -264,7 +270,8 @@ CREATE FUNCTION jobq_enqueue_batch(
     kind         text        DEFAULT NULL,
     priority     integer     DEFAULT 0,
     run_at       timestamptz DEFAULT NULL,
-    max_attempts integer     DEFAULT 25
+    max_attempts integer     DEFAULT 25,
+    fairness_key text        DEFAULT NULL   -- every job's (src/sql/fairness.sql)
 ) RETURNS SETOF bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -285,6 +292,8 @@ BEGIN
         RAISE EXCEPTION 'jobq: run_at must be a finite time, got %', run_at USING ERRCODE = '22023';
     ELSIF max_attempts < 1 THEN
         RAISE EXCEPTION 'jobq: max_attempts must be at least 1, got %', max_attempts USING ERRCODE = '22023';
+    ELSIF fairness_key = '' OR octet_length(fairness_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: fairness_key must be 1 to 1000 bytes (use NULL for none)' USING ERRCODE = '22023';
     END IF;
     PERFORM jobq._require('producer', ARRAY[queue], 'queue');  -- src/sql/grants.sql
     IF cardinality(payloads) = 0 THEN
@@ -294,8 +303,8 @@ BEGIN
     LOCK TABLE jobq.ready IN ROW EXCLUSIVE MODE;
     -- Ids come from the sequence in row order, so ordering by id is payload order.
     WITH ins AS (
-        INSERT INTO jobq.live_jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
-        SELECT queue, kind, p.payload, priority, v_run_at, v_now, 'ready', max_attempts
+        INSERT INTO jobq.live_jobs (queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts, fairness_key)
+        SELECT queue, kind, p.payload, priority, v_run_at, v_now, 'ready', max_attempts, fairness_key
           FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
          ORDER BY p.ord
         RETURNING id

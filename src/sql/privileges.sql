@@ -86,8 +86,8 @@ TO jobq_reader;
 
 -- jobq_producer (and what jobq_reader may).
 GRANT EXECUTE ON FUNCTION
-    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text),
-    jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer),
+    jobq_enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text, text, integer, text, bigint[], text, text),
+    jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer, text),
     jobq_cancel(bigint),
     jobq_retry(bigint),
     jobq_emit_event(text, jsonb),
@@ -127,7 +127,8 @@ GRANT EXECUTE ON FUNCTION
     jobq_set_rate_limit(text, integer, interval),
     jobq_set_node(integer),
     jobq_grant_queues(regrole, text, text[]),
-    jobq_revoke_queues(regrole, text, text[])
+    jobq_revoke_queues(regrole, text, text[]),
+    jobq_set_fairness_weight(text, text, integer)
 TO jobq_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA jobq TO jobq_admin;
 

@@ -123,6 +123,9 @@ BEGIN
     DELETE FROM jobq.queue_grants g
      WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.oid = g.role);
 
+    -- Fair checkout: the turns of keys that have no waiting job (src/sql/fairness.sql).
+    PERFORM jobq._prune_fairness();
+
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.

@@ -61,7 +61,9 @@ CREATE TABLE jobq.live_jobs (
     -- Workflows (src/sql/workflows.sql): the jobs this one depends on, as enqueued, and what
     -- its steps recorded with jobq_checkpoint (kept across attempts, suspensions and retries).
     depends_on           bigint[],
-    checkpoints          jsonb NOT NULL DEFAULT '{}'
+    checkpoints          jsonb NOT NULL DEFAULT '{}',
+    -- Fair checkout (src/sql/fairness.sql): the key whose turn this job waits for; NULL, none.
+    fairness_key         text
 )
 -- Every job leaves two dead versions here (the claim's update, the completion's delete):
 -- vacuumed after a fixed number of them, without cost-based sleeps, like jobq.ready below,
@@ -142,7 +144,11 @@ CREATE TABLE jobq.ready (
     -- column of an index entry at a cached offset (behind a text column each is found by
     -- walking the entry), and compare integers, not text. Two queues may share a hash:
     -- every statement that walks ready_by_queue also tests `queue` on the row.
-    queue_hash         integer NOT NULL GENERATED ALWAYS AS (pg_catalog.hashtext(queue)) STORED
+    queue_hash         integer NOT NULL GENERATED ALWAYS AS (pg_catalog.hashtext(queue)) STORED,
+    -- The job's fairness key (src/sql/fairness.sql). A row with one is in ready_fair only:
+    -- the plain checkout never meets it, and a fair queue's keys are found without walking
+    -- past one another's backlogs.
+    fairness_key       text
 )
 -- Every claim leaves a dead row whose index entries sit at the front of the claim order,
 -- where the next checkout starts walking: measured, 15,600 of them cost a checkout 0.5 ms
@@ -154,10 +160,15 @@ WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
       autovacuum_vacuum_cost_delay = 0);
 -- Checkout of one queue walks this index in exactly the claim order: no sort, and the
 -- first row that is due, unpaused and not locked by another checkout is taken. Walked with
--- `queue_hash = hashtext($1) AND queue = $1`.
-CREATE INDEX ready_by_queue ON jobq.ready (queue_hash, priority, run_at, id);
+-- `queue_hash = hashtext($1) AND queue = $1`. Jobs without a fairness key only: every
+-- statement that walks it says `fairness_key IS NULL`.
+CREATE INDEX ready_by_queue ON jobq.ready (queue_hash, priority, run_at, id) WHERE fairness_key IS NULL;
 -- Checkout of any queue (queues => NULL) or of several queues walks this one.
-CREATE INDEX ready_any ON jobq.ready (priority, run_at, id);
+CREATE INDEX ready_any ON jobq.ready (priority, run_at, id) WHERE fairness_key IS NULL;
+-- Jobs with a fairness key, by queue, priority and key, each key's in claim order: the fair
+-- checkout finds a queue's top due priority, then each key's oldest due job, in one descent
+-- each (src/sql/fairness.sql).
+CREATE INDEX ready_fair ON jobq.ready (queue_hash, priority, fairness_key, run_at, id) WHERE fairness_key IS NOT NULL;
 -- Checkout's statements keep a generic plan, which estimates `queue = $1` (and
 -- `queue_hash = $1`) as 1 / (the number of distinct queues ANALYZE saw). Where it saw one (a
 -- database that started with one queue) that is every row, and the one-queue statements
@@ -228,7 +239,8 @@ CREATE TYPE jobq.job AS (
     concurrency_limit  integer,
     started_at         timestamptz,
     depends_on         bigint[],
-    checkpoints        jsonb
+    checkpoints        jsonb,
+    fairness_key       text
 );
 
 -- pg_dump keeps the queue: these tables' rows and the id sequence are dumped with the
@@ -270,19 +282,24 @@ BEGIN
     -- priority and run_at but for a requeue by the reaper.
     WITH ins AS (
         INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, concurrency_key,
-                                concurrency_limit, while_key, rate_key)
+                                concurrency_limit, while_key, rate_key, fairness_key)
         SELECT j.queue, j.priority, j.run_at, j.id, j.kind,
                j.concurrency_key IS NOT NULL OR j.rate_key IS NOT NULL
                    OR coalesce(j.unique_strategy IN ('while_executing', 'until_executing'), false),
                j.concurrency_key, j.concurrency_limit,
-               CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END, j.rate_key
+               CASE WHEN j.unique_strategy = 'while_executing' THEN j.unique_key END, j.rate_key,
+               j.fairness_key
           FROM jobq.live_jobs j
          WHERE j.id = ANY (ids) AND j.state = 'ready'
-        RETURNING queue, priority, run_at, id
+        RETURNING queue, priority, run_at, id, fairness_key
     )
     SELECT count(*) INTO v_groups
       FROM (SELECT jobq._lower_floor('jobq.ready'::regclass, i.queue, i.priority, i.run_at, min(i.id)),
-                   jobq._wake(i.queue, i.run_at, count(*))  -- waiting checkouts, at commit
+                   jobq._wake(i.queue, i.run_at, count(*)),  -- waiting checkouts, at commit
+                   -- a fairness key's turn (src/sql/fairness.sql)
+                   CASE WHEN bool_or(i.fairness_key IS NOT NULL) THEN
+                       jobq._fair_keys(i.queue, array_agg(DISTINCT i.fairness_key) FILTER (WHERE i.fairness_key IS NOT NULL))
+                   END
               FROM ins i
              GROUP BY i.queue, i.priority, i.run_at) g;
 END $$;
@@ -291,7 +308,7 @@ END $$;
 -- waiting. Callers then lock the job row: ready row first, as checkout does, so that a
 -- cancel or a replace never deadlocks with a checkout claiming the same job. The row is
 -- found through ready_by_queue with the job row's values; if it changed or was claimed
--- between the two reads, look again.
+-- between the two reads, look again. A job with a fairness key has its row in ready_fair.
 CREATE FUNCTION jobq._lock_ready(job bigint) RETURNS tid
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -300,14 +317,21 @@ DECLARE
     v     tid;
 BEGIN
     LOOP
-        SELECT x.queue, x.priority, x.run_at, x.state INTO j FROM jobq.live_jobs x WHERE x.id = job;
+        SELECT x.queue, x.priority, x.run_at, x.state, x.fairness_key INTO j FROM jobq.live_jobs x WHERE x.id = job;
         IF NOT FOUND OR j.state <> 'ready' OR j::text = prev THEN
             RETURN NULL;
         END IF;
-        SELECT r.ctid INTO v FROM jobq.ready r
-         WHERE r.queue_hash = hashtext(j.queue) AND r.queue = j.queue
-           AND r.priority = j.priority AND r.run_at = j.run_at AND r.id = job
-           FOR UPDATE OF r;
+        IF j.fairness_key IS NULL THEN
+            SELECT r.ctid INTO v FROM jobq.ready r
+             WHERE r.queue_hash = hashtext(j.queue) AND r.queue = j.queue AND r.fairness_key IS NULL
+               AND r.priority = j.priority AND r.run_at = j.run_at AND r.id = job
+               FOR UPDATE OF r;
+        ELSE
+            SELECT r.ctid INTO v FROM jobq.ready r
+             WHERE r.queue_hash = hashtext(j.queue) AND r.queue = j.queue AND r.fairness_key = j.fairness_key
+               AND r.priority = j.priority AND r.run_at = j.run_at AND r.id = job
+               FOR UPDATE OF r;
+        END IF;
         IF FOUND THEN
             RETURN v;
         END IF;

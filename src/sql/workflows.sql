@@ -517,7 +517,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS
 DECLARE
     v_keys    text[] := ARRAY['queue', 'payload', 'kind', 'priority', 'run_at', 'max_attempts', 'unique_key',
                               'unique_strategy', 'on_conflict', 'concurrency_key', 'concurrency_limit',
-                              'rate_key', 'depends_on', 'on_parent_failure', 'after'];
+                              'rate_key', 'depends_on', 'on_parent_failure', 'fairness_key', 'after'];
     v_ids     bigint[] := '{}';
     v_parents bigint[];
     v_bad     text;
@@ -574,7 +574,8 @@ BEGIN
             coalesce(jobq._graph_value(j, 'concurrency_limit', 'integer', i)::integer, 1),
             j ->> 'rate_key',
             CASE WHEN cardinality(v_parents) > 0 THEN v_parents END,
-            coalesce(j ->> 'on_parent_failure', 'cancel'));
+            coalesce(j ->> 'on_parent_failure', 'cancel'),
+            j ->> 'fairness_key');
         i := i + 1;
     END LOOP;
     RETURN QUERY SELECT u.id FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord;

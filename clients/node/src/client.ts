@@ -74,6 +74,8 @@ export interface EnqueueOptions {
   dependsOn?: JobId[] | null;
   /** What a parent ending `dead` or `cancelled` does: `'cancel'` (default) this job, or `'run'`. */
   onParentFailure?: 'cancel' | 'run';
+  /** Its key in the queue's fair checkout (a tenant, a customer): the keys are served in turns. */
+  fairnessKey?: string | null;
 }
 
 /** A row of {@link results}: a job's state and outcome. */
@@ -102,6 +104,8 @@ export interface EnqueueBatchOptions {
   runAt?: Timestamp | null;
   /** Attempts before a job becomes `dead`. Default 25. */
   maxAttempts?: number;
+  /** Every job's key in the queue's fair checkout. */
+  fairnessKey?: string | null;
 }
 
 /** Options of {@link schedule}; each one left out takes the server's default. */
@@ -376,6 +380,7 @@ export async function enqueue(db: Queryable, queue: string, payload?: unknown, o
     rate_key: [options.rateKey, 'text'],
     depends_on: [ids(options.dependsOn), 'bigint[]'],
     on_parent_failure: [options.onParentFailure, 'text'],
+    fairness_key: [options.fairnessKey, 'text'],
   }));
 }
 
@@ -394,6 +399,7 @@ export async function enqueueBatch(db: Queryable, queue: string, payloads: unkno
     priority: [options.priority, 'integer'],
     run_at: [options.runAt, 'timestamptz'],
     max_attempts: [options.maxAttempts, 'integer'],
+    fairness_key: [options.fairnessKey, 'text'],
   });
   return (await run<{ id: string }>(db, `SELECT id FROM ${c.sql} AS id`, c.values)).map((r) => r.id);
 }

@@ -79,7 +79,7 @@ describe('enqueue', () => {
     const id = await jobq.enqueue(app, q, { to: 'a@example.com' }, {
       kind: 'welcome', priority: -3, runAt, maxAttempts: 4, uniqueKey: `${q}:u`,
       uniqueStrategy: 'until_executing', onConflict: 'reject', concurrencyKey: `${q}:c`,
-      concurrencyLimit: 2, rateKey: `${q}:r`,
+      concurrencyLimit: 2, rateKey: `${q}:r`, fairnessKey: 'tenant-7',
     });
     assert.ok(id);
     const row = await jobRow(id);
@@ -94,6 +94,7 @@ describe('enqueue', () => {
     assert.equal(row['concurrency_key'], `${q}:c`);
     assert.equal(row['concurrency_limit'], 2);
     assert.equal(row['rate_key'], `${q}:r`);
+    assert.equal(row['fairness_key'], 'tenant-7');
     assert.equal(row['state'], 'ready');
   });
 

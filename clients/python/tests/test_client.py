@@ -27,7 +27,7 @@ def test_enqueue_sends_only_the_options_set(conn: psycopg.Connection[Any], admin
     full = jobq.enqueue(
         conn, queue, {"to": 1}, kind="mail", priority=-5, run_at=run_at, max_attempts=3,
         unique_key=f"{queue}-u", unique_strategy="until_executing", concurrency_key=f"{queue}-c",
-        concurrency_limit=2, rate_key=f"{queue}-r",
+        concurrency_limit=2, rate_key=f"{queue}-r", fairness_key="tenant-7",
     )
     assert full is not None
     row = job_row(admin, full)
@@ -35,6 +35,7 @@ def test_enqueue_sends_only_the_options_set(conn: psycopg.Connection[Any], admin
     assert row["run_at"] == run_at and row["max_attempts"] == 3
     assert (row["unique_key"], row["unique_strategy"]) == (f"{queue}-u", "until_executing")
     assert (row["concurrency_key"], row["concurrency_limit"], row["rate_key"]) == (f"{queue}-c", 2, f"{queue}-r")
+    assert row["fairness_key"] == "tenant-7"
 
 
 def test_unique_conflicts_discard_and_replace(conn: psycopg.Connection[Any], admin: Any, queue: str) -> None:

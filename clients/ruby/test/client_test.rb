@@ -8,11 +8,13 @@ class ClientTest < JobqTest
     run_at = Time.now + 3600
     id = client.enqueue(queue, { "to" => "a@example.com" }, kind: "mail", priority: 3, run_at: run_at, max_attempts: 4,
                                                              unique_key: "u-#{queue}", concurrency_key: "c-#{queue}",
-                                                             concurrency_limit: 2, rate_key: "r-#{queue}")
+                                                             concurrency_limit: 2, rate_key: "r-#{queue}",
+                                                             fairness_key: "tenant-7")
     row = job_row(id)
     assert_equal [queue, "mail", '{"to": "a@example.com"}', "3", "4", "ready"],
                  row.values_at("queue", "kind", "payload", "priority", "max_attempts", "state")
     assert_equal ["u-#{queue}", "c-#{queue}", "2", "r-#{queue}"], row.values_at("unique_key", "concurrency_key", "concurrency_limit", "rate_key")
+    assert_equal "tenant-7", row["fairness_key"]
     assert_in_delta run_at.to_f, Time.parse(row["run_at"]).to_f, 0.001
   end
 

@@ -206,6 +206,7 @@ pub struct EnqueueOptions {
     rate_key: Option<String>,
     depends_on: Option<Vec<i64>>,
     on_parent_failure: Option<&'static str>,
+    fairness_key: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -297,6 +298,13 @@ impl EnqueueOptions {
         self.on_parent_failure = Some("run");
         self
     }
+
+    /// The job's key in its queue's fair checkout (a tenant, a customer): the queue's keys are
+    /// served in turns.
+    pub fn fairness_key(mut self, key: impl Into<String>) -> Self {
+        self.fairness_key = Some(key.into());
+        self
+    }
 }
 
 /// Adds one job (`jobq_enqueue`) and returns its id; `None` when its unique key was taken and
@@ -342,7 +350,8 @@ where
         .named("concurrency_limit", &o.concurrency_limit, Type::INT4)
         .named("rate_key", &o.rate_key, Type::TEXT)
         .named("depends_on", &o.depends_on, Type::INT8_ARRAY)
-        .named("on_parent_failure", &o.on_parent_failure, Type::TEXT);
+        .named("on_parent_failure", &o.on_parent_failure, Type::TEXT)
+        .named("fairness_key", &o.fairness_key, Type::TEXT);
     let sql = format!("SELECT {}", args.call("jobq_enqueue"));
     Ok(one(client, &sql, &args).await?.try_get(0)?)
 }
@@ -355,6 +364,7 @@ pub struct BatchOptions {
     run_at: Option<SystemTime>,
     run_in: Option<Duration>,
     max_attempts: Option<i32>,
+    fairness_key: Option<String>,
 }
 
 impl BatchOptions {
@@ -395,6 +405,12 @@ impl BatchOptions {
         self.max_attempts = Some(max_attempts);
         self
     }
+
+    /// Every job's key in the queue's fair checkout.
+    pub fn fairness_key(mut self, key: impl Into<String>) -> Self {
+        self.fairness_key = Some(key.into());
+        self
+    }
 }
 
 /// Adds one job per payload in one call (`jobq_enqueue_batch`), all in `queue` with the same
@@ -429,7 +445,8 @@ where
             &run_in,
             Type::FLOAT8,
         )
-        .named("max_attempts", &o.max_attempts, Type::INT4);
+        .named("max_attempts", &o.max_attempts, Type::INT4)
+        .named("fairness_key", &o.fairness_key, Type::TEXT);
     let sql = format!("SELECT id FROM {} AS id", args.call("jobq_enqueue_batch"));
     query(client, &sql, &args)
         .await?

@@ -19,12 +19,14 @@ CREATE FUNCTION jobq_enqueue(
     concurrency_limit integer     DEFAULT 1,
     rate_key          text        DEFAULT NULL,
     depends_on        bigint[]    DEFAULT NULL,
-    on_parent_failure text        DEFAULT 'cancel'
+    on_parent_failure text        DEFAULT 'cancel',
+    fairness_key      text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
     RETURN jobq._enqueue(queue, payload, kind, priority, run_at, max_attempts, unique_key, unique_strategy,
-                         on_conflict, concurrency_key, concurrency_limit, rate_key, depends_on, on_parent_failure);
+                         on_conflict, concurrency_key, concurrency_limit, rate_key, depends_on, on_parent_failure,
+                         fairness_key);
 END $$;
 
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,

@@ -56,8 +56,16 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_queues text[] := nullif(current_setting('jobq.wait_queues', true), '')::text[];
 BEGIN
+    -- (Jobs without a fairness key through ready_by_queue, those with one through ready_fair.)
     RETURN EXISTS (SELECT 1 FROM jobq.ready r
-                    WHERE r.run_at < greatest(alarm, clock_timestamp() + interval '1 microsecond')
+                    WHERE r.fairness_key IS NULL
+                      AND r.run_at < greatest(alarm, clock_timestamp() + interval '1 microsecond')
+                      AND (v_queues IS NULL
+                           OR (r.queue_hash = ANY (ARRAY(SELECT hashtext(q) FROM unnest(v_queues) q))
+                               AND r.queue = ANY (v_queues))))
+        OR EXISTS (SELECT 1 FROM jobq.ready r
+                    WHERE r.fairness_key IS NOT NULL
+                      AND r.run_at < greatest(alarm, clock_timestamp() + interval '1 microsecond')
                       AND (v_queues IS NULL
                            OR (r.queue_hash = ANY (ARRAY(SELECT hashtext(q) FROM unnest(v_queues) q))
                                AND r.queue = ANY (v_queues))))

@@ -136,6 +136,7 @@ def enqueue(
     rate_key: str | None = None,
     depends_on: Sequence[int] | None = None,
     on_parent_failure: str | None = None,
+    fairness_key: str | None = None,
 ) -> Call[int | None]:
     """Adds one job to ``queue`` (``jobq_enqueue``) and returns its id.
 
@@ -146,7 +147,8 @@ def enqueue(
     ``"reject"`` (or ``"discard"``, ``"log"``, ``"replace"``), ``concurrency_limit`` 1.
     ``depends_on`` names the job's parents: it starts ``blocked`` and becomes ready when the
     last of them finishes; ``on_parent_failure`` ``"cancel"`` (the default: a parent that
-    ends dead or cancelled cancels it) or ``"run"``.
+    ends dead or cancelled cancels it) or ``"run"``. ``fairness_key`` (a tenant, a customer)
+    makes the queue's checkout serve the keys in turns (fair checkout).
 
     Returns the new job's id; with ``on_conflict="replace"`` the id of the waiting job that
     took the new payload; None when ``on_conflict`` is ``"discard"`` or ``"log"`` and the key
@@ -161,7 +163,7 @@ def enqueue(
     a.opt("on_conflict", on_conflict, "text").opt("concurrency_key", concurrency_key, "text")
     a.opt("concurrency_limit", concurrency_limit, "integer").opt("rate_key", rate_key, "text")
     a.opt("depends_on", None if depends_on is None else list(depends_on), "bigint[]")
-    a.opt("on_parent_failure", on_parent_failure, "text")
+    a.opt("on_parent_failure", on_parent_failure, "text").opt("fairness_key", fairness_key, "text")
     return _scalar_call("jobq_enqueue", a, _opt_int)
 
 
@@ -173,12 +175,15 @@ def enqueue_batch(
     priority: int | None = None,
     run_at: datetime | None = None,
     max_attempts: int | None = None,
+    fairness_key: str | None = None,
 ) -> Call[list[int]]:
     """Adds one job per payload to ``queue`` in one call (``jobq_enqueue_batch``), all with the
-    same options and no keys, and returns their ids in payload order."""
+    same options (``fairness_key`` included) and no other keys, and returns their ids in
+    payload order."""
     a = _Args().pos(queue, "text").pos([Jsonb(p) for p in payloads], "jsonb[]")
     a.opt("kind", kind, "text").opt("priority", priority, "integer")
     a.opt("run_at", run_at, "timestamptz").opt("max_attempts", max_attempts, "integer")
+    a.opt("fairness_key", fairness_key, "text")
     return Call(
         f"SELECT v FROM {a.call('jobq_enqueue_batch')} AS v",
         tuple(a.params),

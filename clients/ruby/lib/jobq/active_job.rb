@@ -22,8 +22,9 @@ module Jobq
     #                  max_attempts: 1
     #   end
     #
-    # unique_key, unique_strategy, on_conflict, concurrency_key, concurrency_limit, rate_key and
-    # max_attempts are jobq_enqueue's arguments. ActiveJob's retry_on is what retries errors: an
+    # unique_key, unique_strategy, on_conflict, concurrency_key, concurrency_limit, rate_key,
+    # fairness_key (fairness_key: ->(job) { job.arguments.first.account_id }: the accounts' jobs
+    # are served in turns) and max_attempts are jobq_enqueue's arguments. ActiveJob's retry_on is what retries errors: an
     # error past retry_on and discard_on makes the jobq job dead at once, its error recorded.
     # max_attempts (default Jobq::ActiveJob.max_attempts, nil: the server's 25) bounds the runs
     # of a job whose worker died under it (killed, out of memory, its host gone): the server
@@ -33,7 +34,7 @@ module Jobq
     # payload, so ActiveJob's executions count does not advance).
     module Options
       KEYS = %i[unique_key unique_strategy on_conflict concurrency_key concurrency_limit rate_key max_attempts
-                retry_errors].freeze
+                fairness_key retry_errors].freeze
 
       def self.included(base)
         base.class_attribute :jobq_options_hash, instance_writer: false, default: {}

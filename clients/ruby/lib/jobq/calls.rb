@@ -119,7 +119,8 @@ module Jobq
 
     def enqueue(queue, payload = nil, kind: nil, priority: nil, run_at: nil, max_attempts: nil,
                 unique_key: nil, unique_strategy: nil, on_conflict: nil, concurrency_key: nil,
-                concurrency_limit: nil, rate_key: nil, depends_on: nil, on_parent_failure: nil)
+                concurrency_limit: nil, rate_key: nil, depends_on: nil, on_parent_failure: nil,
+                fairness_key: nil)
       a = Args.new.pos(queue, "text")
       a.opt("payload", json(payload), "jsonb").opt("kind", kind, "text").opt("priority", priority, "integer")
       a.opt("run_at", time(run_at), "timestamptz").opt("max_attempts", max_attempts, "integer")
@@ -127,13 +128,15 @@ module Jobq
       a.opt("on_conflict", on_conflict&.to_s, "text").opt("concurrency_key", concurrency_key, "text")
       a.opt("concurrency_limit", concurrency_limit, "integer").opt("rate_key", rate_key, "text")
       a.opt("depends_on", int_array(depends_on), "bigint[]").opt("on_parent_failure", on_parent_failure&.to_s, "text")
+      a.opt("fairness_key", fairness_key, "text")
       scalar_call("jobq_enqueue", a) { |v| to_i(v) }
     end
 
-    def enqueue_batch(queue, payloads, kind: nil, priority: nil, run_at: nil, max_attempts: nil)
+    def enqueue_batch(queue, payloads, kind: nil, priority: nil, run_at: nil, max_attempts: nil, fairness_key: nil)
       a = Args.new.pos(queue, "text").pos(json_array(payloads), "jsonb[]")
       a.opt("kind", kind, "text").opt("priority", priority, "integer")
       a.opt("run_at", time(run_at), "timestamptz").opt("max_attempts", max_attempts, "integer")
+      a.opt("fairness_key", fairness_key, "text")
       Call.new("SELECT v FROM #{a.call('jobq_enqueue_batch')} AS v", a.params,
                ->(res) { res.column_values(0).map { |v| Integer(v) } })
     end

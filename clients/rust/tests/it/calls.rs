@@ -33,7 +33,8 @@ async fn enqueue_sends_every_option_by_name() {
             .unique_strategy(UniqueStrategy::UntilExecuting)
             .concurrency_key(unique("ck"))
             .concurrency_limit(4)
-            .rate_key(unique("rk")),
+            .rate_key(unique("rk"))
+            .fairness_key("tenant-7"),
     )
     .await
     .unwrap()
@@ -41,7 +42,7 @@ async fn enqueue_sends_every_option_by_name() {
     let row = admin
         .query_one(
             "SELECT queue, payload, kind, priority, abs(extract(epoch FROM run_at - $2::timestamptz)) < 0.001,
-                    max_attempts, unique_strategy, concurrency_limit, rate_key IS NOT NULL, state
+                    max_attempts, unique_strategy, concurrency_limit, rate_key IS NOT NULL, state, fairness_key
                FROM jobq.jobs WHERE id = $1",
             &[&id, &at],
         )
@@ -57,6 +58,7 @@ async fn enqueue_sends_every_option_by_name() {
     assert_eq!(row.get::<_, i32>(7), 4);
     assert!(row.get::<_, bool>(8));
     assert_eq!(row.get::<_, String>(9), "ready");
+    assert_eq!(row.get::<_, String>(10), "tenant-7");
 
     // Unset options keep the server's defaults; run_in counts on the server's clock.
     let id = enqueue(

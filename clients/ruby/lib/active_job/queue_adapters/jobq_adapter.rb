@@ -49,7 +49,7 @@ module ActiveJob
         jobs.count(&:provider_job_id)
       end
 
-      BATCH_OPTIONS = %i[kind priority run_at max_attempts].freeze
+      BATCH_OPTIONS = %i[kind priority run_at max_attempts fairness_key].freeze
 
       private
 

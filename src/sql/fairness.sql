@@ -1,0 +1,458 @@
+-- Fair checkout (SPEC, "Tenants"): among the due jobs of one priority in a queue, checkout
+-- serves the fairness keys in turns, so that no key's backlog delays another key's job by
+-- more than one turn of the active keys.
+--
+-- How: the key that was served least recently goes first. Each (queue, key) that has jobs has
+-- a row in jobq.fairness whose `served` says when the key last went to the back of the line;
+-- jobs without a key form one key of their own (the row whose fairness_key is NULL). A claim
+-- takes the key with the lowest `served` that has a due job at the queue's top due priority,
+-- takes that key's oldest due job (by run_at, then id), and, once the key has had `weight`
+-- jobs, moves it to the back (`served` from a sequence). A key is thus served again only after
+-- every key that was ahead of it, whatever the order and volume of the enqueues and whatever
+-- run_at says (a key's turn is not fixed when its jobs are enqueued, so a burst of scheduled
+-- jobs coming due does not jump the line).
+--
+-- A queue with rows here is *fair*: jobq._checkout hands each call that may take from one to
+-- jobq._checkout_fair (src/sql/checkout.sql), and the Rust fast path hands every call to the SQL
+-- while any row exists (src/checkout.rs). A job with a key has its ready row in ready_fair only
+-- (src/sql/schema.sql), so the plain checkout never meets it; the jobs without a key of a fair
+-- queue stay in ready_by_queue.
+--
+-- Concurrent checkouts: a claim locks its key's row (FOR UPDATE SKIP LOCKED), so two checkouts
+-- at once serve two keys, not one key twice; when every key with a due job is locked by
+-- another checkout, a checkout takes from a locked key anyway without moving it (it would
+-- otherwise return nothing while jobs wait), so a key gets at most one job more per
+-- concurrent checkout in a turn. A key's row stays locked until the claiming transaction
+-- ends: a worker that checks out inside a long transaction holds its key's turn until then.
+
+-- When each key was last moved to the back of the line.
+CREATE SEQUENCE jobq.fairness_turns AS bigint;
+
+-- One row per (queue, fairness key) that has waiting jobs or a weight; fairness_key NULL: the
+-- queue's jobs without a key. Written by jobq._fair_keys (a keyed job becomes ready),
+-- jobq_set_fairness_weight and the claims; pruned by the pass (jobq._prune_fairness).
+CREATE TABLE jobq.fairness (
+    queue         text NOT NULL,
+    fairness_key  text,
+    weight        integer NOT NULL DEFAULT 1,   -- jobs per turn (jobq_set_fairness_weight)
+    served        bigint NOT NULL DEFAULT nextval('jobq.fairness_turns'),
+    taken         integer NOT NULL DEFAULT 0,   -- jobs taken since `served` last moved
+    UNIQUE NULLS NOT DISTINCT (queue, fairness_key)
+);
+-- The claim's walk: a queue's keys, least recently served first.
+CREATE INDEX fairness_by_turn ON jobq.fairness (queue, served);
+SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
+
+-- Makes `keys` of `queue` (and the queue's key of jobs without one) take turns: their rows,
+-- inserted when missing, new keys at the back. Called where a job with a fairness key becomes
+-- ready (jobq._enter_ready), with a shared advisory lock on the queue held to the end of the
+-- transaction, so that the pass never prunes a row whose ready job is not yet committed
+-- (jobq._prune_fairness takes the lock exclusively). The lock is the two-integer form with
+-- class 'jobq', as jobq._take_slot's.
+CREATE FUNCTION jobq._fair_keys(queue text, keys text[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
+    INSERT INTO jobq.fairness (queue, fairness_key)
+    SELECT _fair_keys.queue, k FROM unnest(keys || NULL::text) k
+    ON CONFLICT DO NOTHING;
+END $$;
+
+-- jobq_set_fairness_weight(queue, fairness_key, weight): the key (NULL: the queue's jobs
+-- without a key) gets up to `weight` jobs in each turn, 1 to 100.
+CREATE FUNCTION jobq_set_fairness_weight(queue text, fairness_key text, weight integer) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF queue IS NULL OR weight IS NULL THEN
+        RAISE EXCEPTION 'jobq: queue and weight must not be NULL' USING ERRCODE = '22004';
+    ELSIF queue = '' OR octet_length(queue) > 1000 THEN
+        RAISE EXCEPTION 'jobq: queue must be 1 to 1000 bytes' USING ERRCODE = '22023';
+    ELSIF fairness_key = '' OR octet_length(fairness_key) > 1000 THEN
+        RAISE EXCEPTION 'jobq: fairness_key must be 1 to 1000 bytes (NULL: the jobs without a key)'
+            USING ERRCODE = '22023';
+    ELSIF weight < 1 OR weight > 100 THEN
+        RAISE EXCEPTION 'jobq: weight must be between 1 and 100, got %', weight USING ERRCODE = '22023';
+    END IF;
+    PERFORM jobq._fair_keys(queue, ARRAY[fairness_key]);
+    UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
+     WHERE f.queue = jobq_set_fairness_weight.queue
+       AND f.fairness_key IS NOT DISTINCT FROM jobq_set_fairness_weight.fairness_key;
+END $$;
+
+-- One claim of fair queue `queue` for jobq._checkout_fair: the oldest due job of the key
+-- whose turn it is, at the queue's top due priority that has a key able to start one, claimed
+-- for `worker` (its ready row deleted, its job row executing, what it needs to start taken:
+-- jobq._claim_keyed). Returns the job's id; NULL when no key has a job this call can take. A
+-- key whose next job cannot start (its concurrency key full, its while_executing key busy,
+-- its rate spent) yields its turn: it is added to `skip` (a key as queue || E'\n' || key,
+-- E'\n' alone for the jobs without a key) and the next key is tried.
+-- With `locked` false (REPEATABLE READ, SERIALIZABLE: a key row changed since the snapshot
+-- cannot be locked there) the key is picked without its row lock and moved only when its row
+-- can be updated.
+CREATE FUNCTION jobq._fair_claim(worker uuid, queue text, now timestamptz, paused boolean,
+                                 locked boolean, INOUT skip text[], OUT job bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan SET jit = off AS $$
+DECLARE
+    v_hash     integer := hashtext(queue);
+    v_from     integer := -2147483648;   -- the lowest priority still to look at
+    v_p        integer;
+    k          record;
+    c          record;
+    v_blocked  "char";
+BEGIN
+    LOOP
+        -- The queue's top due priority from v_from on: of its jobs without a key
+        -- (ready_by_queue) and of those with one (ready_fair), each the first due row.
+        SELECT min(x.priority) INTO v_p
+          FROM ((SELECT r.priority FROM jobq.ready r
+                  WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NULL
+                    AND r.priority >= v_from AND r.run_at <= now
+                  ORDER BY r.priority, r.run_at, r.id LIMIT 1)
+                UNION ALL
+                (SELECT r.priority FROM jobq.ready r
+                  WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NOT NULL
+                    AND r.priority >= v_from AND r.run_at <= now
+                  ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x;
+        IF v_p IS NULL THEN
+            RETURN;
+        END IF;
+        LOOP
+            -- The key whose turn it is: least recently served, with a due, unpaused job at v_p,
+            -- not yielded in this call; its row locked, or any when every one is locked.
+            k := NULL;
+            IF locked THEN
+                SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
+                 WHERE f.queue = _fair_claim.queue
+                   AND (_fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
+                 ORDER BY f.served
+                 LIMIT 1
+                   FOR UPDATE OF f SKIP LOCKED;
+            END IF;
+            IF k IS NULL THEN
+                SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
+                 WHERE f.queue = _fair_claim.queue
+                   AND (_fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
+                 ORDER BY f.served
+                 LIMIT 1;
+                EXIT WHEN NOT FOUND;  -- no key at v_p: the next priority
+            END IF;
+            -- Its oldest due job that no other checkout holds.
+            IF k.fairness_key IS NULL THEN
+                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
+                 WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NULL
+                   AND r.priority = v_p AND r.run_at <= now
+                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT 1
+                   FOR UPDATE OF r SKIP LOCKED;
+            ELSE
+                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
+                 WHERE r.queue_hash = v_hash AND r.priority = v_p AND r.fairness_key = k.fairness_key
+                   AND r.queue = _fair_claim.queue AND r.run_at <= now
+                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                 ORDER BY r.priority, r.fairness_key, r.run_at, r.id
+                 LIMIT 1
+                   FOR UPDATE OF r SKIP LOCKED;
+            END IF;
+            IF FOUND THEN
+                IF c.keyed THEN
+                    v_blocked := jobq._claim_keyed(c.id, c.rid, worker, now);
+                ELSE
+                    DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
+                    UPDATE jobq.live_jobs j
+                       SET state = 'executing', worker_id = _fair_claim.worker, attempt = j.attempt + 1,
+                           started_at = now
+                     WHERE j.id = c.id AND j.state = 'ready';
+                    v_blocked := NULL;
+                END IF;
+                IF v_blocked IS NULL THEN
+                    -- Served: to the back once it had its weight's jobs in this turn.
+                    IF k.fid IS NOT NULL THEN
+                        UPDATE jobq.fairness f
+                           SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
+                               served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
+                         WHERE f.ctid = k.fid;
+                    ELSIF NOT locked THEN
+                        -- Never waiting for another checkout's hold on the row.
+                        BEGIN
+                            PERFORM 1 FROM jobq.fairness f
+                             WHERE f.queue = _fair_claim.queue AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
+                               FOR UPDATE NOWAIT;
+                            UPDATE jobq.fairness f
+                               SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
+                                   served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
+                             WHERE f.queue = _fair_claim.queue AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key;
+                        EXCEPTION WHEN serialization_failure OR lock_not_available THEN
+                            NULL;  -- moved by a transaction after our snapshot: it stays where that one put it
+                        END;
+                    END IF;
+                    job := c.id;
+                    RETURN;
+                END IF;
+            END IF;
+            -- Its jobs are all held by other checkouts, or the next one cannot start: the key
+            -- yields its turn for the rest of this call.
+            skip := skip || (_fair_claim.queue || E'\n' || coalesce(k.fairness_key, ''));
+        END LOOP;
+        EXIT WHEN v_p = 2147483647;
+        v_from := v_p + 1;
+    END LOOP;
+END $$;
+
+-- Whether key `fairness_key` (NULL: the jobs without a key) of queue `queue` (`hash`: its
+-- hashtext) has a due job at priority `priority` that no pause holds back.
+CREATE FUNCTION jobq._fair_due(hash integer, queue text, fairness_key text, priority integer,
+                               now timestamptz, paused boolean) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    IF fairness_key IS NULL THEN
+        RETURN EXISTS (SELECT 1 FROM jobq.ready r
+                        WHERE r.queue_hash = hash AND r.queue = _fair_due.queue AND r.fairness_key IS NULL
+                          AND r.priority = _fair_due.priority AND r.run_at <= now
+                          AND (NOT paused OR NOT jobq._paused(r.queue, r.kind)));
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM jobq.ready r
+                    WHERE r.queue_hash = hash AND r.priority = _fair_due.priority
+                      AND r.fairness_key = _fair_due.fairness_key AND r.queue = _fair_due.queue
+                      AND r.run_at <= now
+                      AND (NOT paused OR NOT jobq._paused(r.queue, r.kind)));
+END $$;
+
+-- Whether a pause holds back the jobs of `kind` in `queue` (jobq_pause, src/sql/pause.sql).
+CREATE FUNCTION jobq._paused(queue text, kind text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM jobq.pauses p
+                    WHERE (p.queue = _paused.queue AND (p.kind IS NULL OR p.kind = _paused.kind))
+                       OR (p.queue IS NULL AND p.kind = _paused.kind));
+END $$;
+
+-- Checkout of a call that may take from a fair queue (jobq._checkout sends it here): up to
+-- `max_jobs` jobs claimed for `worker`, their ids in claim order. Each claim compares the job
+-- each queue would give next (a fair queue: the job of the key whose turn it is; the others
+-- together: their first job in claim order) by priority, run_at and id, as a checkout of
+-- several queues compares them, and claims from the first (jobq._fair_claim; the others' first
+-- job with FOR UPDATE SKIP LOCKED, a keyed one through jobq._claim_keyed). A source with
+-- nothing it can give is left for the rest of the call. `grants`: a limited role's worker
+-- patterns, for a call of every queue (NULL: not limited).
+-- Under REPEATABLE READ or SERIALIZABLE each claim runs in a subtransaction, and one that
+-- meets a row changed since the snapshot is skipped, as jobq._checkout_in_snapshot skips it.
+CREATE FUNCTION jobq._checkout_fair(worker uuid, queues text[], max_jobs integer, now timestamptz,
+                                    grants text[])
+RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan SET jit = off AS $$
+DECLARE
+    v_rc       boolean := current_setting('transaction_isolation') = 'read committed';
+    v_paused   boolean := EXISTS (SELECT 1 FROM jobq.pauses);
+    v_fair     text[];             -- the fair queues this call may take from
+    v_plain    boolean;            -- whether it may take from other queues too
+    v_claimed  bigint[] := '{}';
+    v_skip     text[] := '{}';     -- fairness keys that yielded their turn (jobq._fair_claim)
+    v_skip_c   text[] := '{}';     -- as jobq._checkout's: keys of the other queues that
+    v_skip_l   integer[] := '{}';  -- could not start in this call
+    v_skip_u   text[] := '{}';
+    v_skip_r   text[] := '{}';
+    v_best     record;
+    v_job      bigint;
+    c          record;
+    v_blocked  "char";
+BEGIN
+    v_fair := ARRAY(SELECT DISTINCT f.queue FROM jobq.fairness f
+                     WHERE (queues IS NULL OR f.queue = ANY (queues))
+                       AND (grants IS NULL OR jobq._sees(f.queue, grants)));
+    v_plain := queues IS NULL OR NOT queues <@ v_fair;
+    WHILE cardinality(v_claimed) < max_jobs AND (v_plain OR cardinality(v_fair) > 0) LOOP
+        -- What each source would give next: (priority, run_at, id), the first wins. A call
+        -- of one fair queue has nothing to compare.
+        IF NOT v_plain AND cardinality(v_fair) = 1 THEN
+            SELECT v_fair[1] AS src INTO v_best;
+        ELSE
+            SELECT s.src, s.priority, s.run_at, s.id INTO v_best
+              FROM (SELECT NULL::text AS src, r.priority, r.run_at, r.id
+                      FROM jobq.ready r
+                     WHERE v_plain AND r.fairness_key IS NULL
+                       AND (queues IS NULL OR r.queue = ANY (queues)) AND r.queue <> ALL (v_fair)
+                       AND (grants IS NULL OR jobq._sees(r.queue, grants))
+                       AND r.run_at <= now
+                       AND (NOT v_paused OR NOT jobq._paused(r.queue, r.kind))
+                       AND (r.concurrency_key IS NULL OR NOT EXISTS (
+                               SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                                WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                       AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
+                     ORDER BY r.priority, r.run_at, r.id
+                     LIMIT 1) s
+            UNION ALL
+            SELECT q, n.priority, n.run_at, n.id
+              FROM unnest(v_fair) q CROSS JOIN LATERAL jobq._fair_next(q, now, v_paused, v_skip) n
+             ORDER BY 2, 3, 4
+             LIMIT 1;
+            IF NOT FOUND THEN
+                EXIT;
+            END IF;
+        END IF;
+        v_job := NULL;
+        BEGIN
+            IF v_best.src IS NOT NULL THEN
+                SELECT x.skip, x.job INTO v_skip, v_job FROM jobq._fair_claim(worker, v_best.src, now, v_paused, v_rc, v_skip) x;
+                IF v_job IS NULL THEN
+                    v_fair := array_remove(v_fair, v_best.src);  -- nothing more it can give
+                END IF;
+            ELSE
+                SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key, r.rate_key INTO c
+                  FROM jobq.ready r
+                 WHERE r.fairness_key IS NULL
+                   AND (queues IS NULL OR r.queue = ANY (queues)) AND r.queue <> ALL (v_fair)
+                   AND (grants IS NULL OR jobq._sees(r.queue, grants))
+                   AND r.run_at <= now
+                   AND (r.priority, r.run_at, r.id) >= (v_best.priority, v_best.run_at, v_best.id)
+                   AND (NOT v_paused OR NOT jobq._paused(r.queue, r.kind))
+                   AND (r.concurrency_key IS NULL OR NOT EXISTS (
+                           SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                            WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                   AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                   AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT 1
+                   FOR UPDATE OF r SKIP LOCKED;
+                IF NOT FOUND THEN
+                    v_plain := false;  -- every one held by other checkouts
+                ELSIF NOT c.keyed THEN
+                    DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
+                    UPDATE jobq.live_jobs j
+                       SET state = 'executing', worker_id = _checkout_fair.worker, attempt = j.attempt + 1,
+                           started_at = now
+                     WHERE j.id = c.id AND j.state = 'ready';
+                    v_job := c.id;
+                ELSE
+                    v_blocked := jobq._claim_keyed(c.id, c.rid, worker, now);
+                    IF v_blocked IS NULL THEN
+                        v_job := c.id;
+                    ELSIF v_blocked = 'c' THEN
+                        v_skip_c := v_skip_c || c.concurrency_key;
+                        v_skip_l := v_skip_l || c.concurrency_limit;
+                    ELSIF v_blocked = 'u' THEN
+                        v_skip_u := v_skip_u || c.while_key;
+                    ELSE
+                        v_skip_r := v_skip_r || c.rate_key;
+                    END IF;
+                END IF;
+            END IF;
+        EXCEPTION WHEN serialization_failure THEN
+            -- (REPEATABLE READ, SERIALIZABLE) a row changed since our snapshot: that source
+            -- gives nothing more to this call.
+            IF v_best.src IS NOT NULL THEN
+                v_fair := array_remove(v_fair, v_best.src);
+            ELSE
+                v_plain := false;
+            END IF;
+        END;
+        IF v_job IS NOT NULL THEN
+            v_claimed := v_claimed || v_job;
+        END IF;
+    END LOOP;
+    RETURN v_claimed;
+END $$;
+
+-- The job fair queue `queue` would give next (jobq._fair_claim's choice, read without locking
+-- anything): its priority, run_at and id; no row when none.
+CREATE FUNCTION jobq._fair_next(queue text, now timestamptz, paused boolean, skip text[],
+                                OUT priority integer, OUT run_at timestamptz, OUT id bigint)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_hash  integer := hashtext(queue);
+    v_from  integer := -2147483648;
+    v_p     integer;
+    v_key   text;
+BEGIN
+    LOOP
+        SELECT min(x.priority) INTO v_p
+          FROM ((SELECT r.priority FROM jobq.ready r
+                  WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NULL
+                    AND r.priority >= v_from AND r.run_at <= now
+                  ORDER BY r.priority, r.run_at, r.id LIMIT 1)
+                UNION ALL
+                (SELECT r.priority FROM jobq.ready r
+                  WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NOT NULL
+                    AND r.priority >= v_from AND r.run_at <= now
+                  ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x;
+        IF v_p IS NULL THEN
+            RETURN;
+        END IF;
+        SELECT f.fairness_key INTO v_key FROM jobq.fairness f
+         WHERE f.queue = _fair_next.queue
+           AND (_fair_next.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+           AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
+         ORDER BY f.served
+         LIMIT 1;
+        IF FOUND THEN
+            IF v_key IS NULL THEN
+                RETURN QUERY SELECT r.priority, r.run_at, r.id FROM jobq.ready r
+                 WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NULL
+                   AND r.priority = v_p AND r.run_at <= now
+                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT 1;
+            ELSE
+                RETURN QUERY SELECT r.priority, r.run_at, r.id FROM jobq.ready r
+                 WHERE r.queue_hash = v_hash AND r.priority = v_p AND r.fairness_key = v_key
+                   AND r.queue = _fair_next.queue AND r.run_at <= now
+                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                 ORDER BY r.priority, r.fairness_key, r.run_at, r.id
+                 LIMIT 1;
+            END IF;
+            RETURN;
+        END IF;
+        EXIT WHEN v_p = 2147483647;
+        v_from := v_p + 1;
+    END LOOP;
+END $$;
+
+-- The pass's share (src/sql/reap.sql): the rows of keys that have no waiting job and the
+-- default weight go, and a queue's row for its jobs without a key once no key of it is left
+-- (the queue is then served as any other). A queue is pruned only while no transaction is
+-- making one of its keyed jobs ready (the advisory lock jobq._fair_keys holds shared until it
+-- commits), and only under READ COMMITTED, where each DELETE's snapshot is taken after that
+-- lock: a row is never removed under a job about to need it. The lock is taken here for the
+-- session and let go right after the deletes, so an enqueue waits for no more than them (and,
+-- for a key just removed, for the pass to commit, as its INSERT waits for any delete of the
+-- same key). Rows a checkout holds are passed over.
+CREATE FUNCTION jobq._prune_fairness() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    q text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    FOR q IN SELECT DISTINCT f.queue FROM jobq.fairness f LOOP
+        CONTINUE WHEN NOT pg_try_advisory_lock(1785684593, hashtext('fairness:' || q));
+        BEGIN
+            DELETE FROM jobq.fairness f
+             WHERE f.ctid = ANY (ARRAY(
+                       SELECT g.ctid FROM jobq.fairness g
+                        WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.weight = 1
+                          AND NOT EXISTS (SELECT 1 FROM jobq.ready r
+                                           WHERE r.queue_hash = hashtext(q) AND r.fairness_key = g.fairness_key
+                                             AND r.queue = q)
+                          FOR UPDATE SKIP LOCKED));
+            DELETE FROM jobq.fairness f
+             WHERE f.ctid = ANY (ARRAY(
+                       SELECT g.ctid FROM jobq.fairness g
+                        WHERE g.queue = q AND g.fairness_key IS NULL AND g.weight = 1
+                          AND NOT EXISTS (SELECT 1 FROM jobq.fairness h WHERE h.queue = q AND h.fairness_key IS NOT NULL)
+                          FOR UPDATE SKIP LOCKED));
+        EXCEPTION WHEN OTHERS THEN
+            PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
+            RAISE;
+        END;
+        PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
+    END LOOP;
+END $$;

@@ -1,0 +1,254 @@
+//! Fair checkout (the contract, "Tenants": `fairness_key`, `jobq_set_fairness_weight`), over real
+//! connections: the keys of a queue take turns whatever the order and volume of their enqueues;
+//! jobs without a key are one key of their own; a weight gives a key more jobs per turn;
+//! priority still comes first, and a checkout of several queues keeps their order; a key's job
+//! that goes back to waiting after the pass pruned its key is served; the arguments are checked
+//! and the weight is jobq_admin's; many checkouts at once, in every isolation level, take every
+//! job once and still serve the small keys long before the backlog is done.
+mod common;
+
+use common::*;
+use postgres::Client;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use uuid::Uuid;
+
+fn enqueue(c: &mut Client, queue: &str, key: Option<&str>, n: usize) -> Vec<i64> {
+    (0..n)
+        .map(|_| c.query_one("SELECT jobq_enqueue($1, fairness_key => $2)", &[&queue, &key]).unwrap().get(0))
+        .collect()
+}
+
+/// One job checked out of `queues`: its id and fairness key; None when nothing was available.
+fn take(c: &mut Client, w: Uuid, queues: Option<&[&str]>) -> Option<(i64, Option<String>)> {
+    let rows = c.query("SELECT id, fairness_key FROM jobq_checkout($1, $2)", &[&w, &queues]).unwrap();
+    rows.first().map(|r| (r.get(0), r.get(1)))
+}
+
+/// The fairness keys of every job checked out of `queue`, one checkout at a time, in order.
+fn drain(c: &mut Client, w: Uuid, queue: &str) -> Vec<Option<String>> {
+    let mut keys = Vec::new();
+    while let Some((_, key)) = take(c, w, Some(&[queue])) {
+        keys.push(key);
+    }
+    keys
+}
+
+fn k(s: &str) -> Option<String> {
+    Some(s.to_string())
+}
+
+#[test]
+fn the_keys_take_turns_whatever_the_backlog() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // A backlog first, then two small keys and jobs without a key, enqueued after all of it.
+    enqueue(&mut c, "q", Some("big"), 50);
+    enqueue(&mut c, "q", Some("a"), 3);
+    enqueue(&mut c, "q", None, 2);
+    enqueue(&mut c, "q", Some("b"), 3);
+    let order = drain(&mut c, w, "q");
+    assert_eq!(order.len(), 58);
+    // Each turn takes one job of every key that has one: the jobs without a key are a key too.
+    let turn = |i: usize| order[i * 4..i * 4 + 4].iter().cloned().collect::<BTreeSet<_>>();
+    assert_eq!(turn(0), BTreeSet::from([k("big"), k("a"), None, k("b")]), "{order:?}");
+    assert_eq!(turn(1), BTreeSet::from([k("big"), k("a"), None, k("b")]), "{order:?}");
+    assert_eq!(order[8..11].iter().cloned().collect::<BTreeSet<_>>(), BTreeSet::from([k("big"), k("a"), k("b")]), "{order:?}");
+    assert!(order[11..].iter().all(|x| *x == k("big")), "{order:?}");
+    // Within a key, oldest first; checkout returns the key (jobq.job's fairness_key).
+    let rows = c.query("SELECT id FROM jobq.jobs WHERE fairness_key = 'a' ORDER BY started_at, id", &[]).unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted);
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn a_weight_gives_a_key_more_jobs_per_turn() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    c.execute("SELECT jobq_set_fairness_weight('q', 'big', 3)", &[]).unwrap();
+    enqueue(&mut c, "q", Some("big"), 20);
+    enqueue(&mut c, "q", Some("a"), 4);
+    let order = drain(&mut c, w, "q");
+    // Turns of four: three of big, one of a, until a runs out.
+    for t in 0..4 {
+        let turn = &order[t * 4..t * 4 + 4];
+        assert_eq!(turn.iter().filter(|x| **x == k("big")).count(), 3, "turn {t}: {order:?}");
+        assert_eq!(turn.iter().filter(|x| **x == k("a")).count(), 1, "turn {t}: {order:?}");
+    }
+    assert!(order[16..].iter().all(|x| *x == k("big")));
+    // The weight is kept after the key's jobs are done and the pass has run.
+    c.execute("SELECT * FROM jobq_reap()", &[]).unwrap();
+    let weight: i32 = c.query_one("SELECT weight FROM jobq.fairness WHERE queue = 'q' AND fairness_key = 'big'", &[]).unwrap().get(0);
+    assert_eq!(weight, 3);
+}
+
+#[test]
+fn priority_comes_first_and_several_queues_keep_their_order() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // Priority before turns: a's job of priority 1 waits for every job of priority 0.
+    enqueue(&mut c, "p", Some("big"), 3);
+    c.execute("SELECT jobq_enqueue('p', priority => 1, fairness_key => 'a')", &[]).unwrap();
+    assert_eq!(drain(&mut c, w, "p"), vec![k("big"), k("big"), k("big"), k("a")]);
+
+    // Across queues, the order of priority, run_at and id: each fair queue gives the job of the
+    // key whose turn it is.
+    let first = enqueue(&mut c, "plain", None, 1)[0];
+    let big = enqueue(&mut c, "fair", Some("big"), 3);
+    let a = enqueue(&mut c, "fair", Some("a"), 1)[0];
+    let last = enqueue(&mut c, "plain", None, 1)[0];
+    let mut got = Vec::new();
+    while let Some((id, _)) = take(&mut c, w, Some(&["fair", "plain"])) {
+        got.push(id);
+    }
+    assert_eq!(got, vec![first, big[0], a, big[1], big[2], last]);
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn a_checkout_of_every_queue_serves_the_fair_ones_in_turns() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let first = enqueue(&mut c, "plain", None, 1)[0];
+    let big = enqueue(&mut c, "fair", Some("big"), 3);
+    let a = enqueue(&mut c, "fair", Some("a"), 1)[0];
+    let last = enqueue(&mut c, "plain", None, 1)[0];
+    let mut got = Vec::new();
+    while let Some((id, _)) = take(&mut c, w, None) {
+        got.push(id);
+    }
+    assert_eq!(got, vec![first, big[0], a, big[1], big[2], last]);
+}
+
+#[test]
+fn a_keyed_job_back_to_waiting_after_its_key_was_pruned_is_served() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let id = enqueue(&mut c, "q", Some("t1"), 1)[0];
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((id, k("t1"))));
+    // No job of the queue waits: the pass removes its turns, and checkout is the plain one again.
+    c.execute("SELECT * FROM jobq_reap()", &[]).unwrap();
+    let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness", &[]).unwrap().get(0);
+    assert_eq!(rows, 0);
+    // The attempt fails and is retried: its key takes turns again, and the job is served.
+    c.execute("SELECT jobq_fail($1, $2, '{}', retry_in => '0 s')", &[&id, &w]).unwrap();
+    let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE queue = 'q'", &[]).unwrap().get(0);
+    assert_eq!(rows, 2, "the key's row and the row of the jobs without one");
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((id, k("t1"))));
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn bad_arguments_and_other_roles_are_refused_and_change_nothing() {
+    let (cluster, name, mut c) = db();
+    let drawn = |c: &mut Client| -> i64 {
+        c.query_one("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM jobq.jobs_id_seq", &[]).unwrap().get(0)
+    };
+    let before = drawn(&mut c);
+    for (sql, state) in [
+        ("SELECT jobq_enqueue('q', fairness_key => '')", "22023"),
+        ("SELECT jobq_enqueue('q', fairness_key => repeat('x', 1001))", "22023"),
+        ("SELECT jobq_enqueue_batch('q', ARRAY['{}'::jsonb], fairness_key => '')", "22023"),
+        ("SELECT jobq_set_fairness_weight('q', 'k', 0)", "22023"),
+        ("SELECT jobq_set_fairness_weight('q', 'k', 101)", "22023"),
+        ("SELECT jobq_set_fairness_weight('q', '', 2)", "22023"),
+        ("SELECT jobq_set_fairness_weight('', 'k', 2)", "22023"),
+        ("SELECT jobq_set_fairness_weight(NULL, 'k', 2)", "22004"),
+        ("SELECT jobq_set_fairness_weight('q', 'k', NULL)", "22004"),
+    ] {
+        let e = c.query(sql, &[]).expect_err(sql);
+        assert_eq!(sqlstate(&e), state, "{sql}: {e:?}");
+    }
+    // The weight is jobq_admin's: a worker is refused.
+    let role = format!("{name}_fair_worker");
+    c.batch_execute(&format!("CREATE ROLE {role} LOGIN; GRANT jobq_worker TO {role}")).unwrap();
+    let mut worker = cluster.connect_as(&name, &role);
+    let e = worker.query("SELECT jobq_set_fairness_weight('q', 'k', 2)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&e), "42501", "{e:?}");
+    // A producer may enqueue with a key; the batch and the graph give theirs to every job.
+    worker.execute("SELECT jobq_enqueue('q', fairness_key => 'k')", &[]).unwrap();
+    assert_eq!(drawn(&mut c), before + 1, "no id drawn by a refusal");
+    c.execute("SELECT jobq_enqueue_batch('q', ARRAY['{}'::jsonb, '{}'], fairness_key => 'b')", &[]).unwrap();
+    c.execute("SELECT jobq_enqueue_graph('[{\"queue\": \"q\", \"fairness_key\": \"g\"}]')", &[]).unwrap();
+    let keys: Vec<Option<String>> =
+        c.query("SELECT fairness_key FROM jobq.jobs ORDER BY id", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(keys, vec![k("k"), k("b"), k("b"), k("g")]);
+    let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE weight <> 1", &[]).unwrap().get(0);
+    assert_eq!(rows, 0);
+}
+
+/// Many checkouts at once on one fair queue: 16 small keys of 10 jobs and a backlog of 400,
+/// enqueued first. Every job is taken once, and the small keys' jobs are all taken within
+/// their ten turns (17 jobs each), plus what the concurrent checkouts may each take ahead.
+fn hammer(isolation: &str) {
+    const WORKERS: usize = 8;
+    let (cluster, name, mut c) = db();
+    c.execute("SELECT count(*) FROM jobq_enqueue_batch('h', array_fill('{}'::jsonb, ARRAY[400]), fairness_key => 'big')", &[]).unwrap();
+    for t in 0..16 {
+        c.execute("SELECT count(*) FROM jobq_enqueue_batch('h', array_fill('{}'::jsonb, ARRAY[10]), fairness_key => $1)", &[&format!("t{t}")])
+            .unwrap();
+    }
+    let rank = AtomicUsize::new(0);
+    let taken = Mutex::new(Vec::<(usize, i64, Option<String>)>::new());
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS {
+            let mut conn = cluster.connect(&name);
+            let (rank, taken) = (&rank, &taken);
+            s.spawn(move || {
+                let w = register(&mut conn);
+                let mut empty = 0;
+                while empty < 3 {
+                    // The snapshot taken before the checkout, as a client's transaction takes it.
+                    let mut t = conn.transaction().unwrap();
+                    t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SELECT 1")).unwrap();
+                    let rows = match t.query("SELECT id, fairness_key FROM jobq_checkout($1, ARRAY['h'])", &[&w]).and_then(|r| t.commit().map(|_| r)) {
+                        Ok(rows) => rows,
+                        // What the contract lets REPEATABLE READ and SERIALIZABLE raise, and the
+                        // client retries (nothing changed); never under READ COMMITTED.
+                        Err(e) if isolation != "READ COMMITTED" && sqlstate(&e) == "40001" => continue,
+                        Err(e) => panic!("{isolation}: {e:?}"),
+                    };
+                    if rows.is_empty() {
+                        empty += 1;
+                        continue;
+                    }
+                    empty = 0;
+                    let at = rank.fetch_add(1, Ordering::SeqCst);
+                    taken.lock().unwrap().push((at, rows[0].get(0), rows[0].get(1)));
+                }
+            });
+        }
+    });
+    let taken = taken.into_inner().unwrap();
+    let ids: BTreeSet<i64> = taken.iter().map(|t| t.1).collect();
+    assert_eq!(ids.len(), taken.len(), "{isolation}: a job taken twice");
+    assert_eq!(ids.len(), 560, "{isolation}: every job taken");
+    let mut last: BTreeMap<String, usize> = BTreeMap::new();
+    for (at, _, key) in &taken {
+        let key = key.clone().unwrap();
+        let e = last.entry(key).or_default();
+        *e = (*e).max(*at);
+    }
+    let small_done = last.iter().filter(|(key, _)| *key != "big").map(|(_, at)| *at).max().unwrap();
+    assert!(small_done < 10 * 17 + WORKERS * 10, "{isolation}: the small keys' last job was taken {small_done}th of 560");
+    assert_job_tables_consistent(&mut c);
+}
+
+#[test]
+fn concurrent_checkouts_take_every_job_once_and_serve_the_small_keys_first_read_committed() {
+    hammer("READ COMMITTED");
+}
+
+#[test]
+fn concurrent_checkouts_take_every_job_once_and_serve_the_small_keys_first_repeatable_read() {
+    hammer("REPEATABLE READ");
+}
+
+#[test]
+fn concurrent_checkouts_take_every_job_once_and_serve_the_small_keys_first_serializable() {
+    hammer("SERIALIZABLE");
+}
