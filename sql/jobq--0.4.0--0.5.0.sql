@@ -28,6 +28,18 @@ CREATE TABLE jobq.fairness (
 CREATE INDEX fairness_by_turn ON jobq.fairness (queue, served);
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
+CREATE FUNCTION jobq._note_fairness() RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'note_fairness_wrapper';
+CREATE FUNCTION jobq._fairness_written() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._note_fairness();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness
+    FOR EACH STATEMENT EXECUTE FUNCTION jobq._fairness_written();
+ALTER TABLE jobq.fairness ENABLE ALWAYS TRIGGER fairness_written;
 
 -- Queues granted per role (src/sql/grants.sql).
 CREATE TABLE jobq.queue_grants (
@@ -2275,6 +2287,7 @@ REVOKE ALL ON FUNCTION jobq._limits(text), jobq._limits_of(oid, text), jobq._out
 GRANT EXECUTE ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint) TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) TO jobq_admin;
 REVOKE ALL ON FUNCTION jobq._fair_keys(text, text[]), jobq_set_fairness_weight(text, text, integer),
+    jobq._note_fairness(), jobq._fairness_written(),
     jobq._fair_claim(uuid, text, timestamptz, boolean, boolean, text[]),
     jobq._fair_due(integer, text, text, integer, timestamptz, boolean), jobq._paused(text, text),
     jobq._checkout_fair(uuid, text[], integer, timestamptz, text[]),

@@ -301,7 +301,8 @@ unsafe fn claim(
             return None;
         }
     }
-    if any_fair(snapshot) {
+    // A database where some queue takes turns: the SQL's (src/fairness.rs).
+    if crate::fairness::any((*(*r.ready).rd_rel).relnamespace, snapshot) {
         return None;
     }
     let pauses = Pauses::read(r.pauses, snapshot)?;
@@ -728,26 +729,6 @@ impl Writer {
         let executing = pg_sys::Datum::from(pg_sys::cstring_to_text(c"executing".as_ptr()));
         Writer { entries: IndexEntries::open(live, Some(&set)), executing }
     }
-}
-
-/// Whether some queue takes fair turns (a row of jobq.fairness, src/sql/fairness.sql): then the
-/// SQL serves the call, which hands it to jobq._checkout_fair when it may take from such a queue.
-/// A table that never held a row has no page (the common case): one look at its size.
-unsafe fn any_fair(snapshot: pg_sys::Snapshot) -> bool {
-    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
-    let table = pg_sys::get_relname_relid(c"fairness".as_ptr(), nsp);
-    if table == pg_sys::InvalidOid {
-        return false; // an older release's SQL under this library
-    }
-    let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as i32);
-    let mut any = false;
-    if pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) > 0 {
-        let scan = pg_sys::systable_beginscan(rel, pg_sys::InvalidOid, false, snapshot, 0, null_mut());
-        any = !pg_sys::systable_getnext(scan).is_null();
-        pg_sys::systable_endscan(scan);
-    }
-    pg_sys::table_close(rel, pg_sys::NoLock as i32);
-    any
 }
 
 /// The layout, once per backend and set of tables; None when a table or the result type is not

@@ -15,72 +15,11 @@
 //! A database where no edge was ever written pays nothing for this on a completion: every
 //! statement that inserts edges notes its database in shared memory (the trigger
 //! `edges_written`, whatever inserts them: a dependent's enqueue, an await, a restore's COPY),
-//! and a completion that found `jobq.edges` without a page notes the database as having none,
-//! unless an insert noted it first. A database noted as having none is not probed; one noted
-//! as having edges, or not at all (a full table, no preload), is.
+//! and a completion that found `jobq.edges` without a page notes the database as having none
+//! (src/written.rs).
+use crate::written::{known, note, Known, Table};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
-use std::sync::atomic::{AtomicBool, Ordering};
-
-const DATABASES: usize = 1024;
-
-/// What is known of a database's jobq.edges since the server started.
-#[derive(Copy, Clone, PartialEq, Debug)]
-enum Known {
-    Nothing,
-    NoEdges,
-    Edges,
-}
-
-/// Databases by oid, open addressing from `oid % DATABASES`; an entry is never removed.
-#[derive(Copy, Clone)]
-struct Databases {
-    db: [u32; DATABASES], // 0: free
-    edges: [bool; DATABASES],
-}
-unsafe impl PGRXSharedMemory for Databases {}
-
-static DBS: PgLwLock<Databases> = unsafe { PgLwLock::new(c"jobq_edges_written") };
-static ENABLED: AtomicBool = AtomicBool::new(false);
-
-/// Called from _PG_init while preloading.
-pub fn init() {
-    pg_shmem_init!(DBS = Databases { db: [0; DATABASES], edges: [false; DATABASES] });
-    ENABLED.store(true, Ordering::Relaxed);
-}
-
-/// Where `db` is in `dbs`, or the free slot it would take (None when the table is full).
-fn slot(dbs: &Databases, db: u32) -> Option<usize> {
-    (0..DATABASES).map(|i| (db as usize + i) % DATABASES).find(|&i| dbs.db[i] == db || dbs.db[i] == 0)
-}
-
-fn known(db: u32) -> Known {
-    if !ENABLED.load(Ordering::Relaxed) {
-        return Known::Nothing;
-    }
-    let dbs = DBS.share();
-    match slot(&dbs, db) {
-        Some(i) if dbs.db[i] == db && dbs.edges[i] => Known::Edges,
-        Some(i) if dbs.db[i] == db => Known::NoEdges,
-        _ => Known::Nothing,
-    }
-}
-
-/// Notes that `db`'s jobq.edges has rows (`edges`), or had no page when a completion looked
-/// (`!edges`: only when nothing was noted yet, so an insert noted meanwhile wins).
-fn note(db: u32, edges: bool) {
-    if !ENABLED.load(Ordering::Relaxed) {
-        return;
-    }
-    let mut dbs = DBS.exclusive();
-    if let Some(i) = slot(&dbs, db) {
-        if dbs.db[i] == 0 || edges {
-            dbs.db[i] = db;
-            dbs.edges[i] = edges;
-        }
-    }
-}
 
 /// jobq.edges, opened with `lock`, and its `parent` and `child` columns (1-based); None when
 /// there is no such table (a session across `DROP EXTENSION`).
@@ -108,8 +47,8 @@ unsafe fn open(nsp: pg_sys::Oid, lock: u32) -> Option<(pg_sys::Relation, i16, i1
 /// where no edge was ever written (the module comment).
 pub unsafe fn awaited(nsp: pg_sys::Oid, job: i64) -> bool {
     let db = crate::my_db();
-    let before = known(db);
-    if before == Known::NoEdges {
+    let before = known(db, Table::Edges);
+    if before == Known::Empty {
         return false;
     }
     let Some((edges, parent, _)) = open(nsp, pg_sys::AccessShareLock) else {
@@ -117,7 +56,7 @@ pub unsafe fn awaited(nsp: pg_sys::Oid, job: i64) -> bool {
     };
     let pages = pg_sys::RelationGetNumberOfBlocksInFork(edges, pg_sys::ForkNumber::MAIN_FORKNUM) > 0;
     if !pages && before == Known::Nothing {
-        note(db, false);
+        note(db, Table::Edges, false);
     }
     let found = pages && {
         let latest = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
@@ -169,7 +108,7 @@ pub mod jobq {
     /// src/sql/workflows.sql, after each statement that inserts edges, before they commit).
     #[pg_extern(volatile, name = "_note_edges")]
     pub fn note_edges() {
-        note(crate::my_db(), true);
+        note(crate::my_db(), Table::Edges, true);
     }
 
     /// Nothing: the extension refuses a completion that cannot see a dependent's edge

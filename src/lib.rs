@@ -43,6 +43,7 @@ mod complete;
 mod counters;
 mod edges;
 mod enqueue;
+mod fairness;
 mod floors;
 mod grants;
 mod gucs;
@@ -55,6 +56,7 @@ mod schedules;
 mod slots;
 mod waits;
 mod wakes;
+mod written;
 mod xact;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -94,7 +96,7 @@ pub extern "C-unwind" fn _PG_init() {
         health::init();
         counters::init();
         compact::init();
-        edges::init();
+        written::init();
         bgworker::init();
     }
 }
@@ -108,7 +110,7 @@ extension_sql_file!("sql/enqueue.sql", name = "enqueue", requires = ["workers", 
 extension_sql_file!("sql/locks.sql", name = "locks", requires = ["enqueue"]);
 extension_sql_file!("sql/rate_limits.sql", name = "rate_limits", requires = ["locks"]);
 extension_sql_file!("sql/checkout.sql", name = "checkout", requires = ["rate_limits", waits::jobq::wait_begin, waits::jobq::wait, liveness::jobq::usable_worker]);
-extension_sql_file!("sql/fairness.sql", name = "fairness", requires = ["checkout"]);
+extension_sql_file!("sql/fairness.sql", name = "fairness", requires = ["checkout", fairness::jobq::note_fairness]);
 extension_sql_file!("sql/finish.sql", name = "finish", requires = ["fairness", gucs::jobq::retention_ms]);
 extension_sql_file!("sql/pause.sql", name = "pause", requires = ["finish"]);
 extension_sql_file!("sql/schedules.sql", name = "schedules", requires = ["pause", schedules::jobq::cron_next, schedules::jobq::cron_latest]);

@@ -43,6 +43,9 @@ fn k(s: &str) -> Option<String> {
 fn the_keys_take_turns_whatever_the_backlog() {
     let (_, _, mut c) = db();
     let w = register(&mut c);
+    // A checkout before any turn existed: the extension's fast path notes the database as
+    // without turns (src/written.rs), and the first turn written must undo that.
+    assert_eq!(take(&mut c, w, Some(&["q"])), None);
     // A backlog first, then two small keys and jobs without a key, enqueued after all of it.
     enqueue(&mut c, "q", Some("big"), 50);
     enqueue(&mut c, "q", Some("a"), 3);

@@ -14,7 +14,7 @@
 --
 -- A queue with rows here is *fair*: jobq._checkout hands each call that may take from one to
 -- jobq._checkout_fair (src/sql/checkout.sql), and the Rust fast path hands every call to the SQL
--- while any row exists (src/checkout.rs). A job with a key has its ready row in ready_fair only
+-- while any row exists (src/fairness.rs). A job with a key has its ready row in ready_fair only
 -- (src/sql/schema.sql), so the plain checkout never meets it; the jobs without a key of a fair
 -- queue stay in ready_by_queue.
 --
@@ -43,6 +43,19 @@ CREATE TABLE jobq.fairness (
 CREATE INDEX fairness_by_turn ON jobq.fairness (queue, served);
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
+
+-- Whatever inserts turns notes its database in shared memory before it commits, so that the
+-- fast path of checkout in a database that never had one skips the table (src/fairness.rs).
+-- ALWAYS: also when rows arrive by logical replication.
+CREATE FUNCTION jobq._fairness_written() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._note_fairness();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness
+    FOR EACH STATEMENT EXECUTE FUNCTION jobq._fairness_written();
+ALTER TABLE jobq.fairness ENABLE ALWAYS TRIGGER fairness_written;
 
 -- Makes `keys` of `queue` (and the queue's key of jobs without one) take turns: their rows,
 -- inserted when missing, new keys at the back. Called where a job with a fairness key becomes
