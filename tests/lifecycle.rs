@@ -826,14 +826,20 @@ fn every_function_pins_its_search_path() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    // The keyed claim's per-job helpers leave the setting to their callers (src/sql/checkout.sql,
-    // the header): each runs with the definer's rights of no one, and only jobq's own functions,
-    // which pin it, may call it.
+    // The keyed claim's per-job helpers, and the fair checkout's (src/sql/fairness.sql), leave
+    // the setting to their callers (src/sql/checkout.sql, the header): each runs with the
+    // definer's rights of no one, and only jobq's own functions, which pin it, may call it.
     let mut hot = vec![
+        "jobq._checkout_fair(uuid,text[],integer,timestamp with time zone,text[])",
         "jobq._claim_keyed(bigint,tid,uuid,timestamp with time zone)",
+        "jobq._fair_claim(uuid,text,timestamp with time zone,boolean,boolean,text[])",
+        "jobq._fair_due(integer,text,text,integer,timestamp with time zone,boolean)",
+        "jobq._fair_next(text,timestamp with time zone,boolean,text[])",
+        "jobq._fair_queues()",
         "jobq._limits(text)", // a limited role's queues (src/sql/grants.sql): checked on every job's path
         "jobq._limits_of(oid,text)",
         "jobq._outside_jobs(text,bigint[])",
+        "jobq._paused(text,text)",
         "jobq._release_keys(bigint,text,text,text,text,text,integer)",
         "jobq._require(text,text[],text)",
         "jobq._require_job(text,bigint,text)",
@@ -854,6 +860,7 @@ fn every_function_pins_its_search_path() {
             "jobq._may_act_for(oid)",
             "jobq._note_compaction()",
             "jobq._note_edges()",
+            "jobq._note_fairness()",
             "jobq._notify(text)",
             "jobq._refuse_unseen_edges(bigint[])",
             "jobq._rung()",
