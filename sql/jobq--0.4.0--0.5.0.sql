@@ -22,12 +22,12 @@ CREATE TABLE jobq.fairness (
     fairness_key  text,
     weight        integer NOT NULL DEFAULT 1,   -- jobs per turn (jobq_set_fairness_weight)
     served        bigint NOT NULL DEFAULT nextval('jobq.fairness_turns'),
-    taken         integer NOT NULL DEFAULT 0,   -- jobs taken since `served` last moved
-    UNIQUE NULLS NOT DISTINCT (queue, fairness_key)
+    taken         integer NOT NULL DEFAULT 0    -- jobs taken since `served` last moved
 )
 WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
       autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX fairness_by_turn ON jobq.fairness (queue, served);
+CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key);
 ALTER TABLE jobq.fairness ALTER COLUMN queue SET (n_distinct = 1000);
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
@@ -239,11 +239,15 @@ END $$;
 
 CREATE FUNCTION jobq._fair_keys(queue text, keys text[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_rc boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
     INSERT INTO jobq.fairness (queue, fairness_key)
     SELECT _fair_keys.queue, k FROM unnest(keys || NULL::text) k
-    ON CONFLICT DO NOTHING;
+     WHERE NOT v_rc
+        OR NOT EXISTS (SELECT 1 FROM jobq.fairness f
+                        WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NOT DISTINCT FROM k);
 END $$;
 
 CREATE FUNCTION jobq_set_fairness_weight(queue text, fairness_key text, weight integer) RETURNS void
@@ -299,7 +303,7 @@ BEGIN
             IF locked THEN
                 SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue
-                   AND (_fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1
@@ -308,7 +312,7 @@ BEGIN
             IF k IS NULL THEN
                 SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue
-                   AND (_fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1;
@@ -369,8 +373,8 @@ BEGIN
                 END IF;
             END IF;
             -- Its jobs are all held by other checkouts, or the next one cannot start: the key
-            -- yields its turn for the rest of this call.
-            skip := skip || (_fair_claim.queue || E'\n' || coalesce(k.fairness_key, ''));
+            -- yields its turn at this priority for the rest of this call.
+            skip := skip || (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(k.fairness_key, ''));
         END LOOP;
         EXIT WHEN v_p = 2147483647;
         v_from := v_p + 1;
@@ -559,7 +563,7 @@ BEGIN
         END IF;
         SELECT f.fairness_key INTO v_key FROM jobq.fairness f
          WHERE f.queue = _fair_next.queue
-           AND (_fair_next.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+           AND (v_p || E'\n' || _fair_next.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
            AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
          ORDER BY f.served
          LIMIT 1;
@@ -589,56 +593,55 @@ END $$;
 CREATE FUNCTION jobq._prune_fairness() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    q        text;
-    v_prios  integer[];
+    q  text;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RETURN;
     END IF;
     FOR q IN SELECT jobq._fair_queues() LOOP
-        CONTINUE WHEN NOT pg_try_advisory_lock(1785684593, hashtext('fairness:' || q));
-        BEGIN
-            -- The priorities of the queue's keyed waiting jobs, one descent of ready_fair each,
-            -- so that each key is then looked up by (queue, priority, key): ready_fair's
-            -- leading columns, never a walk of the queue's whole backlog.
-            v_prios := ARRAY(
-                WITH RECURSIVE p(priority) AS (
-                    (SELECT r.priority FROM jobq.ready r
-                      WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
-                      ORDER BY r.priority LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT r.priority FROM jobq.ready r
-                             WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
-                               AND r.priority > p.priority
-                             ORDER BY r.priority LIMIT 1)
-                      FROM p WHERE p.priority IS NOT NULL)
-                SELECT p.priority FROM p WHERE p.priority IS NOT NULL);
-            DELETE FROM jobq.fairness f
-             WHERE f.ctid = ANY (ARRAY(
-                       SELECT g.ctid FROM jobq.fairness g
-                        WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.weight = 1
-                          -- One descent per priority: a scalar subquery (NOT EXISTS became an
-                          -- anti-join that read the queue's whole backlog), and each priority
-                          -- given alone (with `priority = ANY (...)` the generic plan left the
-                          -- priority out of the index condition: 28 ms per key at 1,000,000 jobs).
-                          AND (SELECT true FROM unnest(v_prios) AS p(priority)
-                                CROSS JOIN LATERAL (SELECT 1 FROM jobq.ready r
-                                                     WHERE r.queue_hash = hashtext(q) AND r.priority = p.priority
-                                                       AND r.fairness_key = g.fairness_key AND r.queue = q
-                                                     LIMIT 1) x
-                                LIMIT 1) IS NULL
-                          FOR UPDATE SKIP LOCKED));
-            DELETE FROM jobq.fairness f
-             WHERE f.ctid = ANY (ARRAY(
-                       SELECT g.ctid FROM jobq.fairness g
-                        WHERE g.queue = q AND g.fairness_key IS NULL AND g.weight = 1
-                          AND NOT EXISTS (SELECT 1 FROM jobq.fairness h WHERE h.queue = q AND h.fairness_key IS NOT NULL)
-                          FOR UPDATE SKIP LOCKED));
-        EXCEPTION WHEN OTHERS THEN
-            PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
-            RAISE;
-        END;
-        PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:' || q));
+        -- One statement, one snapshot: the priorities of the queue's keyed waiting jobs (one
+        -- descent of ready_fair each), then each key looked up by (queue, priority, key), its
+        -- index's leading columns. (Not NOT EXISTS: the planner made that an anti-join that read
+        -- the queue's whole backlog; not `priority = ANY (...)`: the generic plan left the
+        -- priority out of the index condition, 28 ms a key at 1,000,000 jobs.)
+        WITH RECURSIVE p(priority) AS (
+            (SELECT r.priority FROM jobq.ready r
+              WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
+              ORDER BY r.priority LIMIT 1)
+            UNION ALL
+            SELECT (SELECT r.priority FROM jobq.ready r
+                     WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
+                       AND r.priority > p.priority
+                     ORDER BY r.priority LIMIT 1)
+              FROM p WHERE p.priority IS NOT NULL
+        ), idle AS (
+            SELECT g.ctid FROM jobq.fairness g
+             WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.weight = 1
+               AND (SELECT true FROM p CROSS JOIN LATERAL (
+                        SELECT 1 FROM jobq.ready r
+                         WHERE r.queue_hash = hashtext(q) AND r.priority = p.priority
+                           AND r.fairness_key = g.fairness_key AND r.queue = q
+                         LIMIT 1) x
+                     WHERE p.priority IS NOT NULL
+                     LIMIT 1) IS NULL
+               FOR UPDATE OF g SKIP LOCKED
+        ), twins AS (
+            SELECT g.ctid FROM jobq.fairness g
+             WHERE g.queue = q
+               AND EXISTS (SELECT 1 FROM jobq.fairness h
+                            WHERE h.queue = q AND h.fairness_key IS NOT DISTINCT FROM g.fairness_key
+                              AND (h.served, h.ctid) < (g.served, g.ctid))
+               FOR UPDATE OF g SKIP LOCKED
+        )
+        DELETE FROM jobq.fairness f
+         WHERE f.ctid = ANY (ARRAY(SELECT idle.ctid FROM idle UNION SELECT twins.ctid FROM twins));
+        DELETE FROM jobq.fairness f
+         WHERE f.ctid = ANY (ARRAY(
+                   SELECT g.ctid FROM jobq.fairness g
+                    WHERE g.queue = q AND g.fairness_key IS NULL AND g.weight = 1
+                      AND NOT EXISTS (SELECT 1 FROM jobq.fairness h WHERE h.queue = q AND h.fairness_key IS NOT NULL)
+                      FOR UPDATE SKIP LOCKED));
     END LOOP;
 END $$;
 
@@ -2267,9 +2270,6 @@ BEGIN
     DELETE FROM jobq.queue_grants g
      WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.oid = g.role);
 
-    -- Fair checkout: the turns of keys that have no waiting job (src/sql/fairness.sql).
-    PERFORM jobq._prune_fairness();
-
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.
@@ -2294,6 +2294,11 @@ BEGIN
         jobs_pruned := jobs_pruned + n;
         EXIT WHEN n < 10000 OR clock_timestamp() - v_now > interval '1 second';
     END LOOP;
+
+    -- Fair checkout: the turns of keys that have no waiting job (src/sql/fairness.sql). Last:
+    -- it holds a fair queue's lock until the pass commits, and keyed enqueues into that queue
+    -- wait for it.
+    PERFORM jobq._prune_fairness();
 END $$;
 
 -- A login limited to some queues that set another role acts for no worker (src/privileges.rs;

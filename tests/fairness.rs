@@ -255,3 +255,60 @@ fn concurrent_checkouts_take_every_job_once_and_serve_the_small_keys_first_repea
 fn concurrent_checkouts_take_every_job_once_and_serve_the_small_keys_first_serializable() {
     hammer("SERIALIZABLE");
 }
+
+/// An enqueue of a key never waits for a checkout that moved the key's turn and has not
+/// committed (nor for another enqueue adding the same new key): under READ COMMITTED nothing
+/// of jobq may wait there, and two such transactions crossing would deadlock. Two enqueues
+/// that add one new key at once leave it two rows, and the pass keeps one.
+#[test]
+fn enqueues_of_a_key_never_wait_for_open_checkouts_or_enqueues() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    enqueue(&mut c, "q", Some("k"), 2);
+    enqueue(&mut c, "q", None, 2);
+    let mut a = cluster.connect(&name);
+    let mut b = cluster.connect(&name);
+    b.batch_execute("SET lock_timeout = '2s'").unwrap();
+    // Transaction a takes k's turn and a turn of the jobs without a key, and stays open.
+    let mut ta = a.transaction().unwrap();
+    let got: Vec<Option<String>> =
+        ta.query("SELECT fairness_key FROM jobq_checkout($1, ARRAY['q'], 2)", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(got.len(), 2);
+    // b enqueues into both turns, and a new key, without waiting for a.
+    b.execute("SELECT jobq_enqueue('q', fairness_key => 'k')", &[]).unwrap();
+    b.execute("SELECT jobq_enqueue('q', fairness_key => 'fresh')", &[]).unwrap();
+    // a adds the same new key as an open b does: neither waits.
+    let mut tb = b.transaction().unwrap();
+    tb.execute("SELECT jobq_enqueue('q', fairness_key => 'new')", &[]).unwrap();
+    ta.execute("SET LOCAL lock_timeout = '2s'", &[]).unwrap();
+    ta.execute("SELECT jobq_enqueue('q', fairness_key => 'new')", &[]).unwrap();
+    ta.commit().unwrap();
+    tb.commit().unwrap();
+    let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE fairness_key = 'new'", &[]).unwrap().get(0);
+    assert_eq!(rows, 2, "each inserted the new key's row");
+    c.execute("SELECT * FROM jobq_reap()", &[]).unwrap();
+    let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE fairness_key = 'new'", &[]).unwrap().get(0);
+    assert_eq!(rows, 1, "the pass keeps one");
+    // Every job is still taken, each once.
+    let mut ids = BTreeSet::new();
+    while let Some((id, _)) = take(&mut c, w, Some(&["q"])) {
+        assert!(ids.insert(id));
+    }
+    assert_eq!(ids.len(), 6);
+    assert_job_tables_consistent(&mut c);
+}
+
+/// A key whose next job cannot start yields its turn at that priority only: its job of the
+/// next priority is still served.
+#[test]
+fn a_key_that_cannot_start_yields_only_its_priority() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // Concurrency key 'one' (limit 1) held by a running job of another queue.
+    c.execute("SELECT jobq_enqueue('other', concurrency_key => 'one')", &[]).unwrap();
+    assert!(take(&mut c, w, Some(&["other"])).is_some());
+    c.execute("SELECT jobq_enqueue('q', priority => 0, concurrency_key => 'one', fairness_key => 'a')", &[]).unwrap();
+    let later: i64 = c.query_one("SELECT jobq_enqueue('q', priority => 1, fairness_key => 'a')", &[]).unwrap().get(0);
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((later, k("a"))));
+    assert_eq!(take(&mut c, w, Some(&["q"])), None, "the first still waits for its slot");
+}

@@ -36,13 +36,17 @@ CREATE SEQUENCE jobq.fairness_turns AS bigint;
 -- One row per (queue, fairness key) that has waiting jobs or a weight; fairness_key NULL: the
 -- queue's jobs without a key. Written by jobq._fair_keys (a keyed job becomes ready),
 -- jobq_set_fairness_weight and the claims; pruned by the pass (jobq._prune_fairness).
+-- No unique index: an enqueue that inserted a key's row would make every other enqueue of that
+-- key wait for its commit (and two enqueues that insert two new keys in opposite orders would
+-- deadlock), and one that met a row a running checkout had moved would wait for that checkout.
+-- Two enqueues that add the same new key at once may each insert its row: the key then has two
+-- turns in each round until the next pass keeps the one served least recently.
 CREATE TABLE jobq.fairness (
     queue         text NOT NULL,
     fairness_key  text,
     weight        integer NOT NULL DEFAULT 1,   -- jobs per turn (jobq_set_fairness_weight)
     served        bigint NOT NULL DEFAULT nextval('jobq.fairness_turns'),
-    taken         integer NOT NULL DEFAULT 0,   -- jobs taken since `served` last moved
-    UNIQUE NULLS NOT DISTINCT (queue, fairness_key)
+    taken         integer NOT NULL DEFAULT 0    -- jobs taken since `served` last moved
 )
 -- Every claim moves its key's row (a new version, and a new entry of fairness_by_turn): vacuumed
 -- after a fixed number of them, as jobq.ready is (src/sql/schema.sql), so the walk of a queue's
@@ -51,6 +55,8 @@ WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
       autovacuum_vacuum_cost_delay = 0);
 -- The claim's walk: a queue's keys, least recently served first.
 CREATE INDEX fairness_by_turn ON jobq.fairness (queue, served);
+-- A key's rows (jobq._fair_keys, jobq_set_fairness_weight, the pass).
+CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key);
 -- Statements here keep a generic plan, which estimates `queue = $1` as 1 / (the distinct queues
 -- ANALYZE saw): with one fair queue, every row, and a look for a queue with no turns read the
 -- whole table. A fixed estimate of many queues keeps them on the indexes (as jobq.ready's).
@@ -74,16 +80,24 @@ ALTER TABLE jobq.fairness ENABLE ALWAYS TRIGGER fairness_written;
 -- Makes `keys` of `queue` (and the queue's key of jobs without one) take turns: their rows,
 -- inserted when missing, new keys at the back. Called where a job with a fairness key becomes
 -- ready (jobq._enter_ready), with a shared advisory lock on the queue held to the end of the
--- transaction, so that the pass never prunes a row whose ready job is not yet committed
--- (jobq._prune_fairness takes the lock exclusively). The lock is the two-integer form with
--- class 'jobq', as jobq._take_slot's.
+-- transaction: the pass prunes a queue only under that lock taken exclusively, and holds it
+-- until it commits (jobq._prune_fairness), so a row this looks at is never being removed under
+-- a job about to need it, and a row it inserts is never pruned before its job commits. The lock
+-- is the two-integer form with class 'jobq', as jobq._take_slot's.
+-- Under READ COMMITTED the look for a missing row is taken after the lock; a transaction
+-- snapshot may predate a pass that removed the row since, so there the rows are inserted
+-- whatever it sees (the pass keeps one).
 CREATE FUNCTION jobq._fair_keys(queue text, keys text[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_rc boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
     INSERT INTO jobq.fairness (queue, fairness_key)
     SELECT _fair_keys.queue, k FROM unnest(keys || NULL::text) k
-    ON CONFLICT DO NOTHING;
+     WHERE NOT v_rc
+        OR NOT EXISTS (SELECT 1 FROM jobq.fairness f
+                        WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NOT DISTINCT FROM k);
 END $$;
 
 -- jobq_set_fairness_weight(queue, fairness_key, weight): the key (NULL: the queue's jobs
@@ -112,8 +126,9 @@ END $$;
 -- for `worker` (its ready row deleted, its job row executing, what it needs to start taken:
 -- jobq._claim_keyed). Returns the job's id; NULL when no key has a job this call can take. A
 -- key whose next job cannot start (its concurrency key full, its while_executing key busy,
--- its rate spent) yields its turn: it is added to `skip` (a key as queue || E'\n' || key,
--- E'\n' alone for the jobs without a key) and the next key is tried.
+-- its rate spent) yields its turn at that priority: it is added to `skip` (as priority || E'\n'
+-- || queue || E'\n' || key, the key '' for the jobs without one) and the next key is tried; at
+-- a later priority it takes its turn again.
 -- With `locked` false (REPEATABLE READ, SERIALIZABLE: a key row changed since the snapshot
 -- cannot be locked there) the key is picked without its row lock and moved only when its row
 -- can be updated.
@@ -151,7 +166,7 @@ BEGIN
             IF locked THEN
                 SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue
-                   AND (_fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1
@@ -160,7 +175,7 @@ BEGIN
             IF k IS NULL THEN
                 SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue
-                   AND (_fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1;
@@ -221,8 +236,8 @@ BEGIN
                 END IF;
             END IF;
             -- Its jobs are all held by other checkouts, or the next one cannot start: the key
-            -- yields its turn for the rest of this call.
-            skip := skip || (_fair_claim.queue || E'\n' || coalesce(k.fairness_key, ''));
+            -- yields its turn at this priority for the rest of this call.
+            skip := skip || (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(k.fairness_key, ''));
         END LOOP;
         EXIT WHEN v_p = 2147483647;
         v_from := v_p + 1;
@@ -426,7 +441,7 @@ BEGIN
         END IF;
         SELECT f.fairness_key INTO v_key FROM jobq.fairness f
          WHERE f.queue = _fair_next.queue
-           AND (_fair_next.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+           AND (v_p || E'\n' || _fair_next.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
            AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
          ORDER BY f.served
          LIMIT 1;
@@ -467,67 +482,65 @@ BEGIN
     SELECT q.queue FROM q WHERE q.queue IS NOT NULL;
 END $$;
 
--- The pass's share (src/sql/reap.sql): the rows of keys that have no waiting job and the
--- default weight go, and a queue's row for its jobs without a key once no key of it is left
--- (the queue is then served as any other). A queue is pruned only while no transaction is
--- making one of its keyed jobs ready (the advisory lock jobq._fair_keys holds shared until it
--- commits), and only under READ COMMITTED, where each DELETE's snapshot is taken after that
--- lock: a row is never removed under a job about to need it. The lock is taken here for the
--- session and let go right after the deletes, so an enqueue waits for no more than them (and,
--- for a key just removed, for the pass to commit, as its INSERT waits for any delete of the
--- same key). Rows a checkout holds are passed over.
+-- The pass's share (src/sql/reap.sql), its last step: the rows of keys that have no waiting job
+-- and the default weight go, and a queue's row for its jobs without a key once no key of it is
+-- left (the queue is then served as any other); of two rows of one key (jobq._fair_keys), the
+-- one served least recently stays. A queue is pruned only while no transaction is making one of
+-- its keyed jobs ready (the advisory lock jobq._fair_keys holds shared), and its lock is held
+-- until the pass commits: an enqueue that looks for a key's row after the prune waits for the
+-- deletions to commit, and then inserts the row again. Only under READ COMMITTED, where each
+-- statement's snapshot is taken after the lock. Rows a checkout holds are passed over.
 CREATE FUNCTION jobq._prune_fairness() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    q        text;
-    v_prios  integer[];
+    q  text;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RETURN;
     END IF;
     FOR q IN SELECT jobq._fair_queues() LOOP
-        CONTINUE WHEN NOT pg_try_advisory_lock(1785684593, hashtext('fairness:' || q));
-        BEGIN
-            -- The priorities of the queue's keyed waiting jobs, one descent of ready_fair each,
-            -- so that each key is then looked up by (queue, priority, key): ready_fair's
-            -- leading columns, never a walk of the queue's whole backlog.
-            v_prios := ARRAY(
-                WITH RECURSIVE p(priority) AS (
-                    (SELECT r.priority FROM jobq.ready r
-                      WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
-                      ORDER BY r.priority LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT r.priority FROM jobq.ready r
-                             WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
-                               AND r.priority > p.priority
-                             ORDER BY r.priority LIMIT 1)
-                      FROM p WHERE p.priority IS NOT NULL)
-                SELECT p.priority FROM p WHERE p.priority IS NOT NULL);
-            DELETE FROM jobq.fairness f
-             WHERE f.ctid = ANY (ARRAY(
-                       SELECT g.ctid FROM jobq.fairness g
-                        WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.weight = 1
-                          -- One descent per priority: a scalar subquery (NOT EXISTS became an
-                          -- anti-join that read the queue's whole backlog), and each priority
-                          -- given alone (with `priority = ANY (...)` the generic plan left the
-                          -- priority out of the index condition: 28 ms per key at 1,000,000 jobs).
-                          AND (SELECT true FROM unnest(v_prios) AS p(priority)
-                                CROSS JOIN LATERAL (SELECT 1 FROM jobq.ready r
-                                                     WHERE r.queue_hash = hashtext(q) AND r.priority = p.priority
-                                                       AND r.fairness_key = g.fairness_key AND r.queue = q
-                                                     LIMIT 1) x
-                                LIMIT 1) IS NULL
-                          FOR UPDATE SKIP LOCKED));
-            DELETE FROM jobq.fairness f
-             WHERE f.ctid = ANY (ARRAY(
-                       SELECT g.ctid FROM jobq.fairness g
-                        WHERE g.queue = q AND g.fairness_key IS NULL AND g.weight = 1
-                          AND NOT EXISTS (SELECT 1 FROM jobq.fairness h WHERE h.queue = q AND h.fairness_key IS NOT NULL)
-                          FOR UPDATE SKIP LOCKED));
-        EXCEPTION WHEN OTHERS THEN
-            PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
-            RAISE;
-        END;
-        PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:' || q));
+        -- One statement, one snapshot: the priorities of the queue's keyed waiting jobs (one
+        -- descent of ready_fair each), then each key looked up by (queue, priority, key), its
+        -- index's leading columns. (Not NOT EXISTS: the planner made that an anti-join that read
+        -- the queue's whole backlog; not `priority = ANY (...)`: the generic plan left the
+        -- priority out of the index condition, 28 ms a key at 1,000,000 jobs.)
+        WITH RECURSIVE p(priority) AS (
+            (SELECT r.priority FROM jobq.ready r
+              WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
+              ORDER BY r.priority LIMIT 1)
+            UNION ALL
+            SELECT (SELECT r.priority FROM jobq.ready r
+                     WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
+                       AND r.priority > p.priority
+                     ORDER BY r.priority LIMIT 1)
+              FROM p WHERE p.priority IS NOT NULL
+        ), idle AS (
+            SELECT g.ctid FROM jobq.fairness g
+             WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.weight = 1
+               AND (SELECT true FROM p CROSS JOIN LATERAL (
+                        SELECT 1 FROM jobq.ready r
+                         WHERE r.queue_hash = hashtext(q) AND r.priority = p.priority
+                           AND r.fairness_key = g.fairness_key AND r.queue = q
+                         LIMIT 1) x
+                     WHERE p.priority IS NOT NULL
+                     LIMIT 1) IS NULL
+               FOR UPDATE OF g SKIP LOCKED
+        ), twins AS (
+            SELECT g.ctid FROM jobq.fairness g
+             WHERE g.queue = q
+               AND EXISTS (SELECT 1 FROM jobq.fairness h
+                            WHERE h.queue = q AND h.fairness_key IS NOT DISTINCT FROM g.fairness_key
+                              AND (h.served, h.ctid) < (g.served, g.ctid))
+               FOR UPDATE OF g SKIP LOCKED
+        )
+        DELETE FROM jobq.fairness f
+         WHERE f.ctid = ANY (ARRAY(SELECT idle.ctid FROM idle UNION SELECT twins.ctid FROM twins));
+        DELETE FROM jobq.fairness f
+         WHERE f.ctid = ANY (ARRAY(
+                   SELECT g.ctid FROM jobq.fairness g
+                    WHERE g.queue = q AND g.fairness_key IS NULL AND g.weight = 1
+                      AND NOT EXISTS (SELECT 1 FROM jobq.fairness h WHERE h.queue = q AND h.fairness_key IS NOT NULL)
+                      FOR UPDATE SKIP LOCKED));
     END LOOP;
 END $$;

@@ -123,9 +123,6 @@ BEGIN
     DELETE FROM jobq.queue_grants g
      WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.oid = g.role);
 
-    -- Fair checkout: the turns of keys that have no waiting job (src/sql/fairness.sql).
-    PERFORM jobq._prune_fairness();
-
     -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
     -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
     -- keeps up with any completion rate without one pass becoming a long transaction.
@@ -150,6 +147,11 @@ BEGIN
         jobs_pruned := jobs_pruned + n;
         EXIT WHEN n < 10000 OR clock_timestamp() - v_now > interval '1 second';
     END LOOP;
+
+    -- Fair checkout: the turns of keys that have no waiting job (src/sql/fairness.sql). Last:
+    -- it holds a fair queue's lock until the pass commits, and keyed enqueues into that queue
+    -- wait for it.
+    PERFORM jobq._prune_fairness();
 END $$;
 
 -- One whole pass, as the background worker runs it each tick (and, in the SQL edition, pg_cron
