@@ -279,6 +279,7 @@ DECLARE
     k          record;
     c          record;
     v_blocked  "char";
+    v_rows     tid[];                    -- the key's rows to move to the back
 BEGIN
     LOOP
         -- The queue's top due priority from v_from on: of its jobs without a key
@@ -348,26 +349,25 @@ BEGIN
                     v_blocked := NULL;
                 END IF;
                 IF v_blocked IS NULL THEN
-                    -- Served: to the back once it had its weight's jobs in this turn.
-                    IF k.fid IS NOT NULL THEN
-                        UPDATE jobq.fairness f
-                           SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
-                               served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
-                         WHERE f.ctid = k.fid;
-                    ELSIF NOT locked THEN
-                        -- Never waiting for another checkout's hold on the row.
+                    -- Served: to the back once it had its weight's jobs in this turn. Its row is
+                    -- the one locked above; a key picked without its lock (REPEATABLE READ,
+                    -- SERIALIZABLE) has its rows locked now, never waiting for another checkout's
+                    -- hold. A key taken from while another checkout holds it stays where it is.
+                    v_rows := CASE WHEN k.fid IS NOT NULL THEN ARRAY[k.fid] ELSE '{}' END;
+                    IF k.fid IS NULL AND NOT locked THEN
                         BEGIN
-                            PERFORM 1 FROM jobq.fairness f
-                             WHERE f.queue = _fair_claim.queue AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
-                               FOR UPDATE NOWAIT;
-                            UPDATE jobq.fairness f
-                               SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
-                                   served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
-                             WHERE f.queue = _fair_claim.queue AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key;
+                            v_rows := ARRAY(SELECT f.ctid FROM jobq.fairness f
+                                             WHERE f.queue = _fair_claim.queue
+                                               AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
+                                               FOR UPDATE NOWAIT);
                         EXCEPTION WHEN serialization_failure OR lock_not_available THEN
-                            NULL;  -- moved by a transaction after our snapshot: it stays where that one put it
+                            NULL;  -- held, or moved by a transaction after our snapshot: it stays where that one put it
                         END;
                     END IF;
+                    UPDATE jobq.fairness f
+                       SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
+                           served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
+                     WHERE f.ctid = ANY (v_rows);
                     job := c.id;
                     RETURN;
                 END IF;
