@@ -529,14 +529,41 @@ fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
             })
         };
         let w = first(p.simple_query("SELECT jobq_register_worker()").unwrap()).unwrap();
-        first(p.simple_query(&format!("SELECT id FROM jobq_checkout('{w}', ARRAY['pwait'], 1, '20 s')")).unwrap())
+        let began = std::time::Instant::now();
+        let got = first(p.simple_query(&format!("SELECT id FROM jobq_checkout('{w}', ARRAY['pwait'], 1, '20 s')")).unwrap());
+        (got, began.elapsed())
     });
+    // This call's own session, by its query (the killed workers' sessions may still be ending
+    // their waits on other queues).
     wait_until("the pooled checkout to wait", PATIENCE, || {
-        c.query_one("SELECT count(*) = 1 FROM pg_stat_activity WHERE usename = $1 AND wait_event IN ('Extension', 'PgSleep', 'advisory')", &[&app])
-            .unwrap()
-            .get(0)
+        c.query_one(
+            "SELECT count(*) = 1 FROM pg_stat_activity
+              WHERE usename = $1 AND query LIKE '%pwait%' AND wait_event IN ('Extension', 'PgSleep', 'advisory')",
+            &[&app],
+        )
+        .unwrap()
+        .get(0)
     });
     let job: i64 = c.query_one("SELECT jobq_enqueue('pwait')", &[]).unwrap().get(0);
-    assert_eq!(waiting.join().unwrap(), Some(job.to_string()));
+    let (got, took) = waiting.join().unwrap();
+    if got != Some(job.to_string()) {
+        // What the server knew, for a failure that must be explained (the floor: the extension's).
+        let seen: Vec<String> = [
+            format!(
+                "SELECT format('job %s %s worker %s, %s ready row', j.id, j.state, j.worker_id,
+                               (SELECT count(*) FROM jobq.ready r WHERE r.id = j.id)) FROM jobq.jobs j WHERE j.id = {job}"
+            ),
+            "SELECT format('floor %s', f) FROM jobq._floor('jobq.ready'::regclass, 'pwait') f".to_string(),
+            "SELECT format('waiting workers %s', jobq._waiting_workers())".to_string(),
+            format!("SELECT format('session %s %s %s: %s', pid, state, wait_event, query) FROM pg_stat_activity WHERE usename = '{app}'"),
+        ]
+        .iter()
+        .flat_map(|q| match c.query(q.as_str(), &[]) {
+            Ok(rows) => rows.iter().map(|r| r.get(0)).collect(),
+            Err(e) => vec![format!("({e})")],
+        })
+        .collect();
+        panic!("the pooled checkout returned {got:?} after {took:?}, not job {job}:\n{}", seen.join("\n"));
+    }
     drop(bouncer);
 }
