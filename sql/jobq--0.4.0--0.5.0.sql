@@ -282,18 +282,7 @@ DECLARE
     v_rows     tid[];                    -- the key's rows to move to the back
 BEGIN
     LOOP
-        -- The queue's top due priority from v_from on: of its jobs without a key
-        -- (ready_by_queue) and of those with one (ready_fair), each the first due row.
-        SELECT min(x.priority) INTO v_p
-          FROM ((SELECT r.priority FROM jobq.ready r
-                  WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NULL
-                    AND r.priority >= v_from AND r.run_at <= now
-                  ORDER BY r.priority, r.run_at, r.id LIMIT 1)
-                UNION ALL
-                (SELECT r.priority FROM jobq.ready r
-                  WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NOT NULL
-                    AND r.priority >= v_from AND r.run_at <= now
-                  ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x;
+        v_p := jobq._fair_top(v_hash, queue, v_from, now);
         IF v_p IS NULL THEN
             RETURN;
         END IF;
@@ -379,6 +368,21 @@ BEGIN
         EXIT WHEN v_p = 2147483647;
         v_from := v_p + 1;
     END LOOP;
+END $$;
+
+CREATE FUNCTION jobq._fair_top(hash integer, queue text, lowest integer, now timestamptz) RETURNS integer
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT min(x.priority)
+              FROM ((SELECT r.priority FROM jobq.ready r
+                      WHERE r.queue_hash = hash AND r.queue = _fair_top.queue AND r.fairness_key IS NULL
+                        AND r.priority >= lowest AND r.run_at <= now
+                      ORDER BY r.priority, r.run_at, r.id LIMIT 1)
+                    UNION ALL
+                    (SELECT r.priority FROM jobq.ready r
+                      WHERE r.queue_hash = hash AND r.queue = _fair_top.queue AND r.fairness_key IS NOT NULL
+                        AND r.priority >= lowest AND r.run_at <= now
+                      ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x);
 END $$;
 
 CREATE FUNCTION jobq._fair_due(hash integer, queue text, fairness_key text, priority integer,
@@ -548,16 +552,7 @@ DECLARE
     v_key   text;
 BEGIN
     LOOP
-        SELECT min(x.priority) INTO v_p
-          FROM ((SELECT r.priority FROM jobq.ready r
-                  WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NULL
-                    AND r.priority >= v_from AND r.run_at <= now
-                  ORDER BY r.priority, r.run_at, r.id LIMIT 1)
-                UNION ALL
-                (SELECT r.priority FROM jobq.ready r
-                  WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NOT NULL
-                    AND r.priority >= v_from AND r.run_at <= now
-                  ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x;
+        v_p := jobq._fair_top(v_hash, queue, v_from, now);
         IF v_p IS NULL THEN
             RETURN;
         END IF;
@@ -2344,6 +2339,7 @@ GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_
 REVOKE ALL ON FUNCTION jobq._fair_keys(text, text[]), jobq_set_fairness_weight(text, text, integer),
     jobq._note_fairness(), jobq._fairness_written(),
     jobq._fair_claim(uuid, text, timestamptz, boolean, boolean, text[]),
+    jobq._fair_top(integer, text, integer, timestamptz),
     jobq._fair_due(integer, text, text, integer, timestamptz, boolean), jobq._paused(text, text),
     jobq._checkout_fair(uuid, text[], integer, timestamptz, text[]),
     jobq._fair_next(text, timestamptz, boolean, text[]), jobq._prune_fairness(), jobq._fair_queues(),

@@ -18,7 +18,7 @@
 -- (src/sql/schema.sql), so the plain checkout never meets it; the jobs without a key of a fair
 -- queue stay in ready_by_queue.
 --
--- The checkout's helpers here (jobq._checkout_fair, _fair_claim, _fair_next, _fair_due, _paused)
+-- The checkout's helpers here (jobq._checkout_fair, _fair_claim, _fair_next, _fair_top, _fair_due, _paused)
 -- run only inside jobq._checkout, whose search_path, plan_cache_mode and jit they keep: a setting
 -- of their own would be parsed, applied and undone at every call, on every claim (as the keyed
 -- claim's helpers in src/sql/checkout.sql; tests/lifecycle.rs checks that no role may call them).
@@ -145,18 +145,7 @@ DECLARE
     v_rows     tid[];                    -- the key's rows to move to the back
 BEGIN
     LOOP
-        -- The queue's top due priority from v_from on: of its jobs without a key
-        -- (ready_by_queue) and of those with one (ready_fair), each the first due row.
-        SELECT min(x.priority) INTO v_p
-          FROM ((SELECT r.priority FROM jobq.ready r
-                  WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NULL
-                    AND r.priority >= v_from AND r.run_at <= now
-                  ORDER BY r.priority, r.run_at, r.id LIMIT 1)
-                UNION ALL
-                (SELECT r.priority FROM jobq.ready r
-                  WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NOT NULL
-                    AND r.priority >= v_from AND r.run_at <= now
-                  ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x;
+        v_p := jobq._fair_top(v_hash, queue, v_from, now);
         IF v_p IS NULL THEN
             RETURN;
         END IF;
@@ -242,6 +231,24 @@ BEGIN
         EXIT WHEN v_p = 2147483647;
         v_from := v_p + 1;
     END LOOP;
+END $$;
+
+-- The top due priority of queue `queue` (`hash`: its hashtext) from `lowest` on, NULL when none
+-- is due: of its jobs without a key (ready_by_queue) and of those with one (ready_fair), each
+-- the first due row. Where jobq._fair_claim and jobq._fair_next look first.
+CREATE FUNCTION jobq._fair_top(hash integer, queue text, lowest integer, now timestamptz) RETURNS integer
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT min(x.priority)
+              FROM ((SELECT r.priority FROM jobq.ready r
+                      WHERE r.queue_hash = hash AND r.queue = _fair_top.queue AND r.fairness_key IS NULL
+                        AND r.priority >= lowest AND r.run_at <= now
+                      ORDER BY r.priority, r.run_at, r.id LIMIT 1)
+                    UNION ALL
+                    (SELECT r.priority FROM jobq.ready r
+                      WHERE r.queue_hash = hash AND r.queue = _fair_top.queue AND r.fairness_key IS NOT NULL
+                        AND r.priority >= lowest AND r.run_at <= now
+                      ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x);
 END $$;
 
 -- Whether key `fairness_key` (NULL: the jobs without a key) of queue `queue` (`hash`: its
@@ -426,16 +433,7 @@ DECLARE
     v_key   text;
 BEGIN
     LOOP
-        SELECT min(x.priority) INTO v_p
-          FROM ((SELECT r.priority FROM jobq.ready r
-                  WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NULL
-                    AND r.priority >= v_from AND r.run_at <= now
-                  ORDER BY r.priority, r.run_at, r.id LIMIT 1)
-                UNION ALL
-                (SELECT r.priority FROM jobq.ready r
-                  WHERE r.queue_hash = v_hash AND r.queue = _fair_next.queue AND r.fairness_key IS NOT NULL
-                    AND r.priority >= v_from AND r.run_at <= now
-                  ORDER BY r.priority, r.fairness_key, r.run_at, r.id LIMIT 1)) x;
+        v_p := jobq._fair_top(v_hash, queue, v_from, now);
         IF v_p IS NULL THEN
             RETURN;
         END IF;
