@@ -17,7 +17,7 @@
 //! `edges_written`, whatever inserts them: a dependent's enqueue, an await, a restore's COPY),
 //! and a completion that found `jobq.edges` without a page notes the database as having none
 //! (src/written.rs).
-use crate::written::{known, note, Known, Table};
+use crate::written::{note, Table};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -46,26 +46,16 @@ unsafe fn open(nsp: pg_sys::Oid, lock: u32) -> Option<(pg_sys::Relation, i16, i1
 /// `jobq._settle` must tell it. Looked up in the newest snapshot; not at all in a database
 /// where no edge was ever written (the module comment).
 pub unsafe fn awaited(nsp: pg_sys::Oid, job: i64) -> bool {
-    let db = crate::my_db();
-    let before = known(db, Table::Edges);
-    if before == Known::Empty {
-        return false;
-    }
-    let Some((edges, parent, _)) = open(nsp, pg_sys::AccessShareLock) else {
-        return false;
-    };
-    let pages = pg_sys::RelationGetNumberOfBlocksInFork(edges, pg_sys::ForkNumber::MAIN_FORKNUM) > 0;
-    if !pages && before == Known::Nothing {
-        note(db, Table::Edges, false);
-    }
-    let found = pages && {
-        let latest = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
-        let edge = crate::rows::fetch(edges, parent, pg_sys::F_INT8EQ, pg_sys::Datum::from(job), latest);
-        pg_sys::UnregisterSnapshot(latest);
-        edge.is_some()
-    };
-    pg_sys::table_close(edges, pg_sys::NoLock as i32);
-    found
+    crate::written::look(
+        Table::Edges,
+        || open(nsp, pg_sys::AccessShareLock).map(|(edges, parent, _)| (edges, parent)),
+        |edges, parent| {
+            let latest = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+            let edge = crate::rows::fetch(edges, parent, pg_sys::F_INT8EQ, pg_sys::Datum::from(job), latest);
+            pg_sys::UnregisterSnapshot(latest);
+            edge.is_some()
+        },
+    )
 }
 
 /// The children of `parent`'s edges in `snapshot`, through the primary key (parent, child).

@@ -86,3 +86,28 @@ pub fn note(db: u32, table: Table, written: bool) {
         }
     }
 }
+
+/// A hot path's look at `table` of this database: false at once where the database is known to
+/// have left it empty since the server started; otherwise `open` opens the table (None: it is
+/// not there, false) and `read` reads it when it has a page. A table found without a page is
+/// noted as left empty, unless something was noted of it first. The table is closed after,
+/// its lock kept to the end of the transaction.
+pub unsafe fn look<T>(
+    table: Table,
+    open: impl FnOnce() -> Option<(pg_sys::Relation, T)>,
+    read: impl FnOnce(pg_sys::Relation, T) -> bool,
+) -> bool {
+    let db = crate::my_db();
+    let before = known(db, table);
+    if before == Known::Empty {
+        return false;
+    }
+    let Some((rel, with)) = open() else { return false };
+    let pages = pg_sys::RelationGetNumberOfBlocksInFork(rel, pg_sys::ForkNumber::MAIN_FORKNUM) > 0;
+    if !pages && before == Known::Nothing {
+        note(db, table, false);
+    }
+    let found = pages && read(rel, with);
+    pg_sys::table_close(rel, pg_sys::NoLock as i32);
+    found
+}
