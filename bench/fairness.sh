@@ -12,14 +12,28 @@
 # long the new tenants' jobs waited from enqueue to checkout (and how many were still waiting
 # at the end, behind the backlog).
 #   bench/fairness.sh [SECONDS (default 30)]
-# Output: bench/results/fairness.md.
+# Output: bench/results/fairness.md. With FAIRNESS_PROFILE=1, the same runs with pg_stat_statements
+# (track = all; it slows them) and where a fair checkout's time goes, the statements it runs that
+# took the most of it, to bench/results/fairness-profile.md instead. BENCH_CONF (bench/lib.sh)
+# changes the cluster's settings, e.g. BENCH_CONF="synchronous_commit = off".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_RUN=${1:-30}
 . bench/lib.sh
 . bench/systems/jobq.sh
+PROFILE=${FAIRNESS_PROFILE:-0}
+CMD="bench/fairness.sh $SECONDS_RUN"
+[ -n "${BENCH_CONF:-}" ] && CMD="BENCH_CONF=\"$BENCH_CONF\" $CMD"
+[ "$PROFILE" = 1 ] && CMD="FAIRNESS_PROFILE=1 $CMD"
+if [ "$PROFILE" = 1 ]; then
+  BENCH_CONF="${BENCH_CONF:-}
+shared_preload_libraries = 'jobq, pg_stat_statements'
+pg_stat_statements.track = all"
+fi
 start_cluster on
 OUT=bench/results/fairness.md
+[ "$PROFILE" = 1 ] && OUT=bench/results/fairness-profile.md
+[ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 
 run() {  # run plain|fair: one row of the table
   local mode=$1 key="NULL" small="NULL"
@@ -40,6 +54,7 @@ SQL
     echo "SELECT jobq_enqueue('bench', '{}', kind => 'probe');" >>"$probe"
   fi
   chmod 644 "$probe"
+  [ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "SELECT pg_stat_statements_reset()" >/dev/null
   local start
   start=$("${PSQL[@]}" -d bench -c "SELECT clock_timestamp()")
   pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 20 -T "$SECONDS_RUN" -f "$probe" bench >/dev/null 2>&1 &
@@ -70,6 +85,17 @@ SELECT coalesce(round(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROU
 SQL
 )
   echo "| $mode | $rate | $waits |"
+  if [ "$PROFILE" = 1 ] && [ "$mode" = fair ]; then
+    "${PSQL[@]}" -d bench -F ' | ' >bench/results/fairness-profile.rows <<'SQL'
+WITH s AS (SELECT * FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'bench')),
+     top AS (SELECT total_exec_time AS t, calls AS n FROM s WHERE toplevel AND query LIKE '%jobq_checkout(%')
+SELECT '| ' || s.calls, round((1000 * s.total_exec_time / top.n)::numeric), round((100 * s.total_exec_time / top.t)::numeric),
+       '`' || left(regexp_replace(s.query, '\s+', ' ', 'g'), 100) || '...` |'
+  FROM s, top
+ WHERE NOT s.toplevel AND s.calls >= top.n / 2
+ ORDER BY s.total_exec_time DESC LIMIT 10;
+SQL
+  fi
 }
 
 plain=$(run plain)
@@ -78,7 +104,7 @@ ratio_=$(ratio "$(echo "$fair" | awk -F'|' '{print $3}' | tr -d ' ')" "$(echo "$
 {
   echo "# Fair checkout under a tenant's backlog"
   echo
-  echo "\`bench/fairness.sh $SECONDS_RUN\`, $(date -u +%F), $(machine), $(jobq_version). A backlog of 1,000,000 jobs"
+  echo "\`$CMD\`, $(date -u +%F), $(machine), $(jobq_version). A backlog of 1,000,000 jobs"
   echo "(900,000 of one tenant enqueued first, then 100 for each of 999 others); 16 clients check out and"
   echo "complete for $SECONDS_RUN s while one more enqueues a job for a new tenant 20 times a second."
   echo "Small tenants: each one's wait for its first job, from the start of the run, in ms (p50, p99, max"
@@ -92,4 +118,18 @@ ratio_=$(ratio "$(echo "$fair" | awk -F'|' '{print $3}' | tr -d ' ')" "$(echo "$
   echo
   echo "fair / plain: $ratio_"
 } >"$OUT"
+if [ "$PROFILE" = 1 ]; then
+  {
+    echo
+    echo "Where the fair run's checkout time goes: the statements run inside a checkout at least once every"
+    echo "two claims (pg_stat_statements, track = all), by time: calls, microseconds per checkout (wall time at"
+    echo "16 clients on $(nproc) cores), and that time as a percentage of the whole checkout's. A statement's time"
+    echo "includes the statements it runs (the first rows are the functions that hold the rest)."
+    echo
+    echo "| calls | us per checkout | % of a checkout | statement |"
+    echo "| ---: | ---: | ---: | --- |"
+    cat bench/results/fairness-profile.rows
+  } >>"$OUT"
+  rm -f bench/results/fairness-profile.rows
+fi
 cat "$OUT"
