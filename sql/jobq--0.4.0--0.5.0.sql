@@ -293,7 +293,7 @@ BEGIN
             IF locked THEN
                 SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue
-                   AND (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1
@@ -302,7 +302,7 @@ BEGIN
             IF k IS NULL THEN
                 SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue
-                   AND (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1;
@@ -363,12 +363,17 @@ BEGIN
             END IF;
             -- Its jobs are all held by other checkouts, or the next one cannot start: the key
             -- yields its turn at this priority for the rest of this call.
-            skip := skip || (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(k.fairness_key, ''));
+            skip := skip || jobq._fair_skip_entry(v_p, _fair_claim.queue, k.fairness_key);
         END LOOP;
         EXIT WHEN v_p = 2147483647;
         v_from := v_p + 1;
     END LOOP;
 END $$;
+
+CREATE FUNCTION jobq._fair_skip_entry(priority integer, queue text, fairness_key text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT priority::text || E'\n' || queue || E'\n' || coalesce(fairness_key, '')
+$$;
 
 CREATE FUNCTION jobq._fair_top(hash integer, queue text, lowest integer, now timestamptz) RETURNS integer
 LANGUAGE plpgsql STABLE AS $$
@@ -558,7 +563,7 @@ BEGIN
         END IF;
         SELECT f.fairness_key INTO v_key FROM jobq.fairness f
          WHERE f.queue = _fair_next.queue
-           AND (v_p || E'\n' || _fair_next.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+           AND jobq._fair_skip_entry(v_p, _fair_next.queue, f.fairness_key) <> ALL (skip)
            AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
          ORDER BY f.served
          LIMIT 1;
@@ -2339,7 +2344,7 @@ GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_
 REVOKE ALL ON FUNCTION jobq._fair_keys(text, text[]), jobq_set_fairness_weight(text, text, integer),
     jobq._note_fairness(), jobq._fairness_written(),
     jobq._fair_claim(uuid, text, timestamptz, boolean, boolean, text[]),
-    jobq._fair_top(integer, text, integer, timestamptz),
+    jobq._fair_top(integer, text, integer, timestamptz), jobq._fair_skip_entry(integer, text, text),
     jobq._fair_due(integer, text, text, integer, timestamptz, boolean), jobq._paused(text, text),
     jobq._checkout_fair(uuid, text[], integer, timestamptz, text[]),
     jobq._fair_next(text, timestamptz, boolean, text[]), jobq._prune_fairness(), jobq._fair_queues(),

@@ -836,6 +836,7 @@ fn every_function_pins_its_search_path() {
         "jobq._fair_due(integer,text,text,integer,timestamp with time zone,boolean)",
         "jobq._fair_next(text,timestamp with time zone,boolean,text[])",
         "jobq._fair_queues()",
+        "jobq._fair_skip_entry(integer,text,text)",
         "jobq._fair_top(integer,text,integer,timestamp with time zone)",
         "jobq._limits(text)", // a limited role's queues (src/sql/grants.sql): checked on every job's path
         "jobq._limits_of(oid,text)",

@@ -18,10 +18,11 @@
 -- (src/sql/schema.sql), so the plain checkout never meets it; the jobs without a key of a fair
 -- queue stay in ready_by_queue.
 --
--- The checkout's helpers here (jobq._checkout_fair, _fair_claim, _fair_next, _fair_top, _fair_due, _paused)
--- run only inside jobq._checkout, whose search_path, plan_cache_mode and jit they keep: a setting
--- of their own would be parsed, applied and undone at every call, on every claim (as the keyed
--- claim's helpers in src/sql/checkout.sql; tests/lifecycle.rs checks that no role may call them).
+-- The checkout's helpers here (jobq._checkout_fair, _fair_claim, _fair_next, _fair_top,
+-- _fair_skip_entry, _fair_due, _paused) run only inside jobq._checkout, whose search_path,
+-- plan_cache_mode and jit they keep: a setting of their own would be parsed, applied and undone
+-- at every call, on every claim (as the keyed claim's helpers in src/sql/checkout.sql;
+-- tests/lifecycle.rs checks that no role may call them).
 --
 -- Concurrent checkouts: a claim locks its key's row (FOR UPDATE SKIP LOCKED), so two checkouts
 -- at once serve two keys, not one key twice; when every key with a due job is locked by
@@ -126,9 +127,8 @@ END $$;
 -- for `worker` (its ready row deleted, its job row executing, what it needs to start taken:
 -- jobq._claim_keyed). Returns the job's id; NULL when no key has a job this call can take. A
 -- key whose next job cannot start (its concurrency key full, its while_executing key busy,
--- its rate spent) yields its turn at that priority: it is added to `skip` (as priority || E'\n'
--- || queue || E'\n' || key, the key '' for the jobs without one) and the next key is tried; at
--- a later priority it takes its turn again.
+-- its rate spent) yields its turn at that priority: it is added to `skip`
+-- (jobq._fair_skip_entry) and the next key is tried; at a later priority it takes its turn again.
 -- With `locked` false (REPEATABLE READ, SERIALIZABLE: a key row changed since the snapshot
 -- cannot be locked there) the key is picked without its row lock and moved only when its row
 -- can be updated.
@@ -156,7 +156,7 @@ BEGIN
             IF locked THEN
                 SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue
-                   AND (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1
@@ -165,7 +165,7 @@ BEGIN
             IF k IS NULL THEN
                 SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue
-                   AND (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+                   AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1;
@@ -226,12 +226,20 @@ BEGIN
             END IF;
             -- Its jobs are all held by other checkouts, or the next one cannot start: the key
             -- yields its turn at this priority for the rest of this call.
-            skip := skip || (v_p || E'\n' || _fair_claim.queue || E'\n' || coalesce(k.fairness_key, ''));
+            skip := skip || jobq._fair_skip_entry(v_p, _fair_claim.queue, k.fairness_key);
         END LOOP;
         EXIT WHEN v_p = 2147483647;
         v_from := v_p + 1;
     END LOOP;
 END $$;
+
+-- The entry of `skip` (jobq._fair_claim, jobq._fair_next) for key `fairness_key` (NULL: the jobs
+-- without one) of queue `queue` yielding its turn at priority `priority`. One expression, which
+-- PostgreSQL inlines where it is used: the walks of the keys test it on every key they pass.
+CREATE FUNCTION jobq._fair_skip_entry(priority integer, queue text, fairness_key text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT priority::text || E'\n' || queue || E'\n' || coalesce(fairness_key, '')
+$$;
 
 -- The top due priority of queue `queue` (`hash`: its hashtext) from `lowest` on, NULL when none
 -- is due: of its jobs without a key (ready_by_queue) and of those with one (ready_fair), each
@@ -439,7 +447,7 @@ BEGIN
         END IF;
         SELECT f.fairness_key INTO v_key FROM jobq.fairness f
          WHERE f.queue = _fair_next.queue
-           AND (v_p || E'\n' || _fair_next.queue || E'\n' || coalesce(f.fairness_key, '')) <> ALL (skip)
+           AND jobq._fair_skip_entry(v_p, _fair_next.queue, f.fairness_key) <> ALL (skip)
            AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
          ORDER BY f.served
          LIMIT 1;
