@@ -24,15 +24,15 @@ SECONDS_RUN=${1:-30}
 PROFILE=${FAIRNESS_PROFILE:-0}
 CMD="bench/fairness.sh $SECONDS_RUN"
 [ -n "${BENCH_CONF:-}" ] && CMD="BENCH_CONF=\"$BENCH_CONF\" $CMD"
-[ "$PROFILE" = 1 ] && CMD="FAIRNESS_PROFILE=1 $CMD"
+OUT=bench/results/fairness.md
 if [ "$PROFILE" = 1 ]; then
+  CMD="FAIRNESS_PROFILE=1 $CMD"
+  OUT=bench/results/fairness-profile.md
   BENCH_CONF="${BENCH_CONF:-}
 shared_preload_libraries = 'jobq, pg_stat_statements'
 pg_stat_statements.track = all"
 fi
 start_cluster on
-OUT=bench/results/fairness.md
-[ "$PROFILE" = 1 ] && OUT=bench/results/fairness-profile.md
 [ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 
 run() {  # run plain|fair: one row of the table
