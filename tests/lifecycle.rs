@@ -832,6 +832,7 @@ fn every_function_pins_its_search_path() {
     let mut hot = vec![
         "jobq._checkout_fair(uuid,text[],integer,timestamp with time zone,text[])",
         "jobq._claim_keyed(bigint,tid,uuid,timestamp with time zone)",
+        "jobq._complete(bigint,uuid,jsonb)", // jobq_complete's SQL (src/sql/finish.sql)
         "jobq._fair_claim(uuid,text,timestamp with time zone,boolean,boolean,text[])",
         "jobq._fair_due(integer,text,text,integer,timestamp with time zone,boolean)",
         "jobq._fair_next(text,timestamp with time zone,boolean,text[])",
