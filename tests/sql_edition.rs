@@ -482,3 +482,111 @@ fn pg_cron_runs_the_passes() {
     assert!(admin.query_one("SELECT jobq_unschedule_passes()", &[]).unwrap().get::<_, bool>(0));
     assert!(!admin.query_one("SELECT jobq_unschedule_passes()", &[]).unwrap().get::<_, bool>(0));
 }
+
+/// The checkout of one plain job (src/sql/twins/hot_path.sql, jobq_checkout) against the general
+/// path (jobq._checkout), as tests/checkout.rs holds the extension's fast path against it: the
+/// same jobs in two queues, one checked out a job at a time under READ COMMITTED (which the
+/// twin must serve without jobq._checkout), the other under REPEATABLE READ (which only
+/// jobq._checkout serves); the same rows returned, in the same order, and left the same. Then
+/// every case the twin hands on: a key to take, a pause, several jobs, a stopping worker.
+#[test]
+fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
+    let c = cluster("sqlcheckout", &[]);
+    database(&c, "app");
+    c.install_sql_edition("app", INSTALLER).unwrap();
+    let mut su = c.connect("app");
+    let w = register(&mut su);
+    let one = |su: &mut Client, isolation: &str, call: &str| -> (Vec<serde_json::Value>, bool) {
+        calls_sql(su, isolation, "_checkout", |t| {
+            t.query(&format!("SELECT to_jsonb(j) FROM jobq_checkout($1, {call}) j"), &[&w]).unwrap().iter().map(|r| r.get(0)).collect()
+        })
+    };
+    // A plain job, a payload stored out of line (TOAST), a job not yet due, a better priority
+    // enqueued last.
+    let jobs = [
+        "'@', '{\"n\": 1}', kind => 'Plain'",
+        "'@', jsonb_build_object('big', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 3000) g))",
+        "'@', '{\"n\": 3}', run_at => now() + interval '1 hour'",
+        "'@', '{\"n\": 4}', priority => -1, max_attempts => 7",
+    ];
+    let mut enqueued = std::collections::HashMap::new();
+    for q in ["q", "r"] {
+        for (i, j) in jobs.iter().enumerate() {
+            let id: i64 = su.query_one(&format!("SELECT jobq_enqueue({})", j.replace('@', q)), &[]).unwrap().get(0);
+            enqueued.insert((q, i), id);
+        }
+    }
+    let strip = |v: &serde_json::Value| {
+        let mut v = v.clone();
+        for k in ["id", "queue", "enqueued_at", "run_at", "started_at"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        v
+    };
+    let left = |su: &mut Client, id: i64| -> serde_json::Value {
+        su.query_one(
+            "SELECT to_jsonb(j) - 'id' - 'queue' - 'enqueued_at' - 'run_at' - 'started_at' FROM jobq.live_jobs j WHERE j.id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .get(0)
+    };
+    // Claim order: the better priority first, then by id; the job not yet due stays.
+    for i in [3, 0, 1] {
+        let (fast, general) = one(&mut su, "READ COMMITTED", "'{q}'");
+        let (sql, sql_general) = one(&mut su, "REPEATABLE READ", "'{r}'");
+        assert_eq!((general, sql_general), (false, true), "which path ran");
+        assert_eq!(fast.len(), 1);
+        assert_eq!(fast[0]["id"].as_i64(), Some(enqueued[&("q", i)]));
+        assert_eq!(sql[0]["id"].as_i64(), Some(enqueued[&("r", i)]));
+        assert_eq!(strip(&fast[0]), strip(&sql[0]), "the two paths returned different rows");
+        assert_eq!(fast[0]["attempt"], 1);
+        assert_eq!(left(&mut su, enqueued[&("q", i)]), left(&mut su, enqueued[&("r", i)]));
+    }
+    // Nothing due: nothing, still without the general path; so for every queue (NULL) and two.
+    assert_eq!(one(&mut su, "READ COMMITTED", "'{q}'"), (vec![], false));
+    let id: i64 = su.query_one("SELECT jobq_enqueue('s')", &[]).unwrap().get(0);
+    let (got, general) = one(&mut su, "READ COMMITTED", "NULL");
+    assert_eq!((got[0]["id"].as_i64(), general), (Some(id), false));
+    let id: i64 = su.query_one("SELECT jobq_enqueue('s')", &[]).unwrap().get(0);
+    let (got, general) = one(&mut su, "READ COMMITTED", "'{q,s}'");
+    assert_eq!((got[0]["id"].as_i64(), general), (Some(id), false));
+    // A first job with a key to take goes to the general path, which takes its slot; a plain
+    // job behind it is then the twin's again.
+    let keyed: i64 = su.query_one("SELECT jobq_enqueue('k', concurrency_key => 'ck')", &[]).unwrap().get(0);
+    let plain: i64 = su.query_one("SELECT jobq_enqueue('k')", &[]).unwrap().get(0);
+    let (got, general) = one(&mut su, "READ COMMITTED", "'{k}'");
+    assert_eq!((got[0]["id"].as_i64(), general), (Some(keyed), true));
+    let slot: Option<i32> = su.query_one("SELECT concurrency_slot FROM jobq.live_jobs WHERE id = $1", &[&keyed]).unwrap().get(0);
+    assert!(slot.is_some(), "the key's slot was taken");
+    let (got, general) = one(&mut su, "READ COMMITTED", "'{k}'");
+    assert_eq!((got[0]["id"].as_i64(), general), (Some(plain), false));
+    // Several jobs, a paused queue: the general path.
+    su.query_one("SELECT count(jobq_enqueue('m')) FROM generate_series(1, 3)", &[]).unwrap();
+    let (got, general) = one(&mut su, "READ COMMITTED", "'{m}', 2");
+    assert_eq!((got.len(), general), (2, true));
+    su.batch_execute("SELECT jobq_pause('m')").unwrap();
+    assert_eq!(one(&mut su, "READ COMMITTED", "'{m}'"), (vec![], true));
+    su.batch_execute("SELECT jobq_resume('m')").unwrap();
+    // A stopping worker claims nothing, as the general path says.
+    su.query("SELECT jobq_stop_checkouts($1)", &[&w]).unwrap();
+    assert_eq!(one(&mut su, "READ COMMITTED", "'{m}'"), (vec![], true));
+    assert_job_tables_consistent(&mut su);
+    // The twin's jobs complete and count as started and completed like the others.
+    let done: i64 = su
+        .query_one(
+            "SELECT count(*) FILTER (WHERE jobq_complete(id, $1)) FROM jobq.live_jobs WHERE state = 'executing' AND worker_id = $1",
+            &[&w],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(done, 12);
+    su.batch_execute("SELECT jobq_reap()").unwrap();
+    let (started, completed): (i64, i64) = {
+        let r = su
+            .query_one("SELECT sum(started)::bigint, sum(completed)::bigint FROM jobq.throughput(now() - interval '1 hour')", &[])
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((started, completed), (12, 12));
+}

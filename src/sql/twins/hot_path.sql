@@ -1,7 +1,8 @@
 -- Twins of src/enqueue.rs, src/checkout.rs and src/complete.rs: the extension serves the
 -- common enqueue, checkout and completion without a plan and hands every other case to the
 -- SQL that serves them all (jobq._enqueue, jobq._checkout, jobq._complete). Here that SQL
--- serves every case.
+-- serves every case but the checkout of one plain job, which jobq_checkout below serves with
+-- statements of its own, as the extension serves it in Rust.
 -- Every twin is PL/pgSQL, not SQL: PL/pgSQL keeps its statements' plans for the session, where
 -- a SQL function called from another statement is parsed and planned again at each call (that
 -- cost a job ten times the extension's instructions: bench/results/instructions.md).
@@ -29,11 +30,73 @@ BEGIN
                          fairness_key);
 END $$;
 
+-- jobq_checkout: the twin of src/checkout.rs's fast path. A call for one job claims it with
+-- three short statements when nothing calls for the general path: no wait, READ COMMITTED,
+-- queue names that are all there (or none: every queue), no pause, no queue grant, no fair
+-- queue among them, a worker usable as it is (jobq._usable_worker), and a first waiting job
+-- with no key to take (a concurrency, rate or unique key: the whole call goes to
+-- jobq._checkout, which takes the keys, and finds that row locked by this transaction). Every
+-- other call is jobq._checkout's, whose one statement claims up to max_jobs jobs: its layers
+-- and its start-up (some forty plan nodes) make a job checked out alone there cost a quarter
+-- more CPU, checkout and completion together (bench/instructions.sh, row jobq_sql;
+-- docs/performance.md). A near-copy of jobq._checkout's
+-- first statement for that saving; tests/sql_edition.rs holds the two paths equal. Generic
+-- plans: a custom plan of each statement would be made at every call (the queue and the time
+-- are parameters).
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
                               wait interval DEFAULT NULL)
 RETURNS SETOF jobq.job
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_queue  text := queues[1];
+    v_now    timestamptz;
+    c        record;
+    j        jobq.job;
+    v_noted  boolean;
 BEGIN
+    IF max_jobs = 1 AND wait IS NULL
+       AND (queues IS NULL OR (cardinality(queues) > 0 AND array_position(queues, NULL) IS NULL))
+       AND current_setting('transaction_isolation') = 'read committed'
+       AND NOT EXISTS (SELECT 1 FROM jobq.pauses) AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
+       AND NOT EXISTS (SELECT 1 FROM jobq.fairness f WHERE queues IS NULL OR f.queue = ANY (queues))
+       AND jobq._usable_worker(worker) THEN
+        v_now := clock_timestamp();
+        -- The two differ only in the queue condition, so that each gets the index that serves
+        -- its order (as jobq._checkout's).
+        IF cardinality(queues) = 1 THEN
+            SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
+             WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.fairness_key IS NULL
+               AND r.run_at <= v_now
+             ORDER BY r.priority, r.run_at, r.id
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED;
+        ELSE
+            SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
+             WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL
+               AND r.run_at <= v_now
+             ORDER BY r.priority, r.run_at, r.id
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF NOT FOUND THEN
+            RETURN;
+        ELSIF NOT c.keyed THEN
+            DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
+            UPDATE jobq.live_jobs x
+               SET state = 'executing', worker_id = jobq_checkout.worker, attempt = x.attempt + 1, started_at = v_now
+             WHERE x.id = c.id AND x.state = 'ready'
+            RETURNING x.id, x.queue, x.kind, x.payload, x.priority, x.attempt, x.max_attempts, x.run_at,
+                      x.enqueued_at, x.unique_key, x.concurrency_key, x.interrupted_at, x.last_error,
+                      x.unique_strategy, x.concurrency_limit, x.started_at, x.depends_on, x.checkpoints,
+                      x.fairness_key INTO j;
+            IF FOUND THEN
+                v_noted := jobq._tally(j.queue, 'started', j.run_at, v_now);  -- src/sql/twins/counters.sql
+                RETURN NEXT j;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
     RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, wait);
 END $$;
 
