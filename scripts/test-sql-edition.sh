@@ -25,7 +25,6 @@ skip=(
   # The extension's Rust beside its SQL, compared: the SQL edition has the SQL alone
   # (tests/checkout.rs is all of that kind and does not run here).
   both_paths_leave_the_same_rows_and_release_the_same_keys
-  both_enqueue_paths_write_the_same_rows
   the_fast_paths_serve_a_limited_role_inside_its_grants
   # CREATE EXTENSION and DROP EXTENSION in a test database.
   a_session_completes_across_a_drop_and_create_of_the_extension

@@ -1000,7 +1000,8 @@ fn written(c: &mut Client, id: i64) -> Value {
 fn both_enqueue_paths_write_the_same_rows() {
     let (_, _, mut c) = db();
     // The fast path serves READ COMMITTED; REPEATABLE READ goes to jobq._enqueue. Each kind of
-    // job once on each path, '@' standing for the path in keys.
+    // job once on each path, '@' standing for the path in keys. (In the SQL edition jobq_enqueue's
+    // twin is the fast path.)
     let kinds = [
         "'q', '{\"n\": 1}'",
         "'q', '{\"n\": 2}', kind => 'K', priority => -3, max_attempts => 2",
@@ -1016,7 +1017,9 @@ fn both_enqueue_paths_write_the_same_rows() {
     for k in kinds {
         let (fast, fast_sql) = enqueue_in(&mut c, "READ COMMITTED", &k.replace('@', "fast"));
         let (slow, slow_sql) = enqueue_in(&mut c, "REPEATABLE READ", &k.replace('@', "slow"));
-        assert!(!fast_sql && slow_sql, "{k}: one job on each path");
+        // The SQL edition's twin (src/sql/twins/hot_path.sql) serves the jobs without keys.
+        let served = sql_edition().is_none() || !k.contains("_key");
+        assert!(fast_sql != served && slow_sql, "{k}: one job on each path");
         let (fast, slow) = (fast.unwrap(), slow.unwrap());
         let (a, b) = (written(&mut c, fast), written(&mut c, slow).to_string().replace("slow", "fast").parse::<Value>().unwrap());
         assert!(a == b, "{k}: jobs {fast} and {slow} were written differently: {a} against {b}");

@@ -1,8 +1,9 @@
 -- Twins of src/enqueue.rs, src/checkout.rs and src/complete.rs: the extension serves the
 -- common enqueue, checkout and completion without a plan and hands every other case to the
 -- SQL that serves them all (jobq._enqueue, jobq._checkout, jobq._complete). Here that SQL
--- serves every case but the checkout of one plain job, which jobq_checkout below serves with
--- statements of its own, as the extension serves it in Rust.
+-- serves every case but the enqueue of a job without keys and the checkout of one plain job,
+-- which jobq_enqueue and jobq_checkout below serve with statements of their own, as the
+-- extension serves them in Rust.
 -- Every twin is PL/pgSQL, not SQL: PL/pgSQL keeps its statements' plans for the session, where
 -- a SQL function called from another statement is parsed and planned again at each call (that
 -- cost a job ten times the extension's instructions: bench/results/instructions.md).
@@ -24,7 +25,43 @@ CREATE FUNCTION jobq_enqueue(
     fairness_key      text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_now     timestamptz;
+    v_run_at  timestamptz;
+    v_id      bigint;
+    v_noted   boolean;
 BEGIN
+    -- The twin of src/enqueue.rs's fast path: a job with no key of any kind, no parents and
+    -- arguments jobq._enqueue accepts, under READ COMMITTED where no queue grant limits a role,
+    -- is written here, as jobq._insert_job and jobq._enter_ready write it (the ready row first:
+    -- the hot tables' one lock order), without their three function layers and the start-up of
+    -- their general statements, which cost such a job half as much again (docs/performance.md,
+    -- "The SQL edition"). This edition has no claim floors to lower, and it rings its waiting
+    -- checkouts from a trigger on jobq.ready (src/sql/twins/edition.sql). Anything else, and
+    -- any argument the SQL refuses, goes to jobq._enqueue; tests/lifecycle.rs holds the two
+    -- paths' rows equal.
+    IF unique_key IS NULL AND concurrency_key IS NULL AND rate_key IS NULL AND depends_on IS NULL
+       AND fairness_key IS NULL AND queue <> '' AND octet_length(queue) <= 1000 AND payload IS NOT NULL
+       AND priority IS NOT NULL AND (kind IS NULL OR octet_length(kind) <= 1000) AND max_attempts >= 1
+       AND (run_at IS NULL OR isfinite(run_at))
+       AND unique_strategy IN ('until_executed', 'until_executing', 'while_executing')
+       AND on_conflict IN ('reject', 'discard', 'log', 'replace')
+       AND concurrency_limit BETWEEN 1 AND 10000 AND on_parent_failure IN ('cancel', 'run')
+       AND current_setting('transaction_isolation') = 'read committed'
+       AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
+        v_now := clock_timestamp();
+        v_run_at := coalesce(run_at, v_now);
+        v_id := nextval('jobq.jobs_id_seq');
+        INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed)
+        VALUES (queue, priority, v_run_at, v_id, kind, false);
+        INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
+        VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts);
+        v_noted := jobq._tally(queue, 'enqueued', NULL, v_now);  -- src/sql/twins/counters.sql
+        IF v_run_at <= v_now THEN
+            PERFORM jobq._notify(queue);
+        END IF;
+        RETURN v_id;
+    END IF;
     RETURN jobq._enqueue(queue, payload, kind, priority, run_at, max_attempts, unique_key, unique_strategy,
                          on_conflict, concurrency_key, concurrency_limit, rate_key, depends_on, on_parent_failure,
                          fairness_key);
