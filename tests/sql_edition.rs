@@ -590,3 +590,31 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     };
     assert_eq!((started, completed), (12, 12));
 }
+
+/// A heartbeat's pass reads the sessions afresh (src/sql/twins/bgworker.sql): PostgreSQL keeps
+/// the sessions a transaction read for the rest of it, and a heartbeat reads them before its
+/// pass (its own worker's liveness). A worker registered since, bound to a session started
+/// since, must not be judged dead by that pass.
+#[test]
+fn a_pass_after_an_earlier_look_at_the_sessions_keeps_a_worker_registered_since() {
+    let c = cluster("sqlpasssessions", &[]);
+    database(&c, "app");
+    c.install_sql_edition("app", INSTALLER).unwrap();
+    let mut beating = c.connect("app");
+    let mut t = beating.transaction().unwrap();
+    // The sessions, read now and kept by this transaction; any pass is due from here on.
+    t.batch_execute("SELECT count(*) FROM pg_stat_get_activity(NULL); SET LOCAL jobq.reap_interval = '1ms'").unwrap();
+    let mut late = c.connect("app");
+    let w: uuid::Uuid = late.query_one("SELECT jobq_register_worker('late', bind_to_session => true)", &[]).unwrap().get(0);
+    t.batch_execute("SELECT jobq._pass_if_due()").unwrap();
+    t.commit().unwrap();
+    let registered: bool = late.query_one("SELECT EXISTS (SELECT 1 FROM jobq.workers WHERE id = $1)", &[&w]).unwrap().get(0);
+    assert!(registered, "the pass reaped a worker whose session it had not read");
+    // The late session ends: the next pass reaps its worker.
+    drop(late);
+    let mut other = c.connect("app");
+    wait_until("the pass to reap the worker whose session ended", PATIENCE, || {
+        other.batch_execute("SET jobq.reap_interval = '1ms'; SELECT jobq._pass_if_due()").unwrap();
+        !other.query_one("SELECT EXISTS (SELECT 1 FROM jobq.workers WHERE id = $1)", &[&w]).unwrap().get::<_, bool>(0)
+    });
+}
