@@ -39,14 +39,14 @@ BEGIN
     -- "The SQL edition"). This edition has no claim floors to lower, and it rings its waiting
     -- checkouts from a trigger on jobq.ready (src/sql/twins/edition.sql). Anything else, and
     -- any argument the SQL refuses, goes to jobq._enqueue; tests/lifecycle.rs holds the two
-    -- paths' rows equal.
+    -- paths' rows equal. The arguments such a job does not use are served here at their
+    -- defaults only: jobq._enqueue alone knows which other values are valid.
     IF unique_key IS NULL AND concurrency_key IS NULL AND rate_key IS NULL AND depends_on IS NULL
        AND fairness_key IS NULL AND queue <> '' AND octet_length(queue) <= 1000 AND payload IS NOT NULL
        AND priority IS NOT NULL AND (kind IS NULL OR octet_length(kind) <= 1000) AND max_attempts >= 1
        AND (run_at IS NULL OR isfinite(run_at))
-       AND unique_strategy IN ('until_executed', 'until_executing', 'while_executing')
-       AND on_conflict IN ('reject', 'discard', 'log', 'replace')
-       AND concurrency_limit BETWEEN 1 AND 10000 AND on_parent_failure IN ('cancel', 'run')
+       AND unique_strategy = 'until_executed' AND on_conflict = 'reject' AND concurrency_limit = 1
+       AND on_parent_failure = 'cancel'
        AND current_setting('transaction_isolation') = 'read committed'
        AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants) THEN
         v_now := clock_timestamp();
