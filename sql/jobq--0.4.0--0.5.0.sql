@@ -1537,6 +1537,121 @@ BEGIN
      ORDER BY k.ord;
 END $$;
 
+CREATE OR REPLACE FUNCTION jobq._reap(
+    OUT workers_reaped integer, OUT jobs_requeued integer, OUT jobs_dead integer,
+    OUT locks_released integer, OUT jobs_pruned integer)
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp SET lock_timeout = '100ms' SET jit = off AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+    v_cutoff  timestamptz := v_now - jobq._retention();  -- once, not per row scanned
+    w         record;
+    r         record;
+    n         integer;
+BEGIN
+    workers_reaped := 0; jobs_requeued := 0; jobs_dead := 0; locks_released := 0; jobs_pruned := 0;
+    -- The sessions read afresh (the SQL edition's jobq.worker_alive reads them through
+    -- pg_stat_get_activity, which keeps what a transaction read first for the rest of it): a
+    -- heartbeat that runs this pass judged its own worker earlier in its transaction, and a
+    -- worker registered since, in a session started since, would be judged dead and reaped.
+    -- (The extension reads them live; there this clears nothing it uses.)
+    PERFORM pg_catalog.pg_stat_clear_snapshot();
+    -- A compaction of the hot tables in progress is waited for, and none starts before this
+    -- transaction ends; 40001 for a manual jobq_reap() in an older REPEATABLE READ snapshot,
+    -- which would see no job of a dead worker to requeue (src/compact.rs).
+    PERFORM jobq._hold_hot_tables();
+
+    -- A worker counts as alive while a checkout of it waits (src/waits.rs): the heartbeat of
+    -- a live worker that waits now is refreshed before anyone is judged.
+    UPDATE jobq.workers x SET heartbeat_at = v_now
+     WHERE x.id IN (SELECT y.id FROM jobq.workers y
+                     WHERE y.id = ANY (jobq._waiting_workers())
+                       AND jobq.worker_alive(y.heartbeat_at, y.backend_pid, y.backend_start)
+                       FOR UPDATE SKIP LOCKED);
+
+    -- Dead workers, then orphaned jobs: executing under a worker that no longer exists.
+    -- Checkout does not lock the worker's row, so a checkout that overlapped the pass that
+    -- reaped its worker can commit its claims after that pass; they are interrupted attempts
+    -- like any other. FOR UPDATE rechecks liveness on the newest row (a heartbeat that
+    -- committed meanwhile saves the worker); SKIP LOCKED leaves a worker that another pass,
+    -- an unregister or a heartbeat holds to them.
+    FOR w IN
+        SELECT x.id FROM jobq.workers x
+         WHERE NOT jobq.worker_alive(x.heartbeat_at, x.backend_pid, x.backend_start)
+         ORDER BY x.id
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        SELECT * INTO r FROM jobq._reap_worker(w.id);
+        jobs_requeued := jobs_requeued + r.requeued;
+        jobs_dead := jobs_dead + r.dead;
+        locks_released := locks_released + r.locks;
+        workers_reaped := workers_reaped + r.removed::integer;
+    END LOOP;
+    FOR w IN
+        SELECT DISTINCT j.worker_id AS id FROM jobq.live_jobs j
+         WHERE j.state = 'executing'
+           AND NOT EXISTS (SELECT 1 FROM jobq.workers x WHERE x.id = j.worker_id)
+    LOOP
+        SELECT * INTO r FROM jobq._reap_worker(w.id);
+        jobs_requeued := jobs_requeued + r.requeued;
+        jobs_dead := jobs_dead + r.dead;
+    END LOOP;
+
+    -- Locks past their ttl.
+    DELETE FROM jobq.locks l
+     WHERE l.key = ANY (ARRAY(SELECT k.key FROM jobq.locks k
+                               WHERE k.worker_id IS NOT NULL AND k.expires_at <= v_now
+                                 FOR UPDATE SKIP LOCKED))
+       AND l.expires_at <= v_now;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    locks_released := locks_released + n;
+
+    -- Recurring jobs: the due ticks of every schedule (src/sql/schedules.sql). Not part of
+    -- what jobq_reap() returns (the contract fixes its columns); jobq.schedules shows them.
+    PERFORM jobq._enqueue_due_ticks(v_now);
+
+    -- The dashboard's counters: what shared memory counted since the last pass goes to
+    -- jobq.queue_minutes (src/sql/counters.sql).
+    PERFORM jobq._flush_tallies(v_now, jobq._retention());
+
+    -- Workflows: timed-out awaits, old events (src/sql/workflows.sql).
+    PERFORM jobq._workflow_pass(v_now, v_cutoff);
+
+    -- Queue grants of roles dropped since (src/sql/grants.sql): a role's oid is not a
+    -- dependency PostgreSQL tracks, and a new role that drew the same oid must not be limited.
+    DELETE FROM jobq.queue_grants g
+     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.oid = g.role);
+
+    -- Finished jobs past retention, oldest first, in batches of 10,000 until none is left
+    -- or the pass has pruned for a second (the rest waits for the next pass), so pruning
+    -- keeps up with any completion rate without one pass becoming a long transaction.
+    -- The rows are ours, locked by the subquery (a jobq_retry holding one keeps it).
+    LOOP
+        WITH pruned AS (
+            DELETE FROM jobq.finished_jobs j
+             WHERE j.id = ANY (ARRAY(SELECT f.id FROM jobq.finished_jobs f
+                                      WHERE f.finished_at < v_cutoff
+                                        -- kept while a job that depends on it or awaits it is not finished
+                                        AND NOT EXISTS (SELECT 1 FROM jobq.edges e JOIN jobq.live_jobs c ON c.id = e.child
+                                                         WHERE e.parent = f.id)
+                                      ORDER BY f.finished_at
+                                      LIMIT 10000
+                                        FOR UPDATE SKIP LOCKED))
+            RETURNING j.id
+        ), edges AS (
+            -- a pruned job's own edges go with it (src/sql/workflows.sql)
+            DELETE FROM jobq.edges e WHERE e.child IN (SELECT p.id FROM pruned p)
+        )
+        SELECT count(*) INTO n FROM pruned;
+        jobs_pruned := jobs_pruned + n;
+        EXIT WHEN n < 10000 OR clock_timestamp() - v_now > interval '1 second';
+    END LOOP;
+
+    -- Fair checkout: the turns of keys that have no waiting job (src/sql/fairness.sql). Last:
+    -- it holds a fair queue's lock until the pass commits, and keyed enqueues into that queue
+    -- wait for it.
+    PERFORM jobq._prune_fairness();
+END $$;
+
 CREATE OR REPLACE FUNCTION jobq._complete(job_id bigint, worker uuid, result jsonb) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -2214,6 +2329,12 @@ DECLARE
     n         integer;
 BEGIN
     workers_reaped := 0; jobs_requeued := 0; jobs_dead := 0; locks_released := 0; jobs_pruned := 0;
+    -- The sessions read afresh (the SQL edition's jobq.worker_alive reads them through
+    -- pg_stat_get_activity, which keeps what a transaction read first for the rest of it): a
+    -- heartbeat that runs this pass judged its own worker earlier in its transaction, and a
+    -- worker registered since, in a session started since, would be judged dead and reaped.
+    -- (The extension reads them live; there this clears nothing it uses.)
+    PERFORM pg_catalog.pg_stat_clear_snapshot();
     -- A compaction of the hot tables in progress is waited for, and none starts before this
     -- transaction ends; 40001 for a manual jobq_reap() in an older REPEATABLE READ snapshot,
     -- which would see no job of a dead worker to requeue (src/compact.rs).

@@ -591,7 +591,7 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     assert_eq!((started, completed), (12, 12));
 }
 
-/// A heartbeat's pass reads the sessions afresh (src/sql/twins/bgworker.sql): PostgreSQL keeps
+/// A heartbeat's pass reads the sessions afresh (jobq._reap, src/sql/reap.sql): PostgreSQL keeps
 /// the sessions a transaction read for the rest of it, and a heartbeat reads them before its
 /// pass (its own worker's liveness). A worker registered since, bound to a session started
 /// since, must not be judged dead by that pass.

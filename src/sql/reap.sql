@@ -57,6 +57,12 @@ DECLARE
     n         integer;
 BEGIN
     workers_reaped := 0; jobs_requeued := 0; jobs_dead := 0; locks_released := 0; jobs_pruned := 0;
+    -- The sessions read afresh (the SQL edition's jobq.worker_alive reads them through
+    -- pg_stat_get_activity, which keeps what a transaction read first for the rest of it): a
+    -- heartbeat that runs this pass judged its own worker earlier in its transaction, and a
+    -- worker registered since, in a session started since, would be judged dead and reaped.
+    -- (The extension reads them live; there this clears nothing it uses.)
+    PERFORM pg_catalog.pg_stat_clear_snapshot();
     -- A compaction of the hot tables in progress is waited for, and none starts before this
     -- transaction ends; 40001 for a manual jobq_reap() in an older REPEATABLE READ snapshot,
     -- which would see no job of a dead worker to requeue (src/compact.rs).

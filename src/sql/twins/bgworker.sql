@@ -8,16 +8,12 @@ LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS 
 -- the workers that beat run the passes. One pass when the last one (by anyone: a heartbeat,
 -- pg_cron, jobq_reap) ended more than jobq.reap_interval ago and no other heartbeat is running
 -- one; its errors are logged, never the heartbeat's (jobq._reap_pass).
--- The sessions are read afresh first: the heartbeat judged its own worker alive earlier in
--- this transaction, and PostgreSQL keeps the sessions it read then for the rest of it, so a
--- worker that registered since, in a session started since, would be judged dead and reaped.
 CREATE FUNCTION jobq._pass_if_due() RETURNS void
 LANGUAGE plpgsql STRICT VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM jobq.last_pass p
                     WHERE p.ended_at > clock_timestamp() - jobq._setting('jobq.reap_interval', '1 s'))
        AND pg_try_advisory_xact_lock(1785684593, hashtext('jobq.pass')) THEN
-        PERFORM pg_catalog.pg_stat_clear_snapshot();
         PERFORM jobq._reap_pass();
     END IF;
 END $$;
