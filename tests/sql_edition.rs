@@ -46,6 +46,14 @@ fn database(c: &Cluster, name: &str) {
     c.connect("postgres").batch_execute(&format!("CREATE DATABASE {name} OWNER {INSTALLER}")).unwrap();
 }
 
+/// A cluster with database `db`, the SQL edition installed in it by the installer.
+fn installed(name: &str, conf: &[&str], db: &str) -> Cluster {
+    let c = cluster(name, conf);
+    database(&c, db);
+    c.install_sql_edition(db, INSTALLER).unwrap();
+    c
+}
+
 /// Objects of schema jobq and the jobq_* functions, as text: relations, columns, indexes,
 /// constraints, row level security and its policies, views, triggers, functions (signature, settings, security, volatility,
 /// privileges with the owner's name written `owner`, result) and the schema's privileges.
@@ -264,9 +272,7 @@ fn a_file_that_fails_changes_nothing() {
 /// the edition's own helpers differ.
 #[test]
 fn the_catalog_is_the_extensions() {
-    let c = cluster("sqlcatalog", &[]);
-    database(&c, "sqled");
-    c.install_sql_edition("sqled", INSTALLER).unwrap();
+    let c = installed("sqlcatalog", &[], "sqled");
     c.connect("postgres").batch_execute("CREATE DATABASE ext").unwrap();
     let mut e = c.connect("ext");
     // The extension needs its library only to run, not to be created (no preload here).
@@ -313,9 +319,7 @@ fn the_catalog_is_the_extensions() {
 /// id sequence go on where the dump was taken.
 #[test]
 fn pg_dump_and_restore_keep_everything() {
-    let c = cluster("sqldump", &[]);
-    database(&c, "app");
-    c.install_sql_edition("app", INSTALLER).unwrap();
+    let c = installed("sqldump", &[], "app");
     let mut app = c.connect("app");
     let w = register(&mut app);
     let held: i64 = app.query_one("SELECT jobq_enqueue('q', unique_key => 'held')", &[]).unwrap().get(0);
@@ -342,9 +346,7 @@ fn pg_dump_and_restore_keep_everything() {
 /// that ended is dead at the next pass.
 #[test]
 fn a_pass_does_what_the_background_worker_does() {
-    let c = cluster("sqlpass", &["jobq.heartbeat_timeout = '1h'"]);
-    database(&c, "app");
-    c.install_sql_edition("app", INSTALLER).unwrap();
+    let c = installed("sqlpass", &["jobq.heartbeat_timeout = '1h'"], "app");
     let mut su = c.connect("app");
     let mut bound = c.connect("app");
     let w: uuid::Uuid = bound.query_one("SELECT jobq_register_worker('bound', bind_to_session => true)", &[]).unwrap().get(0);
@@ -387,9 +389,7 @@ fn a_pass_does_what_the_background_worker_does() {
 /// runs out, and the worker stays alive while it waits (the pass refreshes its heartbeat).
 #[test]
 fn a_waiting_checkout_wakes_at_the_commit() {
-    let c = cluster("sqlwait", &["jobq.heartbeat_timeout = '3s'"]);
-    database(&c, "app");
-    c.install_sql_edition("app", INSTALLER).unwrap();
+    let c = installed("sqlwait", &["jobq.heartbeat_timeout = '3s'"], "app");
     let mut waiter = c.connect("app");
     let w = register(&mut waiter);
     let url = c.url("app");
@@ -421,9 +421,7 @@ fn a_waiting_checkout_wakes_at_the_commit() {
 /// Privileges of the edition's own functions: jobq_admin's, refused to a worker role.
 #[test]
 fn passes_are_scheduled_by_jobq_admin_only() {
-    let c = cluster("sqlprivs", &[]);
-    database(&c, "app");
-    c.install_sql_edition("app", INSTALLER).unwrap();
+    let c = installed("sqlprivs", &[], "app");
     let mut su = c.connect("postgres");
     su.batch_execute("CREATE ROLE sqlprivs_worker LOGIN; GRANT jobq_worker TO sqlprivs_worker; CREATE ROLE sqlprivs_reader LOGIN; GRANT jobq_reader TO sqlprivs_reader; CREATE ROLE sqlprivs_none LOGIN").unwrap();
     let mut w = c.connect_as("app", "sqlprivs_worker");
@@ -491,9 +489,7 @@ fn pg_cron_runs_the_passes() {
 /// every case the twin hands on: a key to take, a pause, several jobs, a stopping worker.
 #[test]
 fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
-    let c = cluster("sqlcheckout", &[]);
-    database(&c, "app");
-    c.install_sql_edition("app", INSTALLER).unwrap();
+    let c = installed("sqlcheckout", &[], "app");
     let mut su = c.connect("app");
     let w = register(&mut su);
     let one = |su: &mut Client, isolation: &str, call: &str| -> (Vec<serde_json::Value>, bool) {
@@ -516,21 +512,6 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
             enqueued.insert((q, i), id);
         }
     }
-    let strip = |v: &serde_json::Value| {
-        let mut v = v.clone();
-        for k in ["id", "queue", "enqueued_at", "run_at", "started_at"] {
-            v.as_object_mut().unwrap().remove(k);
-        }
-        v
-    };
-    let left = |su: &mut Client, id: i64| -> serde_json::Value {
-        su.query_one(
-            "SELECT to_jsonb(j) - 'id' - 'queue' - 'enqueued_at' - 'run_at' - 'started_at' FROM jobq.live_jobs j WHERE j.id = $1",
-            &[&id],
-        )
-        .unwrap()
-        .get(0)
-    };
     // Claim order: the better priority first, then by id; the job not yet due stays.
     for i in [3, 0, 1] {
         let (fast, general) = one(&mut su, "READ COMMITTED", "'{q}'");
@@ -539,9 +520,9 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
         assert_eq!(fast.len(), 1);
         assert_eq!(fast[0]["id"].as_i64(), Some(enqueued[&("q", i)]));
         assert_eq!(sql[0]["id"].as_i64(), Some(enqueued[&("r", i)]));
-        assert_eq!(strip(&fast[0]), strip(&sql[0]), "the two paths returned different rows");
+        assert_eq!(without_moments(&fast[0]), without_moments(&sql[0]), "the two paths returned different rows");
         assert_eq!(fast[0]["attempt"], 1);
-        assert_eq!(left(&mut su, enqueued[&("q", i)]), left(&mut su, enqueued[&("r", i)]));
+        assert_eq!(claimed(&mut su, enqueued[&("q", i)]), claimed(&mut su, enqueued[&("r", i)]));
     }
     // Nothing due: nothing, still without the general path; so for every queue (NULL) and two.
     assert_eq!(one(&mut su, "READ COMMITTED", "'{q}'"), (vec![], false));
@@ -597,9 +578,7 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
 /// since, must not be judged dead by that pass.
 #[test]
 fn a_pass_after_an_earlier_look_at_the_sessions_keeps_a_worker_registered_since() {
-    let c = cluster("sqlpasssessions", &[]);
-    database(&c, "app");
-    c.install_sql_edition("app", INSTALLER).unwrap();
+    let c = installed("sqlpasssessions", &[], "app");
     let mut beating = c.connect("app");
     let mut t = beating.transaction().unwrap();
     // The sessions, read now and kept by this transaction; any pass is due from here on.

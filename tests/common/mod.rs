@@ -321,6 +321,25 @@ pub fn calls_sql<T>(c: &mut Client, isolation: &str, function: &str, call: impl 
     (out, calls > 0)
 }
 
+/// What differs between two checkouts of the same kind of job at two moments: left out when
+/// two paths' claims are compared (tests/checkout.rs, tests/sql_edition.rs).
+const MOMENTS: [&str; 5] = ["id", "queue", "enqueued_at", "run_at", "started_at"];
+
+/// A checked-out job (a row of `jobq_checkout`, as JSON) without [`MOMENTS`].
+pub fn without_moments(job: &serde_json::Value) -> serde_json::Value {
+    let mut job = job.clone();
+    for k in MOMENTS {
+        job.as_object_mut().unwrap().remove(k);
+    }
+    job
+}
+
+/// What a claim leaves of job `id` in jobq.live_jobs, as JSON, without [`MOMENTS`].
+pub fn claimed(c: &mut Client, id: i64) -> serde_json::Value {
+    let row: serde_json::Value = c.query_one("SELECT to_jsonb(j) FROM jobq.live_jobs j WHERE j.id = $1", &[&id]).unwrap().get(0);
+    without_moments(&row)
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &postgres::Error) -> String {
     e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("no db error: {e}"))
