@@ -169,6 +169,9 @@ def upgrade_from(v, twins):
         if n != "jobq._edition" and re.match(r"(\s*--[^\n]*\n)*\s*CREATE\s+FUNCTION", t) and n not in done \
                 and n.replace("public.", "") not in done:
             out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", t, count=1, flags=re.I))
+    # Nothing for PUBLIC on the functions this upgrade created (PostgreSQL gives PUBLIC EXECUTE
+    # on every new one): src/sql/privileges.sql's rule for a fresh install, run again.
+    out += [s for s in statements((SRC / "sql" / "privileges.sql").read_text()) if "FROM PUBLIC', f)" in s]
     edition = [s for n, s in twins.items() if n == "jobq._edition"][0]
     out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", edition, count=1, flags=re.I) + "\n")
     return previous, "".join(out).replace("@extschema@.", "public.")

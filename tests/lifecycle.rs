@@ -869,6 +869,7 @@ fn every_function_pins_its_search_path() {
             "jobq._rung()",
             "jobq._setting(text,interval)",
             "jobq._tally(text,text,timestamp with time zone,timestamp with time zone)",
+            "jobq._tally_row(text,smallint,timestamp with time zone,timestamp with time zone)",
             "jobq._usable_worker(uuid)",
             "jobq._wake(text,timestamp with time zone,bigint)",
             "jobq.compact_after()",

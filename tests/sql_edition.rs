@@ -572,6 +572,75 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     assert_eq!((started, completed), (12, 12));
 }
 
+/// The SQL edition's jobq_complete (src/sql/twins/hot_path.sql) moves a job without keys,
+/// completed under READ COMMITTED by the caller's own worker, as jobq._complete moves it, and
+/// hands every other completion to jobq._complete.
+#[test]
+fn the_completion_of_a_job_without_keys_moves_what_the_general_path_moves() {
+    let c = installed("sqlcomplete", &[], "app");
+    let mut su = c.connect("app");
+    su.batch_execute("CREATE ROLE sqlcomplete_other LOGIN; GRANT jobq_worker TO sqlcomplete_other").unwrap();
+    let w = register(&mut su);
+    let complete = |su: &mut Client, isolation: &str, id: i64| -> (bool, bool) {
+        calls_sql(su, isolation, "_complete", |t| {
+            t.query_one("SELECT jobq_complete($1, $2, '{\"ok\": 1}')", &[&id, &w]).unwrap().get(0)
+        })
+    };
+    let enqueue = |su: &mut Client, args: &str| -> i64 { su.query_one(&format!("SELECT jobq_enqueue({args})"), &[]).unwrap().get(0) };
+    let checkout = |su: &mut Client, queue: &str| -> i64 {
+        su.query_one(&format!("SELECT id FROM jobq_checkout($1, '{{{queue}}}')"), &[&w]).unwrap().get(0)
+    };
+    let finished = |su: &mut Client, id: i64| -> serde_json::Value {
+        let row: serde_json::Value =
+            su.query_one("SELECT to_jsonb(f) - 'finished_at' FROM jobq.finished_jobs f WHERE f.id = $1", &[&id]).unwrap().get(0);
+        without_moments(&row)
+    };
+    // Two alike jobs: one completed by the twin, one by the general path, the same row kept.
+    let mut ids = vec![];
+    for q in ["q", "r"] {
+        let id = enqueue(&mut su, &format!("'{q}', '{{\"n\": 1}}', kind => 'Plain', max_attempts => 3"));
+        assert_eq!(checkout(&mut su, q), id);
+        ids.push(id);
+    }
+    assert_eq!(complete(&mut su, "READ COMMITTED", ids[0]), (true, false), "the twin completes it");
+    assert_eq!(complete(&mut su, "REPEATABLE READ", ids[1]), (true, true));
+    let kept = finished(&mut su, ids[0]);
+    assert_eq!(kept, finished(&mut su, ids[1]), "the two paths kept different rows");
+    assert_eq!((kept["state"].as_str(), kept["result"].clone()), (Some("completed"), serde_json::json!({"ok": 1})));
+    // Once more: the DELETE finds nothing, and the general path answers false.
+    assert_eq!(complete(&mut su, "READ COMMITTED", ids[0]), (false, true));
+    // A job with a key: the general path, which frees it for the next job of that key.
+    let keyed = enqueue(&mut su, "'k', concurrency_key => 'ck'");
+    let next = enqueue(&mut su, "'k', concurrency_key => 'ck'");
+    assert_eq!(checkout(&mut su, "k"), keyed);
+    assert!(su.query("SELECT id FROM jobq_checkout($1, '{k}')", &[&w]).unwrap().is_empty(), "the key's one slot is held");
+    assert_eq!(complete(&mut su, "READ COMMITTED", keyed), (true, true));
+    assert_eq!(checkout(&mut su, "k"), next);
+    // A job whose child waits on it: the twin completes it and the child becomes ready.
+    let parent = enqueue(&mut su, "'p'");
+    let child = enqueue(&mut su, &format!("'p', depends_on => ARRAY[{parent}]::bigint[]"));
+    assert_eq!(checkout(&mut su, "p"), parent);
+    assert_eq!(complete(&mut su, "READ COMMITTED", parent), (true, false));
+    let state: String = su.query_one("SELECT state FROM jobq.live_jobs WHERE id = $1", &[&child]).unwrap().get(0);
+    assert_eq!(state, "ready");
+    // Another role names this worker: refused by the general path (42501), the job untouched.
+    let job = enqueue(&mut su, "'o'");
+    assert_eq!(checkout(&mut su, "o"), job);
+    let mut other = c.connect_as("app", "sqlcomplete_other");
+    let e = other.query_one("SELECT jobq_complete($1, $2)", &[&job, &w]).unwrap_err();
+    assert_eq!(sqlstate(&e), "42501");
+    assert_eq!(claimed(&mut su, job)["state"], "executing");
+    // Where a queue grant limits a role, every completion is the general path's.
+    su.batch_execute("SELECT jobq_grant_queues('sqlcomplete_other', 'worker', '{o}')").unwrap();
+    assert_eq!(complete(&mut su, "READ COMMITTED", job), (true, true));
+    assert_job_tables_consistent(&mut su);
+    // Both paths count their completions.
+    su.batch_execute("SELECT jobq_reap()").unwrap();
+    let completed: i64 =
+        su.query_one("SELECT sum(completed)::bigint FROM jobq.throughput(now() - interval '1 hour')", &[]).unwrap().get(0);
+    assert_eq!(completed, 5);
+}
+
 /// A heartbeat's pass reads the sessions afresh (jobq._reap, src/sql/reap.sql): PostgreSQL keeps
 /// the sessions a transaction read for the rest of it, and a heartbeat reads them before its
 /// pass (its own worker's liveness). A worker registered since, bound to a session started

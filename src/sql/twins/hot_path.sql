@@ -1,9 +1,9 @@
 -- Twins of src/enqueue.rs, src/checkout.rs and src/complete.rs: the extension serves the
 -- common enqueue, checkout and completion without a plan and hands every other case to the
 -- SQL that serves them all (jobq._enqueue, jobq._checkout, jobq._complete). Here that SQL
--- serves every case but the enqueue of a job without keys and the checkout of one plain job,
--- which jobq_enqueue and jobq_checkout below serve with statements of their own, as the
--- extension serves them in Rust.
+-- serves every case but the enqueue of a job without keys, the checkout of one plain job and
+-- the completion of a job without keys, which jobq_enqueue, jobq_checkout and jobq_complete
+-- below serve with statements of their own, as the extension serves them in Rust.
 -- Every twin is PL/pgSQL, not SQL: PL/pgSQL keeps its statements' plans for the session, where
 -- a SQL function called from another statement is parsed and planned again at each call (that
 -- cost a job ten times the extension's instructions: bench/results/instructions.md).
@@ -29,7 +29,6 @@ DECLARE
     v_now     timestamptz;
     v_run_at  timestamptz;
     v_id      bigint;
-    v_noted   boolean;
 BEGIN
     -- The twin of src/enqueue.rs's fast path: a job with no key of any kind, no parents and
     -- arguments jobq._enqueue accepts, under READ COMMITTED where no queue grant limits a role,
@@ -56,7 +55,7 @@ BEGIN
         VALUES (queue, priority, v_run_at, v_id, kind, false);
         INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
         VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts);
-        v_noted := jobq._tally(queue, 'enqueued', NULL, v_now);  -- src/sql/twins/counters.sql
+        INSERT INTO jobq.tallies SELECT * FROM jobq._tally_row(queue, 1::smallint, NULL, v_now);  -- src/sql/twins/counters.sql
         IF v_run_at <= v_now THEN
             PERFORM jobq._notify(queue);
         END IF;
@@ -70,14 +69,14 @@ END $$;
 -- jobq_checkout: the twin of src/checkout.rs's fast path. A call for one job claims it with
 -- three short statements when nothing calls for the general path: no wait, READ COMMITTED,
 -- queue names that are all there (or none: every queue), no pause, no queue grant, no fair
--- queue among them, a worker usable as it is (jobq._usable_worker), and a first waiting job
+-- queue among them, the common worker (below), and a first waiting job
 -- with no key to take (a concurrency, rate or unique key: the whole call goes to
 -- jobq._checkout, which takes the keys, and finds that row locked by this transaction). Every
 -- other call is jobq._checkout's, whose one statement claims up to max_jobs jobs: its layers
 -- and its start-up (some forty plan nodes) make a job checked out alone there cost a quarter
 -- more CPU, checkout and completion together (bench/instructions.sh, row jobq_sql;
--- docs/performance.md). A near-copy of jobq._checkout's
--- first statement for that saving; tests/sql_edition.rs holds the two paths equal. Generic
+-- docs/performance.md). A near-copy of jobq._checkout's first statement for that saving, which
+-- counts the start itself (jobq._tally_row); tests/sql_edition.rs holds the two paths equal. Generic
 -- plans: a custom plan of each statement would be made at every call (the queue and the time
 -- are parameters).
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
@@ -90,7 +89,6 @@ DECLARE
     v_now    timestamptz;
     c        record;
     j        jobq.job;
-    v_noted  boolean;
 BEGIN
     IF max_jobs = 1 AND wait IS NULL
        AND (queues IS NULL OR (cardinality(queues) > 0 AND array_position(queues, NULL) IS NULL))
@@ -99,7 +97,13 @@ BEGIN
        -- (Two looks, as jobq._checkout's: one condition for both would read every key's row.)
        AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness)
                      ELSE EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue = ANY (queues)) END)
-       AND jobq._usable_worker(worker) THEN
+       -- The common worker (registered, not stopping, a fresh heartbeat, bound to no session,
+       -- the caller's own with no role set) judged in this statement, as jobq._usable_worker
+       -- judges it first; any other goes to jobq._checkout, which judges it whole.
+       AND EXISTS (SELECT 1 FROM jobq.workers w
+                    WHERE w.id = worker AND w.stopping_at IS NULL AND w.backend_pid IS NULL
+                      AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
+                      AND w.owner::oid = jobq._caller() AND pg_catalog.current_setting('role') = 'none') THEN
         v_now := clock_timestamp();
         -- The two differ only in the queue condition, so that each gets the index that serves
         -- its order (as jobq._checkout's).
@@ -130,7 +134,7 @@ BEGIN
                       x.unique_strategy, x.concurrency_limit, x.started_at, x.depends_on, x.checkpoints,
                       x.fairness_key INTO j;
             IF FOUND THEN
-                v_noted := jobq._tally(j.queue, 'started', j.run_at, v_now);  -- src/sql/twins/counters.sql
+                INSERT INTO jobq.tallies SELECT * FROM jobq._tally_row(j.queue, 2::smallint, j.run_at, v_now);
                 RETURN NEXT j;
             END IF;
             RETURN;
@@ -139,8 +143,43 @@ BEGIN
     RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, wait);
 END $$;
 
+-- jobq_complete: the twin of src/complete.rs's fast path. Under READ COMMITTED, a job with no
+-- unique or concurrency key to release, executing under the caller's own worker (its role, no
+-- role set), where no queue grant limits a role, leaves jobq.live_jobs here, as jobq._complete
+-- moves it: the same DELETE, the same counter, the same copy in jobq.finished_jobs, the same
+-- look for the edges that wait on it. Without that function's layer, its call of jobq._tally
+-- and its wait for a compaction (never, in this edition: src/sql/twins/compact.sql), which
+-- cost each job some 50,000 instructions (bench/instructions.sh, row jobq_sql). Every other
+-- completion, and any call whose DELETE finds nothing here (another worker's job, a job not
+-- executing, a NULL argument), is jobq._complete's, which decides it whole; tests/sql_edition.rs
+-- holds the two paths' rows equal.
 CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    j  jobq.live_jobs;
 BEGIN
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        DELETE FROM jobq.live_jobs x
+         WHERE x.id = jobq_complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+           AND x.unique_key IS NULL AND x.concurrency_key IS NULL
+           AND EXISTS (SELECT 1 FROM jobq.workers w
+                        WHERE w.id = worker AND w.owner::oid = jobq._caller()
+                          AND pg_catalog.current_setting('role') = 'none')
+           AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
+        RETURNING x.* INTO j;
+        IF FOUND THEN
+            j.finished_at := clock_timestamp();
+            INSERT INTO jobq.tallies SELECT * FROM jobq._tally_row(j.queue, 3::smallint, j.started_at, j.finished_at);
+            IF jobq.retention_ms() > 0 THEN
+                j.state := 'completed';
+                j.result := jobq_complete.result;
+                INSERT INTO jobq.finished_jobs SELECT (j).*;
+            END IF;
+            IF EXISTS (SELECT 1 FROM jobq.edges x WHERE x.parent = job_id AND NOT x.settled) THEN
+                PERFORM jobq._settle(ARRAY[job_id], ARRAY['completed']);
+            END IF;
+            RETURN true;
+        END IF;
+    END IF;
     RETURN jobq._complete(job_id, worker, result);
 END $$;
