@@ -532,6 +532,14 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     let id: i64 = su.query_one("SELECT jobq_enqueue('s')", &[]).unwrap().get(0);
     let (got, general) = one(&mut su, "READ COMMITTED", "'{q,s}'");
     assert_eq!((got[0]["id"].as_i64(), general), (Some(id), false));
+    // A worker bound to its session, as the client libraries register theirs: the twin's too.
+    let bound: uuid::Uuid = su.query_one("SELECT jobq_register_worker('bound', bind_to_session => true)", &[]).unwrap().get(0);
+    let id: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
+    let (got, general) = calls_sql(&mut su, "READ COMMITTED", "_checkout", |t| {
+        t.query_one("SELECT id FROM jobq_checkout($1, '{b}')", &[&bound]).unwrap().get::<_, i64>(0)
+    });
+    assert_eq!((got, general), (id, false));
+    assert!(su.query_one("SELECT jobq_complete($1, $2)", &[&id, &bound]).unwrap().get::<_, bool>(0));
     // A first job with a key to take goes to the general path, which takes its slot; a plain
     // job behind it is then the twin's again.
     let keyed: i64 = su.query_one("SELECT jobq_enqueue('k', concurrency_key => 'ck')", &[]).unwrap().get(0);
@@ -569,7 +577,7 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
             .unwrap();
         (r.get(0), r.get(1))
     };
-    assert_eq!((started, completed), (12, 12));
+    assert_eq!((started, completed), (13, 13));
 }
 
 /// The SQL edition's jobq_complete (src/sql/twins/hot_path.sql) moves a job without keys,

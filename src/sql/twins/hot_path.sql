@@ -69,16 +69,17 @@ END $$;
 -- jobq_checkout: the twin of src/checkout.rs's fast path. A call for one job claims it with
 -- three short statements when nothing calls for the general path: no wait, READ COMMITTED,
 -- queue names that are all there (or none: every queue), no pause, no queue grant, no fair
--- queue among them, the common worker (below), and a first waiting job
--- with no key to take (a concurrency, rate or unique key: the whole call goes to
--- jobq._checkout, which takes the keys, and finds that row locked by this transaction). Every
--- other call is jobq._checkout's, whose one statement claims up to max_jobs jobs: its layers
--- and its start-up (some forty plan nodes) make a job checked out alone there cost a quarter
--- more CPU, checkout and completion together (bench/instructions.sh, row jobq_sql;
--- docs/performance.md). A near-copy of jobq._checkout's first statement for that saving, which
--- counts the start itself (jobq._tally_row); tests/sql_edition.rs holds the two paths equal. Generic
--- plans: a custom plan of each statement would be made at every call (the queue and the time
--- are parameters).
+-- queue among them, a worker usable as it is (jobq._usable_worker, whole: the client
+-- libraries' workers are bound to their sessions, which a test of its first case alone would
+-- send to the general path), and a first waiting job with no key to take (a concurrency, rate
+-- or unique key: the whole call goes to jobq._checkout, which takes the keys, and finds that
+-- row locked by this transaction). Every other call is jobq._checkout's, whose one statement
+-- claims up to max_jobs jobs: its layers and its start-up (some forty plan nodes) make a job
+-- checked out alone there cost a quarter more CPU, checkout and completion together
+-- (bench/instructions.sh, row jobq_sql; docs/performance.md). A near-copy of jobq._checkout's
+-- first statement for that saving, which counts the start itself (jobq._tally_row);
+-- tests/sql_edition.rs holds the two paths equal. Generic plans: a custom plan of each
+-- statement would be made at every call (the queue and the time are parameters).
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
                               wait interval DEFAULT NULL)
 RETURNS SETOF jobq.job
@@ -97,13 +98,7 @@ BEGIN
        -- (Two looks, as jobq._checkout's: one condition for both would read every key's row.)
        AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness)
                      ELSE EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue = ANY (queues)) END)
-       -- The common worker (registered, not stopping, a fresh heartbeat, bound to no session,
-       -- the caller's own with no role set) judged in this statement, as jobq._usable_worker
-       -- judges it first; any other goes to jobq._checkout, which judges it whole.
-       AND EXISTS (SELECT 1 FROM jobq.workers w
-                    WHERE w.id = worker AND w.stopping_at IS NULL AND w.backend_pid IS NULL
-                      AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
-                      AND w.owner::oid = jobq._caller() AND pg_catalog.current_setting('role') = 'none') THEN
+       AND jobq._usable_worker(worker) THEN
         v_now := clock_timestamp();
         -- The two differ only in the queue condition, so that each gets the index that serves
         -- its order (as jobq._checkout's).
