@@ -147,8 +147,10 @@ def build():
 def upgrade_from(v, twins):
     """The release before `v` and the SQL that brings its SQL edition to `v`: the extension's
     upgrade script sql/jobq--P--V.sql, each C function replaced by its SQL twin (src/sql/twins),
-    then the new release's jobq._edition(). One source for both editions' upgrades, as for their
-    installs; tests/sql_edition.rs checks that an upgraded database is a fresh one."""
+    then the SQL edition's own functions as they are now (the other twins, edition.sql's), the
+    install's rule that leaves PUBLIC no function, and the new release's jobq._edition(). One
+    source for both editions' upgrades, as for their installs; tests/sql_edition.rs checks that
+    an upgraded database is a fresh one."""
     scripts = list((ROOT / "sql").glob("jobq--*--%s.sql" % v))
     if len(scripts) != 1:
         sys.exit("build-sql-edition: no single upgrade script to %s in sql/" % v)
@@ -168,6 +170,10 @@ def upgrade_from(v, twins):
     for n, t in twins.items():
         if n != "jobq._edition" and re.match(r"(\s*--[^\n]*\n)*\s*CREATE\s+FUNCTION", t) and n not in done \
                 and n.replace("public.", "") not in done:
+            out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", t, count=1, flags=re.I))
+    # And those of src/sql/twins/edition.sql, what only the SQL edition has, as they are now.
+    for t in statements((TWINS / "edition.sql").read_text()):
+        if re.match(r"(\s*--[^\n]*\n)*\s*CREATE\s+FUNCTION", t):
             out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", t, count=1, flags=re.I))
     # Nothing for PUBLIC on the functions this upgrade created (PostgreSQL gives PUBLIC EXECUTE
     # on every new one): src/sql/privileges.sql's rule for a fresh install, run again.

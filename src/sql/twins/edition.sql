@@ -7,10 +7,13 @@
 -- the jobq function that changed the row (hence SECURITY DEFINER).
 CREATE FUNCTION jobq._ring() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+DECLARE
+    v_rung text;
 BEGIN
     IF current_setting('jobq.rang', true) IS DISTINCT FROM pg_current_xact_id()::text THEN
-        PERFORM nextval('jobq.rings');
-        PERFORM set_config('jobq.rang', pg_current_xact_id()::text, true);
+        -- Assignments, not PERFORM: PL/pgSQL evaluates them without starting a plan.
+        v_rung := nextval('jobq.rings');
+        v_rung := set_config('jobq.rang', pg_current_xact_id()::text, true);
     END IF;
     RETURN NULL;
 END $$;

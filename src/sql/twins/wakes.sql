@@ -17,6 +17,7 @@ BEGIN
         PERFORM pg_catalog.pg_notify('jobq', queue);
     ELSIF strpos(v_noted, E'\n' || queue || E'\n') = 0 THEN
         INSERT INTO jobq.pending_notifies VALUES (queue);
-        PERFORM set_config('jobq.notified', coalesce(nullif(v_noted, ''), E'\n') || queue || E'\n', true);
+        -- (An assignment, not PERFORM: PL/pgSQL evaluates it without starting a plan.)
+        v_noted := set_config('jobq.notified', coalesce(nullif(v_noted, ''), E'\n') || queue || E'\n', true);
     END IF;
 END $$;
