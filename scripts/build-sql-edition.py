@@ -144,6 +144,11 @@ def build():
     return v, HEAD.replace("@VERSION@", v) + install + tail.replace("@VERSION@", v)
 
 
+def or_replace(stmt):
+    """A statement that creates a function, as CREATE OR REPLACE."""
+    return re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", stmt, count=1, flags=re.I)
+
+
 def upgrade_from(v, twins):
     """The release before `v` and the SQL that brings its SQL edition to `v`: the extension's
     upgrade script sql/jobq--P--V.sql, each C function replaced by its SQL twin (src/sql/twins),
@@ -163,23 +168,23 @@ def upgrade_from(v, twins):
         if "MODULE_PATHNAME" in s:
             name = defined(s)
             twin = twins[name if "." in name else "public." + name]
-            s = twin if "OR REPLACE" not in s.upper() else re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", twin, count=1, flags=re.I)
+            s = twin if "OR REPLACE" not in s.upper() else or_replace(twin)
         out.append(s)
     # The twins no C function stands for (the SQL edition's own helpers) as they are now.
     done = {defined(x) for x in out if "FUNCTION" in x}
     for n, t in twins.items():
         if n != "jobq._edition" and re.match(r"(\s*--[^\n]*\n)*\s*CREATE\s+FUNCTION", t) and n not in done \
                 and n.replace("public.", "") not in done:
-            out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", t, count=1, flags=re.I))
+            out.append("\n" + or_replace(t))
     # And those of src/sql/twins/edition.sql, what only the SQL edition has, as they are now.
     for t in statements((TWINS / "edition.sql").read_text()):
-        if re.match(r"(\s*--[^\n]*\n)*\s*CREATE\s+FUNCTION", t):
-            out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", t, count=1, flags=re.I))
+        if defined(t):
+            out.append("\n" + or_replace(t))
     # Nothing for PUBLIC on the functions this upgrade created (PostgreSQL gives PUBLIC EXECUTE
     # on every new one): src/sql/privileges.sql's rule for a fresh install, run again.
     out += [s for s in statements((SRC / "sql" / "privileges.sql").read_text()) if "FROM PUBLIC', f)" in s]
     edition = [s for n, s in twins.items() if n == "jobq._edition"][0]
-    out.append("\n" + re.sub(r"CREATE\s+FUNCTION", "CREATE OR REPLACE FUNCTION", edition, count=1, flags=re.I) + "\n")
+    out.append("\n" + or_replace(edition) + "\n")
     return previous, "".join(out).replace("@extschema@.", "public.")
 
 
