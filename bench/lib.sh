@@ -40,6 +40,11 @@ start_cluster() {
   "${PSQL[@]}" -d postgres -c "CREATE DATABASE bench"
   # Removes the SQL edition (docs/sql-edition.md, Uninstalling) where a run installed it.
   "${PSQL[@]}" -d bench >/dev/null <<'SQL'
+-- The id of pgbench client c's worker, written into the scripts as the peers' scripts write
+-- theirs (Graphile Worker's 'pool-bench-<client id>'), so that no script looks it up per job.
+CREATE FUNCTION public.bench_worker(c integer) RETURNS uuid LANGUAGE sql IMMUTABLE AS $$
+  SELECT ('00000000-0000-4000-8000-' || lpad(c::text, 12, '0'))::uuid
+$$;
 CREATE FUNCTION public.bench_uninstall_jobq_sql() RETURNS void LANGUAGE plpgsql AS $$
 DECLARE f regprocedure;
 BEGIN
@@ -53,6 +58,14 @@ END $$;
 SQL
 }
 
+# One worker per pgbench client, registered by jobq_register_worker, then given the id
+# bench_worker(c) (bench/scripts/jobq_*.sql) and a heartbeat that outlives the run; table
+# bench_workers keeps client -> worker for the programs that read it.
+BENCH_WORKERS="CREATE TABLE bench_workers AS SELECT c AS client, jobq_register_worker('bench-' || c) AS w FROM generate_series(0, 255) c;
+UPDATE jobq.workers x SET id = bench_worker(b.client), heartbeat_at = clock_timestamp() + interval '1 day' FROM bench_workers b WHERE x.id = b.w;
+UPDATE bench_workers SET w = bench_worker(client);
+ALTER TABLE bench_workers ADD PRIMARY KEY (client);"
+
 # A fresh jobq with one registered worker per pgbench client (table bench_workers). The SQL
 # edition (bench/systems/jobq_sql.sh), if a run installed it, goes first.
 reset_jobq() {
@@ -61,9 +74,7 @@ SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS jobq CASCADE; DROP TABLE IF EXISTS bench_workers;
 SELECT bench_uninstall_jobq_sql();
 CREATE EXTENSION jobq;
-CREATE TABLE bench_workers AS SELECT c AS client, jobq_register_worker('bench-' || c) AS w FROM generate_series(0, 255) c;
-ALTER TABLE bench_workers ADD PRIMARY KEY (client);
-UPDATE jobq.workers SET heartbeat_at = clock_timestamp() + interval '1 day';
+$BENCH_WORKERS
 SQL
 }
 

@@ -1,4 +1,5 @@
 -- jobq, checkout of :batch jobs, then one call completing them all (jobq_complete_many): two
--- transactions per batch. With batch 1 the same work as jobq_checkout_complete.sql.
-SELECT b.w AS w, (SELECT coalesce(array_agg(j.id), '{}') FROM jobq_checkout(b.w, ARRAY['bench'], :batch) j) AS ids FROM bench_workers b WHERE b.client = :client_id \gset
-SELECT jobq_complete_many(:w::uuid, :ids::bigint[]);
+-- transactions per batch. With batch 1 the same work as jobq_checkout_complete.sql. pgbench
+-- client c is the worker bench_worker(c) (bench/lib.sh).
+SELECT coalesce(array_agg(j.id), '{}') AS ids FROM jobq_checkout(bench_worker(:client_id), ARRAY['bench'], :batch) j \gset
+SELECT jobq_complete_many(bench_worker(:client_id), :ids::bigint[]);

@@ -22,9 +22,7 @@ GRANT CREATE ON SCHEMA public TO bench_installer;
 SQL
   psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U bench_installer -d bench -f "$JOBQ_SQL_FILE" >/dev/null
   "${PSQL[@]}" -d bench >/dev/null <<SQL
-CREATE TABLE bench_workers AS SELECT c AS client, jobq_register_worker('bench-' || c) AS w FROM generate_series(0, 255) c;
-ALTER TABLE bench_workers ADD PRIMARY KEY (client);
-UPDATE jobq.workers SET heartbeat_at = clock_timestamp() + interval '1 day';
+$BENCH_WORKERS
 SELECT count(*) FROM jobq_enqueue_batch('bench', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $1)));
 VACUUM ANALYZE;
 SQL
