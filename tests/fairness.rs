@@ -312,3 +312,45 @@ fn a_key_that_cannot_start_yields_only_its_priority() {
     assert_eq!(take(&mut c, w, Some(&["q"])), Some((later, k("a"))));
     assert_eq!(take(&mut c, w, Some(&["q"])), None, "the first still waits for its slot");
 }
+
+/// A job that cannot start is passed, as a plain checkout passes it (the jobs behind it still
+/// start): its key's turn goes to the key's next job that can start, for a key and for the jobs
+/// without one, by a checkout of the fair queue alone or of several queues alike; the held-back
+/// jobs start once their keys allow.
+#[test]
+fn a_job_that_cannot_start_leaves_its_keys_turn_to_the_next() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // Concurrency key 'one' (limit 1) held by a running job of another queue; rate key 'r'
+    // spent for its window.
+    c.execute("SELECT jobq_enqueue('other', concurrency_key => 'one')", &[]).unwrap();
+    let holder = take(&mut c, w, Some(&["other"])).unwrap().0;
+    c.execute("SELECT jobq_set_rate_limit('r', 1, interval '1 hour')", &[]).unwrap();
+    c.execute("SELECT jobq_enqueue('other', rate_key => 'r')", &[]).unwrap();
+    assert!(take(&mut c, w, Some(&["other"])).is_some());
+    let one = |c: &mut Client, key: Option<&str>| -> i64 {
+        c.query_one("SELECT jobq_enqueue('q', concurrency_key => 'one', fairness_key => $1)", &[&key]).unwrap().get(0)
+    };
+    let rated = |c: &mut Client, key: Option<&str>| -> i64 {
+        c.query_one("SELECT jobq_enqueue('q', rate_key => 'r', fairness_key => $1)", &[&key]).unwrap().get(0)
+    };
+    let a1 = one(&mut c, Some("a"));
+    let a2 = rated(&mut c, Some("a"));
+    let a3 = enqueue(&mut c, "q", Some("a"), 1)[0];
+    let n1 = one(&mut c, None);
+    let n2 = enqueue(&mut c, "q", None, 1)[0];
+    // Key a's turn goes to its job that can start, and so does that of the jobs without a key,
+    // whether the checkout names the fair queue alone or with another.
+    let taken: BTreeSet<i64> =
+        [take(&mut c, w, Some(&["q"])), take(&mut c, w, Some(&["q", "empty"]))].iter().flatten().map(|t| t.0).collect();
+    assert_eq!(taken, BTreeSet::from([a3, n2]));
+    assert_eq!(take(&mut c, w, Some(&["q"])), None, "what is left cannot start");
+    assert_eq!(take(&mut c, w, Some(&["q", "empty"])), None);
+    c.execute("SELECT jobq_complete($1, $2)", &[&holder, &w]).unwrap();
+    let first = take(&mut c, w, Some(&["q"])).unwrap().0;
+    assert!(first == a1 || first == n1, "a job of the freed key starts: {first}");
+    assert_eq!(take(&mut c, w, Some(&["q"])), None, "the key's limit holds: one at a time");
+    let left: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE id = ANY ($1) AND state = 'ready'",
+                                &[&vec![a1, a2, n1]]).unwrap().get(0);
+    assert_eq!(left, 2);
+}

@@ -126,9 +126,12 @@ END $$;
 -- whose turn it is, at the queue's top due priority that has a key able to start one, claimed
 -- for `worker` (its ready row deleted, its job row executing, what it needs to start taken:
 -- jobq._claim_keyed). Returns the job's id; NULL when no key has a job this call can take. A
--- key whose next job cannot start (its concurrency key full, its while_executing key busy,
--- its rate spent) yields its turn at that priority: it is added to `skip`
--- (jobq._fair_skip_entry) and the next key is tried; at a later priority it takes its turn again.
+-- job that cannot start (its concurrency key full, its while_executing key busy, its rate
+-- spent) is passed, with every job of the claim behind it held back by the same key, as a
+-- plain checkout passes them (SPEC: the jobs behind it still start): the key's turn goes to
+-- its oldest job that can start. A key none of whose due jobs can start yields its turn at that
+-- priority: it is added to `skip` (jobq._fair_skip_entry) and the next key is tried; at a later
+-- priority it takes its turn again.
 -- With `locked` false (REPEATABLE READ, SERIALIZABLE: a key row changed since the snapshot
 -- cannot be locked there) the key is picked without its row lock and moved only when its row
 -- can be updated.
@@ -143,6 +146,10 @@ DECLARE
     c          record;
     v_blocked  "char";
     v_rows     tid[];                    -- the key's rows to move to the back
+    v_skip_c   text[] := '{}';           -- as jobq._checkout's: the keys of jobs that could
+    v_skip_l   integer[] := '{}';        -- not start in this claim
+    v_skip_u   text[] := '{}';
+    v_skip_r   text[] := '{}';
 BEGIN
     LOOP
         v_p := jobq._fair_top(v_hash, queue, v_from, now);
@@ -171,25 +178,38 @@ BEGIN
                  LIMIT 1;
                 EXIT WHEN NOT FOUND;  -- no key at v_p: the next priority
             END IF;
-            -- Its oldest due job that no other checkout holds.
-            IF k.fairness_key IS NULL THEN
-                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
-                 WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NULL
-                   AND r.priority = v_p AND r.run_at <= now
-                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
-                 ORDER BY r.priority, r.run_at, r.id
-                 LIMIT 1
-                   FOR UPDATE OF r SKIP LOCKED;
-            ELSE
-                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
-                 WHERE r.queue_hash = v_hash AND r.priority = v_p AND r.fairness_key = k.fairness_key
-                   AND r.queue = _fair_claim.queue AND r.run_at <= now
-                   AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
-                 ORDER BY r.priority, r.fairness_key, r.run_at, r.id
-                 LIMIT 1
-                   FOR UPDATE OF r SKIP LOCKED;
-            END IF;
-            IF FOUND THEN
+            -- Its oldest due job that no other checkout holds and that can start.
+            LOOP
+                IF k.fairness_key IS NULL THEN
+                    SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key,
+                           r.rate_key INTO c FROM jobq.ready r
+                     WHERE r.queue_hash = v_hash AND r.queue = _fair_claim.queue AND r.fairness_key IS NULL
+                       AND r.priority = v_p AND r.run_at <= now
+                       AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                       AND (r.concurrency_key IS NULL OR NOT EXISTS (
+                               SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                                WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                       AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
+                     ORDER BY r.priority, r.run_at, r.id
+                     LIMIT 1
+                       FOR UPDATE OF r SKIP LOCKED;
+                ELSE
+                    SELECT r.ctid AS rid, r.id, r.keyed, r.concurrency_key, r.concurrency_limit, r.while_key,
+                           r.rate_key INTO c FROM jobq.ready r
+                     WHERE r.queue_hash = v_hash AND r.priority = v_p AND r.fairness_key = k.fairness_key
+                       AND r.queue = _fair_claim.queue AND r.run_at <= now
+                       AND (NOT paused OR NOT jobq._paused(r.queue, r.kind))
+                       AND (r.concurrency_key IS NULL OR NOT EXISTS (
+                               SELECT 1 FROM unnest(v_skip_c, v_skip_l) AS s(key, lim)
+                                WHERE s.key = r.concurrency_key AND r.concurrency_limit <= s.lim))
+                       AND (r.while_key IS NULL OR r.while_key <> ALL (v_skip_u))
+                       AND (r.rate_key IS NULL OR r.rate_key <> ALL (v_skip_r))
+                     ORDER BY r.priority, r.fairness_key, r.run_at, r.id
+                     LIMIT 1
+                       FOR UPDATE OF r SKIP LOCKED;
+                END IF;
+                EXIT WHEN NOT FOUND;
                 IF c.keyed THEN
                     v_blocked := jobq._claim_keyed(c.id, c.rid, worker, now);
                 ELSE
@@ -200,32 +220,41 @@ BEGIN
                      WHERE j.id = c.id AND j.state = 'ready';
                     v_blocked := NULL;
                 END IF;
-                IF v_blocked IS NULL THEN
-                    -- Served: to the back once it had its weight's jobs in this turn. Its row is
-                    -- the one locked above; a key picked without its lock (REPEATABLE READ,
-                    -- SERIALIZABLE) has its rows locked now, never waiting for another checkout's
-                    -- hold. A key taken from while another checkout holds it stays where it is.
-                    v_rows := CASE WHEN k.fid IS NOT NULL THEN ARRAY[k.fid] ELSE '{}' END;
-                    IF k.fid IS NULL AND NOT locked THEN
-                        BEGIN
-                            v_rows := ARRAY(SELECT f.ctid FROM jobq.fairness f
-                                             WHERE f.queue = _fair_claim.queue
-                                               AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
-                                               FOR UPDATE NOWAIT);
-                        EXCEPTION WHEN serialization_failure OR lock_not_available THEN
-                            NULL;  -- held, or moved by a transaction after our snapshot: it stays where that one put it
-                        END;
-                    END IF;
-                    UPDATE jobq.fairness f
-                       SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
-                           served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
-                     WHERE f.ctid = ANY (v_rows);
-                    job := c.id;
-                    RETURN;
+                EXIT WHEN v_blocked IS NULL;
+                IF v_blocked = 'c' THEN
+                    v_skip_c := v_skip_c || c.concurrency_key;
+                    v_skip_l := v_skip_l || c.concurrency_limit;
+                ELSIF v_blocked = 'u' THEN
+                    v_skip_u := v_skip_u || c.while_key;
+                ELSE
+                    v_skip_r := v_skip_r || c.rate_key;
                 END IF;
+            END LOOP;
+            IF FOUND AND v_blocked IS NULL THEN  -- (FOUND: the claim's last statement found its row)
+                -- Served: to the back once it had its weight's jobs in this turn. Its row is
+                -- the one locked above; a key picked without its lock (REPEATABLE READ,
+                -- SERIALIZABLE) has its rows locked now, never waiting for another checkout's
+                -- hold. A key taken from while another checkout holds it stays where it is.
+                v_rows := CASE WHEN k.fid IS NOT NULL THEN ARRAY[k.fid] ELSE '{}' END;
+                IF k.fid IS NULL AND NOT locked THEN
+                    BEGIN
+                        v_rows := ARRAY(SELECT f.ctid FROM jobq.fairness f
+                                         WHERE f.queue = _fair_claim.queue
+                                           AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
+                                           FOR UPDATE NOWAIT);
+                    EXCEPTION WHEN serialization_failure OR lock_not_available THEN
+                        NULL;  -- held, or moved by a transaction after our snapshot: it stays where that one put it
+                    END;
+                END IF;
+                UPDATE jobq.fairness f
+                   SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
+                       served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
+                 WHERE f.ctid = ANY (v_rows);
+                job := c.id;
+                RETURN;
             END IF;
-            -- Its jobs are all held by other checkouts, or the next one cannot start: the key
-            -- yields its turn at this priority for the rest of this call.
+            -- Its jobs are all held by other checkouts, or none can start: the key yields its
+            -- turn at this priority for the rest of this call.
             skip := skip || jobq._fair_skip_entry(v_p, _fair_claim.queue, k.fairness_key);
         END LOOP;
         EXIT WHEN v_p = 2147483647;
