@@ -132,6 +132,13 @@ fn a_limited_role_is_refused_every_call_on_another_queue_and_nothing_changes() {
         format!("SELECT jobq_enqueue('t1:a', depends_on => ARRAY[{other}::bigint])"),
         format!("SELECT jobq_cancel({other})"),
         format!("SELECT jobq_retry({dead})"),
+        // Another queue's job named by a call that would leave it as it is (waiting, not this
+        // worker's): refused all the same, not answered false or NULL.
+        format!("SELECT jobq_retry({other})"),
+        format!("SELECT jobq_complete({other}, '{w}')"),
+        format!("SELECT jobq_fail({other}, '{w}')"),
+        format!("SELECT jobq_complete_many('{w}', ARRAY[{other}::bigint])"),
+        format!("SELECT jobq_fail_many('{w}', ARRAY[{other}::bigint])"),
         format!("SELECT * FROM jobq_checkout('{w}', '{{other}}')"),
         format!("SELECT * FROM jobq_checkout('{w}', '{{t1:a, other}}', 2)"),
         format!("SELECT * FROM jobq_checkout('{w}', '{{other}}', 1, '1 s')"),

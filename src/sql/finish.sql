@@ -55,6 +55,7 @@ BEGIN
     RETURNING x.* INTO j;
     IF NOT FOUND THEN
         PERFORM jobq._refuse_foreign_worker(worker);
+        PERFORM jobq._require_jobs('worker', ARRAY[job_id]);  -- another tenant's job: 42501, not false
         RETURN false;
     END IF;
     j.finished_at := clock_timestamp();
@@ -113,6 +114,7 @@ BEGIN
        FOR UPDATE OF x;
     IF NOT FOUND THEN
         PERFORM jobq._refuse_foreign_worker(worker);
+        PERFORM jobq._require_jobs('worker', ARRAY[job_id]);  -- another tenant's job: 42501, not NULL
         RETURN NULL;
     END IF;
     PERFORM jobq._require_job('worker', job_id, j.queue);  -- src/sql/grants.sql
@@ -225,6 +227,7 @@ BEGIN
      WHERE x.id = jobq_retry.job_id AND x.state IN ('dead', 'cancelled')
        FOR UPDATE;
     IF NOT FOUND THEN
+        PERFORM jobq._require_jobs('producer', ARRAY[job_id]);  -- another tenant's job: 42501, not false
         RETURN false;
     END IF;
     PERFORM jobq._require_job('producer', job_id, j.queue);  -- src/sql/grants.sql
