@@ -2255,11 +2255,11 @@ BEGIN
     PERFORM jobq._hold_hot_tables();
 
     -- A worker counts as alive while a checkout of it waits (src/waits.rs): the heartbeat of
-    -- a live worker that waits now is refreshed before anyone is judged.
+    -- a worker that waits now is refreshed before anyone is judged, however long since the
+    -- last pass (the SQL edition's passes may be minutes apart; the wait proves its session).
     UPDATE jobq.workers x SET heartbeat_at = v_now
      WHERE x.id IN (SELECT y.id FROM jobq.workers y
                      WHERE y.id = ANY (jobq._waiting_workers())
-                       AND jobq.worker_alive(y.heartbeat_at, y.backend_pid, y.backend_start)
                        FOR UPDATE SKIP LOCKED);
 
     -- Dead workers, then orphaned jobs: executing under a worker that no longer exists.
