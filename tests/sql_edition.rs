@@ -455,13 +455,18 @@ fn pg_cron_runs_the_passes() {
     );
     database(&c, "app");
     let mut su = c.connect("app");
-    su.batch_execute("CREATE EXTENSION pg_cron").expect("pg_cron 1.5 or later is installed (scripts/build-pg-cron.sh)");
-    let version: String = su.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'", &[]).unwrap().get(0);
-    assert!(version.as_str() >= "1.5", "{version}");
+    // First at pg_cron 1.4's version ('1.4-1', once a minute at best): refused with 0A000.
+    su.batch_execute("CREATE EXTENSION pg_cron VERSION '1.4-1'").expect("pg_cron is installed (scripts/build-pg-cron.sh)");
     su.batch_execute(&format!("GRANT USAGE ON SCHEMA cron TO {INSTALLER}")).unwrap();
     c.install_sql_edition("app", INSTALLER).unwrap();
     su.batch_execute("CREATE ROLE sqlcron_admin LOGIN; GRANT jobq_admin TO sqlcron_admin").unwrap();
     let mut admin = c.connect_as("app", "sqlcron_admin");
+    let e = admin.batch_execute("SELECT jobq_schedule_passes()").unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000", "{e:?}");
+    assert!(e.as_db_error().unwrap().message().contains("1.5 or later"), "{e:?}");
+    su.batch_execute("ALTER EXTENSION pg_cron UPDATE").unwrap();
+    let version: String = su.query_one("SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'", &[]).unwrap().get(0);
+    assert!(version.as_str() >= "1.5", "pg_cron 1.5 or later is installed (scripts/build-pg-cron.sh): {version}");
     let job: i64 = admin.query_one("SELECT jobq_schedule_passes()", &[]).unwrap().get(0);
     let schedule: String = su.query_one("SELECT schedule FROM cron.job WHERE jobid = $1", &[&job]).unwrap().get(0);
     assert_eq!(schedule, "1 seconds");

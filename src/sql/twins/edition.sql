@@ -60,7 +60,8 @@ BEGIN
                   HINT = format('Where pg_cron lives in another database (cron.database_name), run there: SELECT cron.schedule_in_database(%L, %L, %L, %L); or let the client libraries'' workers run the passes.',
                                 jobq._passes_job(), jobq._passes_schedule(), 'SELECT jobq_reap()', current_database());
     END IF;
-    IF string_to_array(v_version, '.')::integer[] < ARRAY[1, 5] THEN
+    -- (Its leading numbers only: pg_cron 1.4 installs as version '1.4-1'.)
+    IF string_to_array(substring(v_version FROM '^[0-9]+(?:\.[0-9]+)*'), '.')::integer[] < ARRAY[1, 5] THEN
         RAISE EXCEPTION 'jobq: pg_cron % runs jobs at most once a minute; jobq''s passes need pg_cron 1.5 or later', v_version
             USING ERRCODE = '0A000';
     END IF;
