@@ -20,14 +20,15 @@ CREATE SEQUENCE jobq.fairness_turns AS bigint;
 CREATE TABLE jobq.fairness (
     queue         text NOT NULL,
     fairness_key  text,
+    priority      integer,                      -- the turns of this priority; NULL: the weight only
     weight        integer NOT NULL DEFAULT 1,   -- jobs per turn (jobq_set_fairness_weight)
     served        bigint NOT NULL DEFAULT nextval('jobq.fairness_turns'),
     taken         integer NOT NULL DEFAULT 0    -- jobs taken since `served` last moved
 )
 WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
       autovacuum_vacuum_cost_delay = 0);
-CREATE INDEX fairness_by_turn ON jobq.fairness (queue, served);
-CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key);
+CREATE INDEX fairness_by_turn ON jobq.fairness (queue, priority, served);
+CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key, priority);
 ALTER TABLE jobq.fairness ALTER COLUMN queue SET (n_distinct = 1000);
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
@@ -237,17 +238,21 @@ BEGIN
     SELECT q.queue FROM q WHERE q.queue IS NOT NULL;
 END $$;
 
-CREATE FUNCTION jobq._fair_keys(queue text, keys text[]) RETURNS void
+CREATE FUNCTION jobq._fair_keys(queue text, priority integer, keys text[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_rc boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
-    INSERT INTO jobq.fairness (queue, fairness_key)
-    SELECT _fair_keys.queue, k FROM unnest(keys || NULL::text) k
+    INSERT INTO jobq.fairness (queue, fairness_key, priority, weight)
+    SELECT _fair_keys.queue, k, _fair_keys.priority,
+           coalesce((SELECT max(g.weight) FROM jobq.fairness g
+                      WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NOT DISTINCT FROM k), 1)
+      FROM unnest(keys || CASE WHEN _fair_keys.priority IS NOT NULL THEN ARRAY[NULL::text] END) k
      WHERE NOT v_rc
         OR NOT EXISTS (SELECT 1 FROM jobq.fairness f
-                        WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NOT DISTINCT FROM k);
+                        WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NOT DISTINCT FROM k
+                          AND f.priority IS NOT DISTINCT FROM _fair_keys.priority);
 END $$;
 
 CREATE FUNCTION jobq_set_fairness_weight(queue text, fairness_key text, weight integer) RETURNS void
@@ -263,7 +268,7 @@ BEGIN
     ELSIF weight < 1 OR weight > 100 THEN
         RAISE EXCEPTION 'jobq: weight must be between 1 and 100, got %', weight USING ERRCODE = '22023';
     END IF;
-    PERFORM jobq._fair_keys(queue, ARRAY[fairness_key]);
+    PERFORM jobq._fair_keys(queue, NULL, ARRAY[fairness_key]);  -- the row that keeps the weight
     UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
      WHERE f.queue = jobq_set_fairness_weight.queue
        AND f.fairness_key IS NOT DISTINCT FROM jobq_set_fairness_weight.fairness_key;
@@ -296,7 +301,7 @@ BEGIN
             k := NULL;
             IF locked THEN
                 SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
-                 WHERE f.queue = _fair_claim.queue
+                 WHERE f.queue = _fair_claim.queue AND f.priority = v_p
                    AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
@@ -305,12 +310,19 @@ BEGIN
             END IF;
             IF k IS NULL THEN
                 SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
-                 WHERE f.queue = _fair_claim.queue
+                 WHERE f.queue = _fair_claim.queue AND f.priority = v_p
                    AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1;
-                EXIT WHEN NOT FOUND;  -- no key at v_p: the next priority
+                IF NOT FOUND THEN
+                    -- No key's turn at v_p. Where no key has a job there, the jobs without one
+                    -- are all there is, and take no turns: they are served, unless they yielded.
+                    EXIT WHEN EXISTS (SELECT 1 FROM jobq.fairness f
+                                       WHERE f.queue = _fair_claim.queue AND f.priority = v_p)
+                           OR jobq._fair_skip_entry(v_p, _fair_claim.queue, NULL) = ANY (skip);
+                    SELECT NULL::tid AS fid, NULL::text AS fairness_key INTO k;
+                END IF;
             END IF;
             -- Its oldest due job that no other checkout holds and that can start.
             LOOP
@@ -373,7 +385,7 @@ BEGIN
                 IF k.fid IS NULL AND NOT locked THEN
                     BEGIN
                         v_rows := ARRAY(SELECT f.ctid FROM jobq.fairness f
-                                         WHERE f.queue = _fair_claim.queue
+                                         WHERE f.queue = _fair_claim.queue AND f.priority = v_p
                                            AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
                                            FOR UPDATE NOWAIT);
                     EXCEPTION WHEN serialization_failure OR lock_not_available THEN
@@ -588,11 +600,18 @@ BEGIN
             RETURN;
         END IF;
         SELECT f.fairness_key INTO v_key FROM jobq.fairness f
-         WHERE f.queue = _fair_next.queue
+         WHERE f.queue = _fair_next.queue AND f.priority = v_p
            AND jobq._fair_skip_entry(v_p, _fair_next.queue, f.fairness_key) <> ALL (skip)
            AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
          ORDER BY f.served
          LIMIT 1;
+        IF NOT FOUND THEN
+            -- (As jobq._fair_claim: where no key has a job at v_p, those without one.)
+            v_key := NULL;
+            FOUND := NOT EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue = _fair_next.queue AND f.priority = v_p)
+                     AND jobq._fair_skip_entry(v_p, _fair_next.queue, NULL) <> ALL (skip)
+                     AND jobq._fair_due(v_hash, _fair_next.queue, NULL, v_p, now, paused);
+        END IF;
         IF FOUND THEN
             IF v_key IS NULL THEN
                 RETURN QUERY SELECT r.priority, r.run_at, r.id FROM jobq.ready r
@@ -626,47 +645,39 @@ BEGIN
     END IF;
     FOR q IN SELECT jobq._fair_queues() LOOP
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:' || q));
-        -- One statement, one snapshot: the priorities of the queue's keyed waiting jobs (one
-        -- descent of ready_fair each), then each key looked up by (queue, priority, key), its
-        -- index's leading columns. (Not NOT EXISTS: the planner made that an anti-join that read
-        -- the queue's whole backlog; not `priority = ANY (...)`: the generic plan left the
-        -- priority out of the index condition, 28 ms a key at 1,000,000 jobs.)
-        WITH RECURSIVE p(priority) AS (
-            (SELECT r.priority FROM jobq.ready r
-              WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
-              ORDER BY r.priority LIMIT 1)
-            UNION ALL
-            SELECT (SELECT r.priority FROM jobq.ready r
-                     WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
-                       AND r.priority > p.priority
-                     ORDER BY r.priority LIMIT 1)
-              FROM p WHERE p.priority IS NOT NULL
-        ), idle AS (
+        -- One statement, one snapshot. A key's look for a waiting job at its row's priority is
+        -- one probe of ready_fair by its leading columns, a subquery per row (not NOT EXISTS:
+        -- the planner made that an anti-join that read the queue's whole backlog).
+        WITH idle AS (
             SELECT g.ctid FROM jobq.fairness g
-             WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.weight = 1
-               AND (SELECT true FROM p CROSS JOIN LATERAL (
-                        SELECT 1 FROM jobq.ready r
-                         WHERE r.queue_hash = hashtext(q) AND r.priority = p.priority
-                           AND r.fairness_key = g.fairness_key AND r.queue = q
-                         LIMIT 1) x
-                     WHERE p.priority IS NOT NULL
+             WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.priority IS NOT NULL
+               AND (SELECT true FROM jobq.ready r
+                     WHERE r.queue_hash = hashtext(q) AND r.priority = g.priority
+                       AND r.fairness_key = g.fairness_key AND r.queue = q
                      LIMIT 1) IS NULL
+               FOR UPDATE OF g SKIP LOCKED
+        ), unweighted AS (
+            SELECT g.ctid FROM jobq.fairness g
+             WHERE g.queue = q AND g.priority IS NULL AND g.weight = 1
                FOR UPDATE OF g SKIP LOCKED
         ), twins AS (
             SELECT g.ctid FROM jobq.fairness g
              WHERE g.queue = q
                AND EXISTS (SELECT 1 FROM jobq.fairness h
                             WHERE h.queue = q AND h.fairness_key IS NOT DISTINCT FROM g.fairness_key
+                              AND h.priority IS NOT DISTINCT FROM g.priority
                               AND (h.served, h.ctid) < (g.served, g.ctid))
                FOR UPDATE OF g SKIP LOCKED
         )
         DELETE FROM jobq.fairness f
-         WHERE f.ctid = ANY (ARRAY(SELECT idle.ctid FROM idle UNION SELECT twins.ctid FROM twins));
+         WHERE f.ctid = ANY (ARRAY(SELECT idle.ctid FROM idle UNION SELECT unweighted.ctid FROM unweighted
+                                   UNION SELECT twins.ctid FROM twins));
         DELETE FROM jobq.fairness f
          WHERE f.ctid = ANY (ARRAY(
                    SELECT g.ctid FROM jobq.fairness g
-                    WHERE g.queue = q AND g.fairness_key IS NULL AND g.weight = 1
-                      AND NOT EXISTS (SELECT 1 FROM jobq.fairness h WHERE h.queue = q AND h.fairness_key IS NOT NULL)
+                    WHERE g.queue = q AND g.fairness_key IS NULL AND g.priority IS NOT NULL
+                      AND NOT EXISTS (SELECT 1 FROM jobq.fairness h
+                                       WHERE h.queue = q AND h.priority = g.priority AND h.fairness_key IS NOT NULL)
                       FOR UPDATE SKIP LOCKED));
     END LOOP;
 END $$;
@@ -697,7 +708,7 @@ BEGIN
                    jobq._wake(i.queue, i.run_at, count(*)),  -- waiting checkouts, at commit
                    -- a fairness key's turn (src/sql/fairness.sql)
                    CASE WHEN bool_or(i.fairness_key IS NOT NULL) THEN
-                       jobq._fair_keys(i.queue, array_agg(DISTINCT i.fairness_key) FILTER (WHERE i.fairness_key IS NOT NULL))
+                       jobq._fair_keys(i.queue, i.priority, array_agg(DISTINCT i.fairness_key) FILTER (WHERE i.fairness_key IS NOT NULL))
                    END
               FROM ins i
              GROUP BY i.queue, i.priority, i.run_at) g;
@@ -2386,7 +2397,7 @@ REVOKE ALL ON FUNCTION jobq._limits(text), jobq._limits_of(oid, text), jobq._out
     jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint) TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) TO jobq_admin;
-REVOKE ALL ON FUNCTION jobq._fair_keys(text, text[]), jobq_set_fairness_weight(text, text, integer),
+REVOKE ALL ON FUNCTION jobq._fair_keys(text, integer, text[]), jobq_set_fairness_weight(text, text, integer),
     jobq._note_fairness(), jobq._fairness_written(),
     jobq._fair_claim(uuid, text, timestamptz, boolean, boolean, text[]),
     jobq._fair_top(integer, text, integer, timestamptz), jobq._fair_skip_entry(integer, text, text),

@@ -354,3 +354,30 @@ fn a_job_that_cannot_start_leaves_its_keys_turn_to_the_next() {
                                 &[&vec![a1, a2, n1]]).unwrap().get(0);
     assert_eq!(left, 2);
 }
+
+/// Each priority has its own turns: a key served at one priority keeps its place at another, so
+/// a due job waits behind at most one job of every other key with due jobs of its priority, even
+/// while its key's jobs of a higher priority come and go.
+#[test]
+fn each_priority_keeps_its_own_turns() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let job = |c: &mut Client, priority: i32, key: &str| -> i64 {
+        c.query_one("SELECT jobq_enqueue('q', priority => $1, fairness_key => $2)", &[&priority, &key]).unwrap().get(0)
+    };
+    // At priority 5, key a's job comes first, then three of key b's.
+    let a5 = job(&mut c, 5, "a");
+    let b5: Vec<i64> = (0..3).map(|_| job(&mut c, 5, "b")).collect();
+    // Key a also gets a job of priority 0 before each checkout of priority 5 (priority first).
+    let mut at5 = Vec::new();
+    for _ in 0..4 {
+        let a0 = job(&mut c, 0, "a");
+        assert_eq!(take(&mut c, w, Some(&["q"])), Some((a0, k("a"))), "priority first");
+        at5.push(take(&mut c, w, Some(&["q"])).unwrap().0);
+    }
+    assert_eq!(at5, [vec![a5], b5].concat(), "key a's turn at priority 5 is not moved by its jobs of priority 0");
+    // A priority where only jobs without a key wait is served too (it has no turns to take).
+    let plain = c.query_one("SELECT jobq_enqueue('q', priority => 7)", &[]).unwrap().get::<_, i64>(0);
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((plain, None)));
+    assert_eq!(take(&mut c, w, Some(&["q"])), None);
+}

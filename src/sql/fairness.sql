@@ -2,9 +2,10 @@
 -- serves the fairness keys in turns, so that no key's backlog delays another key's job by
 -- more than one turn of the active keys.
 --
--- How: the key that was served least recently goes first. Each (queue, key) that has jobs has
--- a row in jobq.fairness whose `served` says when the key last went to the back of the line;
--- jobs without a key form one key of their own (the row whose fairness_key is NULL). A claim
+-- How: the key that was served least recently goes first. Each (queue, key, priority) that has
+-- jobs has a row in jobq.fairness whose `served` says when the key last went to the back of
+-- that priority's line (a key's turns at one priority are not moved by its jobs of another);
+-- jobs without a key form one key of their own (the rows whose fairness_key is NULL). A claim
 -- takes the key with the lowest `served` that has a due job at the queue's top due priority,
 -- takes that key's oldest due job (by run_at, then id), and, once the key has had `weight`
 -- jobs, moves it to the back (`served` from a sequence). A key is thus served again only after
@@ -34,9 +35,12 @@
 -- When each key was last moved to the back of the line.
 CREATE SEQUENCE jobq.fairness_turns AS bigint;
 
--- One row per (queue, fairness key) that has waiting jobs or a weight; fairness_key NULL: the
--- queue's jobs without a key. Written by jobq._fair_keys (a keyed job becomes ready),
--- jobq_set_fairness_weight and the claims; pruned by the pass (jobq._prune_fairness).
+-- One row per (queue, fairness key, priority) that has waiting jobs, and one with priority NULL
+-- per key given a weight (kept while the key has no job); fairness_key NULL: the queue's jobs
+-- without a key, whose row at a priority comes with the first keyed job there (a priority
+-- where only jobs without a key wait has no row, and no turns to take). Written by
+-- jobq._fair_keys (a keyed job becomes ready), jobq_set_fairness_weight and the claims; pruned
+-- by the pass (jobq._prune_fairness).
 -- No unique index: an enqueue that inserted a key's row would make every other enqueue of that
 -- key wait for its commit (and two enqueues that insert two new keys in opposite orders would
 -- deadlock), and one that met a row a running checkout had moved would wait for that checkout.
@@ -45,6 +49,7 @@ CREATE SEQUENCE jobq.fairness_turns AS bigint;
 CREATE TABLE jobq.fairness (
     queue         text NOT NULL,
     fairness_key  text,
+    priority      integer,                      -- the turns of this priority; NULL: the weight only
     weight        integer NOT NULL DEFAULT 1,   -- jobs per turn (jobq_set_fairness_weight)
     served        bigint NOT NULL DEFAULT nextval('jobq.fairness_turns'),
     taken         integer NOT NULL DEFAULT 0    -- jobs taken since `served` last moved
@@ -54,10 +59,10 @@ CREATE TABLE jobq.fairness (
 -- keys does not pass the dead entries of every claim since the last visit.
 WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
       autovacuum_vacuum_cost_delay = 0);
--- The claim's walk: a queue's keys, least recently served first.
-CREATE INDEX fairness_by_turn ON jobq.fairness (queue, served);
+-- The claim's walk: a queue's keys at one priority, least recently served first.
+CREATE INDEX fairness_by_turn ON jobq.fairness (queue, priority, served);
 -- A key's rows (jobq._fair_keys, jobq_set_fairness_weight, the pass).
-CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key);
+CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key, priority);
 -- Statements here keep a generic plan, which estimates `queue = $1` as 1 / (the distinct queues
 -- ANALYZE saw): with one fair queue, every row, and a look for a queue with no turns read the
 -- whole table. A fixed estimate of many queues keeps them on the indexes (as jobq.ready's).
@@ -78,27 +83,33 @@ CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness
     FOR EACH STATEMENT EXECUTE FUNCTION jobq._fairness_written();
 ALTER TABLE jobq.fairness ENABLE ALWAYS TRIGGER fairness_written;
 
--- Makes `keys` of `queue` (and the queue's key of jobs without one) take turns: their rows,
--- inserted when missing, new keys at the back. Called where a job with a fairness key becomes
--- ready (jobq._enter_ready), with a shared advisory lock on the queue held to the end of the
--- transaction: the pass prunes a queue only under that lock taken exclusively, and holds it
--- until it commits (jobq._prune_fairness), so a row this looks at is never being removed under
--- a job about to need it, and a row it inserts is never pruned before its job commits. The lock
--- is the two-integer form with class 'jobq', as jobq._take_slot's.
+-- Makes `keys` of `queue` take turns at `priority` (with the queue's key of jobs without one
+-- there): their rows, inserted when missing, new keys at the back, each with its key's weight.
+-- With `priority` NULL, the rows that keep `keys`' weights (jobq_set_fairness_weight). Called
+-- where a job with a fairness key becomes ready (jobq._enter_ready), with a shared advisory lock
+-- on the queue held to the end of the transaction: the pass prunes a queue only under that lock
+-- taken exclusively, and holds it until it commits (jobq._prune_fairness), so a row this looks
+-- at is never being removed under a job about to need it, and a row it inserts is never pruned
+-- before its job commits. The lock is the two-integer form with class 'jobq', as
+-- jobq._take_slot's.
 -- Under READ COMMITTED the look for a missing row is taken after the lock; a transaction
 -- snapshot may predate a pass that removed the row since, so there the rows are inserted
 -- whatever it sees (the pass keeps one).
-CREATE FUNCTION jobq._fair_keys(queue text, keys text[]) RETURNS void
+CREATE FUNCTION jobq._fair_keys(queue text, priority integer, keys text[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_rc boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
-    INSERT INTO jobq.fairness (queue, fairness_key)
-    SELECT _fair_keys.queue, k FROM unnest(keys || NULL::text) k
+    INSERT INTO jobq.fairness (queue, fairness_key, priority, weight)
+    SELECT _fair_keys.queue, k, _fair_keys.priority,
+           coalesce((SELECT max(g.weight) FROM jobq.fairness g
+                      WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NOT DISTINCT FROM k), 1)
+      FROM unnest(keys || CASE WHEN _fair_keys.priority IS NOT NULL THEN ARRAY[NULL::text] END) k
      WHERE NOT v_rc
         OR NOT EXISTS (SELECT 1 FROM jobq.fairness f
-                        WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NOT DISTINCT FROM k);
+                        WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NOT DISTINCT FROM k
+                          AND f.priority IS NOT DISTINCT FROM _fair_keys.priority);
 END $$;
 
 -- jobq_set_fairness_weight(queue, fairness_key, weight): the key (NULL: the queue's jobs
@@ -116,7 +127,7 @@ BEGIN
     ELSIF weight < 1 OR weight > 100 THEN
         RAISE EXCEPTION 'jobq: weight must be between 1 and 100, got %', weight USING ERRCODE = '22023';
     END IF;
-    PERFORM jobq._fair_keys(queue, ARRAY[fairness_key]);
+    PERFORM jobq._fair_keys(queue, NULL, ARRAY[fairness_key]);  -- the row that keeps the weight
     UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
      WHERE f.queue = jobq_set_fairness_weight.queue
        AND f.fairness_key IS NOT DISTINCT FROM jobq_set_fairness_weight.fairness_key;
@@ -162,7 +173,7 @@ BEGIN
             k := NULL;
             IF locked THEN
                 SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
-                 WHERE f.queue = _fair_claim.queue
+                 WHERE f.queue = _fair_claim.queue AND f.priority = v_p
                    AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
@@ -171,12 +182,19 @@ BEGIN
             END IF;
             IF k IS NULL THEN
                 SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
-                 WHERE f.queue = _fair_claim.queue
+                 WHERE f.queue = _fair_claim.queue AND f.priority = v_p
                    AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1;
-                EXIT WHEN NOT FOUND;  -- no key at v_p: the next priority
+                IF NOT FOUND THEN
+                    -- No key's turn at v_p. Where no key has a job there, the jobs without one
+                    -- are all there is, and take no turns: they are served, unless they yielded.
+                    EXIT WHEN EXISTS (SELECT 1 FROM jobq.fairness f
+                                       WHERE f.queue = _fair_claim.queue AND f.priority = v_p)
+                           OR jobq._fair_skip_entry(v_p, _fair_claim.queue, NULL) = ANY (skip);
+                    SELECT NULL::tid AS fid, NULL::text AS fairness_key INTO k;
+                END IF;
             END IF;
             -- Its oldest due job that no other checkout holds and that can start.
             LOOP
@@ -239,7 +257,7 @@ BEGIN
                 IF k.fid IS NULL AND NOT locked THEN
                     BEGIN
                         v_rows := ARRAY(SELECT f.ctid FROM jobq.fairness f
-                                         WHERE f.queue = _fair_claim.queue
+                                         WHERE f.queue = _fair_claim.queue AND f.priority = v_p
                                            AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
                                            FOR UPDATE NOWAIT);
                     EXCEPTION WHEN serialization_failure OR lock_not_available THEN
@@ -475,11 +493,18 @@ BEGIN
             RETURN;
         END IF;
         SELECT f.fairness_key INTO v_key FROM jobq.fairness f
-         WHERE f.queue = _fair_next.queue
+         WHERE f.queue = _fair_next.queue AND f.priority = v_p
            AND jobq._fair_skip_entry(v_p, _fair_next.queue, f.fairness_key) <> ALL (skip)
            AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
          ORDER BY f.served
          LIMIT 1;
+        IF NOT FOUND THEN
+            -- (As jobq._fair_claim: where no key has a job at v_p, those without one.)
+            v_key := NULL;
+            FOUND := NOT EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue = _fair_next.queue AND f.priority = v_p)
+                     AND jobq._fair_skip_entry(v_p, _fair_next.queue, NULL) <> ALL (skip)
+                     AND jobq._fair_due(v_hash, _fair_next.queue, NULL, v_p, now, paused);
+        END IF;
         IF FOUND THEN
             IF v_key IS NULL THEN
                 RETURN QUERY SELECT r.priority, r.run_at, r.id FROM jobq.ready r
@@ -517,14 +542,15 @@ BEGIN
     SELECT q.queue FROM q WHERE q.queue IS NOT NULL;
 END $$;
 
--- The pass's share (src/sql/reap.sql), its last step: the rows of keys that have no waiting job
--- and the default weight go, and a queue's row for its jobs without a key once no key of it is
--- left (the queue is then served as any other); of two rows of one key (jobq._fair_keys), the
--- one served least recently stays. A queue is pruned only while no transaction is making one of
--- its keyed jobs ready (the advisory lock jobq._fair_keys holds shared), and its lock is held
--- until the pass commits: an enqueue that looks for a key's row after the prune waits for the
--- deletions to commit, and then inserts the row again. Only under READ COMMITTED, where each
--- statement's snapshot is taken after the lock. Rows a checkout holds are passed over.
+-- The pass's share (src/sql/reap.sql), its last step: a key's row at a priority where the key
+-- has no waiting job goes, and so does the queue's row there for its jobs without a key once no
+-- key's row is left there (a queue without rows is served as any other); a key's weight row
+-- goes when its weight is 1 again; of two rows of one key at one priority (jobq._fair_keys),
+-- the one served least recently stays. A queue is pruned only while no transaction is making
+-- one of its keyed jobs ready (the advisory lock jobq._fair_keys holds shared), and its lock is
+-- held until the pass commits: an enqueue that looks for a key's row after the prune waits for
+-- the deletions to commit, and then inserts the row again. Only under READ COMMITTED, where
+-- each statement's snapshot is taken after the lock. Rows a checkout holds are passed over.
 CREATE FUNCTION jobq._prune_fairness() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -535,47 +561,39 @@ BEGIN
     END IF;
     FOR q IN SELECT jobq._fair_queues() LOOP
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:' || q));
-        -- One statement, one snapshot: the priorities of the queue's keyed waiting jobs (one
-        -- descent of ready_fair each), then each key looked up by (queue, priority, key), its
-        -- index's leading columns. (Not NOT EXISTS: the planner made that an anti-join that read
-        -- the queue's whole backlog; not `priority = ANY (...)`: the generic plan left the
-        -- priority out of the index condition, 28 ms a key at 1,000,000 jobs.)
-        WITH RECURSIVE p(priority) AS (
-            (SELECT r.priority FROM jobq.ready r
-              WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
-              ORDER BY r.priority LIMIT 1)
-            UNION ALL
-            SELECT (SELECT r.priority FROM jobq.ready r
-                     WHERE r.queue_hash = hashtext(q) AND r.fairness_key IS NOT NULL
-                       AND r.priority > p.priority
-                     ORDER BY r.priority LIMIT 1)
-              FROM p WHERE p.priority IS NOT NULL
-        ), idle AS (
+        -- One statement, one snapshot. A key's look for a waiting job at its row's priority is
+        -- one probe of ready_fair by its leading columns, a subquery per row (not NOT EXISTS:
+        -- the planner made that an anti-join that read the queue's whole backlog).
+        WITH idle AS (
             SELECT g.ctid FROM jobq.fairness g
-             WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.weight = 1
-               AND (SELECT true FROM p CROSS JOIN LATERAL (
-                        SELECT 1 FROM jobq.ready r
-                         WHERE r.queue_hash = hashtext(q) AND r.priority = p.priority
-                           AND r.fairness_key = g.fairness_key AND r.queue = q
-                         LIMIT 1) x
-                     WHERE p.priority IS NOT NULL
+             WHERE g.queue = q AND g.fairness_key IS NOT NULL AND g.priority IS NOT NULL
+               AND (SELECT true FROM jobq.ready r
+                     WHERE r.queue_hash = hashtext(q) AND r.priority = g.priority
+                       AND r.fairness_key = g.fairness_key AND r.queue = q
                      LIMIT 1) IS NULL
+               FOR UPDATE OF g SKIP LOCKED
+        ), unweighted AS (
+            SELECT g.ctid FROM jobq.fairness g
+             WHERE g.queue = q AND g.priority IS NULL AND g.weight = 1
                FOR UPDATE OF g SKIP LOCKED
         ), twins AS (
             SELECT g.ctid FROM jobq.fairness g
              WHERE g.queue = q
                AND EXISTS (SELECT 1 FROM jobq.fairness h
                             WHERE h.queue = q AND h.fairness_key IS NOT DISTINCT FROM g.fairness_key
+                              AND h.priority IS NOT DISTINCT FROM g.priority
                               AND (h.served, h.ctid) < (g.served, g.ctid))
                FOR UPDATE OF g SKIP LOCKED
         )
         DELETE FROM jobq.fairness f
-         WHERE f.ctid = ANY (ARRAY(SELECT idle.ctid FROM idle UNION SELECT twins.ctid FROM twins));
+         WHERE f.ctid = ANY (ARRAY(SELECT idle.ctid FROM idle UNION SELECT unweighted.ctid FROM unweighted
+                                   UNION SELECT twins.ctid FROM twins));
         DELETE FROM jobq.fairness f
          WHERE f.ctid = ANY (ARRAY(
                    SELECT g.ctid FROM jobq.fairness g
-                    WHERE g.queue = q AND g.fairness_key IS NULL AND g.weight = 1
-                      AND NOT EXISTS (SELECT 1 FROM jobq.fairness h WHERE h.queue = q AND h.fairness_key IS NOT NULL)
+                    WHERE g.queue = q AND g.fairness_key IS NULL AND g.priority IS NOT NULL
+                      AND NOT EXISTS (SELECT 1 FROM jobq.fairness h
+                                       WHERE h.queue = q AND h.priority = g.priority AND h.fairness_key IS NOT NULL)
                       FOR UPDATE SKIP LOCKED));
     END LOOP;
 END $$;

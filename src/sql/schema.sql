@@ -298,7 +298,7 @@ BEGIN
                    jobq._wake(i.queue, i.run_at, count(*)),  -- waiting checkouts, at commit
                    -- a fairness key's turn (src/sql/fairness.sql)
                    CASE WHEN bool_or(i.fairness_key IS NOT NULL) THEN
-                       jobq._fair_keys(i.queue, array_agg(DISTINCT i.fairness_key) FILTER (WHERE i.fairness_key IS NOT NULL))
+                       jobq._fair_keys(i.queue, i.priority, array_agg(DISTINCT i.fairness_key) FILTER (WHERE i.fairness_key IS NOT NULL))
                    END
               FROM ins i
              GROUP BY i.queue, i.priority, i.run_at) g;
