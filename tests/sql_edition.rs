@@ -683,3 +683,42 @@ fn a_pass_after_an_earlier_look_at_the_sessions_keeps_a_worker_registered_since(
         !other.query_one("SELECT EXISTS (SELECT 1 FROM jobq.workers WHERE id = $1)", &[&w]).unwrap().get::<_, bool>(0)
     });
 }
+
+/// Settings a role sets for itself never hasten what jobq does to another role's workers and
+/// jobs (in the extension only a superuser or the server's file sets them): a worker role with a
+/// 1 s heartbeat timeout cannot take the lock of another role's worker whose heartbeat is 10 s
+/// old, and the pass its heartbeat runs, with a retention of 0 and a pass every millisecond,
+/// reaps no live worker and prunes no finished job. A superuser's own settings still apply.
+#[test]
+fn a_roles_own_settings_never_hasten_what_happens_to_others() {
+    let c = installed("sqlguard", &[], "app");
+    let mut su = c.connect("app");
+    su.batch_execute("CREATE ROLE sqlguard_w LOGIN; GRANT jobq_worker TO sqlguard_w").unwrap();
+    let victim = register(&mut su);
+    assert!(su.query_one("SELECT jobq_acquire_lock('L', $1, interval '1 hour')", &[&victim]).unwrap().get::<_, bool>(0));
+    let done: i64 = su.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    su.query("SELECT jobq_checkout($1, '{q}')", &[&victim]).unwrap();
+    assert!(su.query_one("SELECT jobq_complete($1, $2)", &[&done, &victim]).unwrap().get::<_, bool>(0));
+    // The victim's last heartbeat, 10 s ago: alive by the default 30 s; any pass is due.
+    su.batch_execute(&format!(
+        "UPDATE jobq.workers SET heartbeat_at = clock_timestamp() - interval '10 s' WHERE id = '{victim}';
+         UPDATE jobq.last_pass SET ended_at = clock_timestamp() - interval '1 hour'"
+    ))
+    .unwrap();
+    let mut w = c.connect_as("app", "sqlguard_w");
+    let mine = register(&mut w);
+    w.batch_execute("SET jobq.heartbeat_timeout = '1s'; SET jobq.reap_interval = '1ms'; SET jobq.retention = '0'").unwrap();
+    assert!(!w.query_one("SELECT jobq_acquire_lock('L', $1)", &[&mine]).unwrap().get::<_, bool>(0), "the lock's holder is alive");
+    w.query_one("SELECT jobq_heartbeat($1)", &[&mine]).unwrap();
+    let passed: bool = su.query_one("SELECT ended_at > clock_timestamp() - interval '1 minute' FROM jobq.last_pass", &[]).unwrap().get(0);
+    assert!(passed, "the heartbeat ran a pass");
+    let (workers, finished): (i64, i64) = su
+        .query_one("SELECT (SELECT count(*) FROM jobq.workers WHERE id = $1), (SELECT count(*) FROM jobq.finished_jobs WHERE id = $2)", &[&victim, &done])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((workers, finished), (1, 1), "the pass reaped no live worker and pruned no job of a day");
+    // The same settings in a superuser's session apply: the holder is dead by 1 s.
+    let other = register(&mut su);
+    su.batch_execute("SET jobq.heartbeat_timeout = '1s'").unwrap();
+    assert!(su.query_one("SELECT jobq_acquire_lock('L', $1)", &[&other]).unwrap().get::<_, bool>(0));
+}

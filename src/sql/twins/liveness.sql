@@ -4,12 +4,16 @@
 -- with that pid (and, where this role may see it, that start time) exists. The sessions are
 -- read in the transaction's snapshot of them: a session that ended is seen gone by the next
 -- transaction, so by the next reap pass at the latest.
+-- A worker that looks dead by the caller's own setting is judged again by the guarded one
+-- (jobq._guarded_setting, never shorter): a role that set a short timeout for itself may not
+-- make another role's live worker dead. (A fresh heartbeat is alive by both: no more is read.)
 CREATE FUNCTION jobq.worker_alive(heartbeat_at timestamptz, backend_pid integer, backend_start timestamptz)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 BEGIN
     IF heartbeat_at IS NULL
-       OR heartbeat_at <= clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s') THEN
+       OR (heartbeat_at <= clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
+           AND heartbeat_at <= clock_timestamp() - jobq._guarded_setting('jobq.heartbeat_timeout', '30 s')) THEN
         RETURN false;
     END IF;
     RETURN backend_pid IS NULL
