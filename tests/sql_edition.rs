@@ -105,7 +105,7 @@ fn catalog(c: &mut Client, bodies: bool) -> Vec<String> {
 /// edition.sql), and what only the extension has (nothing but its C functions' twins differ).
 fn edition_only(x: &str) -> bool {
     const ONLY: &[&str] = &[
-        "jobq._setting(", "jobq._waiter_key(", "jobq._ring(", "jobq._passes_job(", "jobq._passes_schedule(",
+        "jobq._setting(", "jobq._guarded_setting(", "jobq._waiter_key(", "jobq._ring(", "jobq._passes_job(", "jobq._passes_schedule(",
         "jobq._require_pg_cron(", "jobq_schedule_passes(", "jobq_unschedule_passes(", "jobq._bucket_of(",
         "jobq._histogram(", "jobq._cron_", "col rings.", "rel rings", "last_pass", "tallies", "settle_later",
         "trigger CREATE CONSTRAINT TRIGGER ring_", "rel _cron", "jobq._cron_parse", "jobq._cron_field", "rel cron_",

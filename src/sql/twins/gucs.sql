@@ -13,35 +13,33 @@ $$;
 -- A setting that decides over other roles' workers and jobs: jobq.heartbeat_timeout (who is
 -- dead), jobq.retention (what the pass prunes), jobq.reap_interval (how often heartbeats run
 -- passes). In the extension only the server's file or a superuser sets them (src/gucs.rs);
--- here a custom setting is any role's to set for its own session, connection or role. So the
--- caller's value holds as it is when the caller is a superuser or a member of jobq_admin, or
--- when it comes from the server's file or the database (ALTER DATABASE ... SET) or is unset;
--- otherwise the value is the larger of it and the database's (the default where the database
--- sets none): what a role sets for itself may make jobq slower to judge and prune, never
--- quicker. Read only where another role's worker or job is judged (jobq.worker_alive, when the
--- caller's own value finds a worker dead; jobq._pass_if_due, at each heartbeat): pg_settings
--- is read there, never on a job's path.
+-- here a custom setting is any role's to SET for its own session (a role's default, ALTER ROLE
+-- ... SET, is a superuser's to give). So the caller's value holds as it is for a superuser or a
+-- member of jobq_admin; otherwise it counts only where it is longer than the value the session
+-- would have without its own SET (RESET, undone at once: the server's file, the database's,
+-- the role's): what a role sets for itself may make jobq slower to judge and prune, never
+-- quicker. (PostgreSQL shows no source for a custom setting, so a connection's options count
+-- as the server's: docs/sql-edition.md.) Read only
+-- where another role's worker or job is judged (jobq.worker_alive, when the caller's own value
+-- finds a worker dead; jobq._pass_if_due, at each heartbeat), never on a job's path.
 CREATE FUNCTION jobq._guarded_setting(name text, fallback interval) RETURNS interval
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_own interval := jobq._setting(name, fallback);
+    v_own   interval := jobq._setting(name, fallback);
+    v_base  interval;
 BEGIN
     IF pg_catalog.current_setting('is_superuser') = 'on'
-       OR pg_catalog.pg_has_role(jobq._caller(), 'jobq_admin', 'MEMBER')
-       OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_settings s
-                       WHERE s.name = _guarded_setting.name
-                         AND s.source NOT IN ('default', 'configuration file', 'command line',
-                                              'environment variable', 'database')) THEN
+       OR pg_catalog.pg_has_role(jobq._caller(), 'jobq_admin', 'MEMBER') THEN
         RETURN v_own;
     END IF;
-    RETURN greatest(v_own,
-                    coalesce((SELECT nullif(substr(c, length(name) + 2), '')::interval
-                                FROM pg_catalog.pg_db_role_setting s, unnest(s.setconfig) c
-                               WHERE s.setdatabase = (SELECT d.oid FROM pg_catalog.pg_database d
-                                                       WHERE d.datname = pg_catalog.current_database())
-                                 AND s.setrole = 0 AND left(c, length(name) + 1) = name || '='
-                               LIMIT 1),
-                             fallback));
+    BEGIN
+        EXECUTE 'RESET ' || name;  -- (one of the three names above, never the caller's text)
+        v_base := jobq._setting(name, fallback);
+        RAISE EXCEPTION USING ERRCODE = 'JQ0RS';  -- undoes the RESET
+    EXCEPTION WHEN SQLSTATE 'JQ0RS' THEN
+        NULL;
+    END;
+    RETURN greatest(v_own, v_base);
 END $$;
 
 CREATE FUNCTION jobq.retention_ms() RETURNS bigint
