@@ -189,7 +189,9 @@ LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
     v_bad text;
 BEGIN
-    IF role IS NULL OR privilege IS NULL OR queues IS NULL OR array_position(queues, NULL) IS NOT NULL THEN
+    IF array_ndims(queues) > 1 THEN  -- (array_position below would raise 0A000)
+        RAISE EXCEPTION 'jobq: queues must be a one-dimensional array' USING ERRCODE = '22023';
+    ELSIF role IS NULL OR privilege IS NULL OR queues IS NULL OR array_position(queues, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'jobq: role, privilege and queues (and each of them) must not be NULL' USING ERRCODE = '22004';
     ELSIF privilege NOT IN ('reader', 'producer', 'worker') THEN
         RAISE EXCEPTION 'jobq: privilege must be reader, producer or worker, got "%"', privilege USING ERRCODE = '22023';

@@ -75,6 +75,7 @@ fn grants_are_checked_and_are_jobq_admins() {
         ("SELECT jobq_grant_queues(NULL, 'worker', '{q}')".to_string(), "22004"),
         (format!("SELECT jobq_grant_queues('{t}', 'worker', '{{\"\"}}')"), "22023"),
         (format!("SELECT jobq_grant_queues('{t}', 'worker', '{{a*b}}')"), "22023"),
+        (format!("SELECT jobq_grant_queues('{t}', 'worker', '{{{{a,b}},{{c,d}}}}')"), "22023"),
         (format!("SELECT jobq_grant_queues('{t}', 'worker', ARRAY[repeat('x', 1001)])"), "22023"),
         (format!("SELECT jobq_grant_queues('{t}', 'worker', ARRAY(SELECT 'q' || i FROM generate_series(1, 1001) i))"), "22023"),
         (format!("SELECT jobq_revoke_queues('{t}', 'admin', '{{q}}')"), "22023"),
