@@ -32,9 +32,11 @@
 //! anything was changed here: a NULL worker, a NULL or out-of-range `max_jobs`, `wait`, an
 //! empty array of queues or a NULL name in it, REPEATABLE READ or SERIALIZABLE, a read-only
 //! transaction, a worker that is not registered, alive and the caller's (the SQL says why:
-//! JQ001, 42501), a database where some queue takes fair turns (src/sql/fairness.sql), triggers
-//! on the tables, tables or an index whose columns are not the ones
-//! named here. Left in part, when the walk meets a ready row changed since this call's snapshot (a
+//! JQ001, 42501), a checkout of several queues or of every queue in a database where some
+//! queue takes fair turns (src/sql/fairness.sql), triggers on the tables, tables or an index
+//! whose columns are not the ones named here. A checkout of one queue that takes turns is
+//! claimed in its turns by src/fairness.rs, with this module's claim of each job
+//! (`Claimer::try_row`). Left in part, when the walk meets a ready row changed since this call's snapshot (a
 //! `replace` moved it; the SQL looks at its newest version, as READ COMMITTED does): the jobs
 //! claimed here stay claimed, and the SQL looks for the others past them (they are this
 //! transaction's deletes). The fast path and the SQL are two copies of one operation;
@@ -53,39 +55,39 @@ use std::ptr::null_mut;
 
 /// Where what the fast path reads and writes is; found once per backend and set of tables.
 #[derive(Copy, Clone)]
-struct Layout {
-    ready: pg_sys::Oid,
-    live: pg_sys::Oid,
-    result: pg_sys::Oid,
+pub(crate) struct Layout {
+    pub(crate) ready: pg_sys::Oid,
+    pub(crate) live: pg_sys::Oid,
+    pub(crate) result: pg_sys::Oid,
     // jobq.ready, 1-based
-    r_queue: i16,
-    r_queue_hash: i16,
-    r_priority: i16,
-    r_run_at: i16,
-    r_id: i16,
-    r_kind: i32,
-    r_keyed: i32,
-    r_ckey: i32,
-    r_climit: i32,
-    r_while: i32,
-    r_rate: i32,
+    pub(crate) r_queue: i16,
+    pub(crate) r_queue_hash: i16,
+    pub(crate) r_priority: i16,
+    pub(crate) r_run_at: i16,
+    pub(crate) r_id: i16,
+    pub(crate) r_kind: i32,
+    pub(crate) r_keyed: i32,
+    pub(crate) r_ckey: i32,
+    pub(crate) r_climit: i32,
+    pub(crate) r_while: i32,
+    pub(crate) r_rate: i32,
     // jobq.live_jobs, 0-based
-    id: usize,
-    queue: usize,
-    state: usize,
-    attempt: usize,
-    worker_id: usize,
-    run_at: usize,
-    started_at: usize,
-    concurrency_slot: usize,
-    unique_key: usize,
-    unique_strategy: usize,
-    concurrency_key: usize,
-    concurrency_limit: usize,
-    rate_key: usize,
+    pub(crate) id: usize,
+    pub(crate) queue: usize,
+    pub(crate) state: usize,
+    pub(crate) attempt: usize,
+    pub(crate) worker_id: usize,
+    pub(crate) run_at: usize,
+    pub(crate) started_at: usize,
+    pub(crate) concurrency_slot: usize,
+    pub(crate) unique_key: usize,
+    pub(crate) unique_strategy: usize,
+    pub(crate) concurrency_key: usize,
+    pub(crate) concurrency_limit: usize,
+    pub(crate) rate_key: usize,
     // the result's columns (jobq.job), as positions in jobq.live_jobs
-    out: [u8; 32],
-    n_out: usize,
+    pub(crate) out: [u8; 32],
+    pub(crate) n_out: usize,
 }
 
 thread_local! {
@@ -216,7 +218,7 @@ unsafe fn which_queues(queues: Option<pg_sys::Datum>) -> Option<Queues> {
     Some(Queues::Some((0..n).map(|i| text(*elems.add(i)).to_vec()).collect()))
 }
 
-struct Rels {
+pub(crate) struct Rels {
     ready: pg_sys::Relation,
     index: pg_sys::Relation,
     live: pg_sys::Relation,
@@ -257,8 +259,9 @@ unsafe fn fast(
     // a new snapshot (READ COMMITTED), taken once the tables are locked: a compaction of
     // them (src/compact.rs) the locks waited for is in it.
     pg_sys::CommandCounterIncrement();
+    let added = crate::fairness::added_so_far(); // before the snapshot (src/fairness.rs)
     pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-    let got = claim(&r, worker, queues, max, store, desc);
+    let got = claim(&r, worker, queues, max, store, desc, added);
     // The locks stay until the end of the transaction, as the executor's do.
     let no = pg_sys::NoLock as i32;
     pg_sys::table_close(r.pauses, no);
@@ -280,6 +283,7 @@ unsafe fn claim(
     max: i32,
     store: *mut pg_sys::Tuplestorestate,
     desc: pg_sys::TupleDesc,
+    added: Option<u64>,
 ) -> Option<(i32, bool)> {
     if !(*r.ready).trigdesc.is_null() || !(*r.live).trigdesc.is_null() {
         return None;
@@ -301,13 +305,44 @@ unsafe fn claim(
             return None;
         }
     }
-    // A database where some queue takes turns: the SQL's (src/fairness.rs).
-    if crate::fairness::any((*(*r.ready).rd_rel).relnamespace, snapshot) {
-        return None;
-    }
+    // A database where some queue takes turns: a checkout of one queue is done here, in its
+    // turns when it is fair (src/fairness.rs); any other, by the SQL.
+    let nsp = (*(*r.ready).rd_rel).relnamespace;
+    let turns = match queues {
+        // Whether the queue takes turns: one descent of an index of jobq.fairness.
+        Queues::One(q) if crate::fairness::any(nsp, None) => crate::fairness::Turns::open(nsp, *q, r.ready, &l, snapshot, added)?,
+        Queues::One(_) => None,
+        _ if crate::fairness::any(nsp, Some(snapshot)) => return None,
+        _ => None,
+    };
     let pauses = Pauses::read(r.pauses, snapshot)?;
-    let now = pg_sys::GetCurrentTimestamp();
+    let mut c = Claimer {
+        r,
+        l,
+        worker,
+        now: pg_sys::GetCurrentTimestamp(),
+        store,
+        desc,
+        pauses,
+        writer: None,
+        blocked: Blocked::default(),
+        slots: None,
+    };
+    let got = match turns {
+        Some(t) => {
+            let got = crate::fairness::claim(&mut c, &t, max);
+            t.close();
+            Some(got)
+        }
+        None => walk(&mut c, queues, max, snapshot),
+    };
+    c.close();
+    got
+}
 
+/// The plain walk of `queues` (the module comment): up to `max` jobs claimed, in claim order.
+unsafe fn walk(c: &mut Claimer, queues: &Queues, max: i32, snapshot: pg_sys::Snapshot) -> Option<(i32, bool)> {
+    let (r, l, now) = (c.r, c.l, c.now);
     // The walk, in claim order from the floor: for one queue, ready_by_queue (queue_hash,
     // priority, run_at, id) with queue_hash = hashtext($1) AND (priority, run_at, id) >= its
     // floor AND run_at <= now, each row's queue tested below;
@@ -368,26 +403,87 @@ unsafe fn claim(
     let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, null_mut(), nkeys as i32, 0);
     pg_sys::index_rescan(scan, keys.as_mut_ptr(), nkeys as i32, null_mut(), 0);
     let slot = pg_sys::table_slot_create(r.ready, null_mut());
-    let mut writer: Option<Writer> = None;
-    let mut blocked = Blocked::default();
-    let mut slots: Option<Option<Slots>> = None; // opened at the first job that needs a slot
     let (mut n, mut rest) = (0, false);
     while n < max && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {
         let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
-        let rdesc = (*r.ready).rd_att;
-        let get = |attno: i32| attr(t, rdesc, attno);
-        let queue = || text(get(l.r_queue as i32).unwrap_or_else(|| error!("jobq: a ready row without a queue")));
+        let queue = text(attr(t, (*r.ready).rd_att, l.r_queue as i32).unwrap_or_else(|| error!("jobq: a ready row without a queue")));
         // One queue: a row of another queue with the same hash is not ours.
         let ours = match (&one, queues) {
-            (Some((_, name)), _) => name.as_bytes() == queue(),
-            (None, Queues::Some(names)) => names.iter().any(|n| n.as_slice() == queue()),
+            (Some((_, name)), _) => name.as_bytes() == queue,
+            (None, Queues::Some(names)) => names.iter().any(|n| n.as_slice() == queue),
             _ => true,
         };
         if !ours {
             continue;
         }
-        if !pauses.0.is_empty() && pauses.hold(queue(), get(l.r_kind).map(|d| text(d))) {
-            continue;
+        match c.try_row(slot, snapshot) {
+            Took::Started => n += 1,
+            Took::Changed => rest = true,
+            Took::Passed => {}
+        }
+    }
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::index_endscan(scan);
+    Some((n, rest))
+}
+
+/// What a claim of a waiting job did with it.
+pub(crate) enum Took {
+    /// Claimed, started and added to the result.
+    Started,
+    /// Passed over: paused, held by another transaction, or unable to start now (its keys,
+    /// noted for the rest of the call).
+    Passed,
+    /// Changed since the call's snapshot (a `replace` moved it): the SQL looks at its newest
+    /// version.
+    Changed,
+}
+
+/// One call's claims: what they read once and what they write, set up at the first claim.
+pub(crate) struct Claimer<'a> {
+    r: &'a Rels,
+    l: Layout,
+    worker: pg_sys::Datum,
+    pub(crate) now: pg_sys::TimestampTz,
+    store: *mut pg_sys::Tuplestorestate,
+    desc: pg_sys::TupleDesc,
+    pauses: Pauses,
+    writer: Option<Writer>,
+    blocked: Blocked,
+    slots: Option<Option<Slots>>, // opened at the first job that needs a slot
+}
+
+impl Claimer<'_> {
+    pub(crate) fn ready(&self) -> pg_sys::Relation {
+        self.r.ready
+    }
+
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.l
+    }
+
+    /// Whether a pause holds back the waiting job of the ready row `t`.
+    pub(crate) unsafe fn paused(&self, t: pg_sys::HeapTuple) -> bool {
+        if self.pauses.0.is_empty() {
+            return false;
+        }
+        let get = |attno: i32| attr(t, (*self.r.ready).rd_att, attno);
+        let queue = get(self.l.r_queue as i32).map_or(&b""[..], |d| text(d));
+        self.pauses.hold(queue, get(self.l.r_kind).map(|d| text(d)))
+    }
+
+    /// Claims the waiting job whose ready row is in `slot` (of this call's queue), as the SQL's
+    /// `FOR UPDATE SKIP LOCKED` walk does: passed over when paused or held by another
+    /// transaction; a keyed job's slots, rate start or key taken (or, when it cannot start,
+    /// left locked and the later jobs of its key passed over for the rest of the call); then
+    /// its ready row deleted and its job row marked executing.
+    pub(crate) unsafe fn try_row(&mut self, slot: *mut pg_sys::TupleTableSlot, snapshot: pg_sys::Snapshot) -> Took {
+        let (r, l, now) = (self.r, self.l, self.now);
+        let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+        let rdesc = (*r.ready).rd_att;
+        let get = |attno: i32| attr(t, rdesc, attno);
+        if self.paused(t) {
+            return Took::Passed;
         }
         let id = get(l.r_id as i32).unwrap_or_else(|| error!("jobq: a ready row without a job id")).value() as i64;
         let mut tid = (*slot).tts_tid;
@@ -405,16 +501,13 @@ unsafe fn claim(
                 while_key: text_of(l.r_while),
                 rate: text_of(l.r_rate),
             };
-            if blocked.blocks(&keys) {
-                continue;
+            if self.blocked.blocks(&keys) {
+                return Took::Passed;
             }
             match lock(r.ready, tid, cid) {
                 pg_sys::TM_Result::TM_Ok => {}
-                pg_sys::TM_Result::TM_Updated => {
-                    rest = true;
-                    continue;
-                }
-                _ => continue,
+                pg_sys::TM_Result::TM_Updated => return Took::Changed,
+                _ => return Took::Passed,
             }
             // A job that needs only slots (of a concurrency key, of a while_executing key)
             // takes them here (src/slots.rs) and loses its ready row; a job with a rate key or
@@ -422,7 +515,7 @@ unsafe fn claim(
             let mut got = None;
             if keys.rate.is_none() && (keys.concurrency.is_some() || keys.while_key.is_some()) {
                 let row = job_row(r.live, &l, id, snapshot);
-                if let (Some(own), Some(s)) = (own_keys(r.live, &l, row), slots.get_or_insert_with(|| Slots::open()).as_mut()) {
+                if let (Some(own), Some(s)) = (own_keys(r.live, &l, row), self.slots.get_or_insert_with(|| Slots::open()).as_mut()) {
                     got = Some(take(s, &own, id, r.ready, &mut tid, cid));
                     fetched = Some(row);
                 }
@@ -437,8 +530,8 @@ unsafe fn claim(
                     .unwrap_or_else(|| error!("jobq: jobq._take_keys returned NULL"))
             });
             if got < 0 {
-                blocked.add(got, keys);
-                continue;
+                self.blocked.add(got, keys);
+                return Took::Passed;
             }
             // Its concurrency slot (0: it has no concurrency key).
             (got > 0).then_some(got)
@@ -457,30 +550,27 @@ unsafe fn claim(
             match deleted {
                 pg_sys::TM_Result::TM_Ok => {}
                 // Changed since our snapshot (a replace moved it): the SQL looks at its newest version.
-                pg_sys::TM_Result::TM_Updated => {
-                    rest = true;
-                    continue;
-                }
+                pg_sys::TM_Result::TM_Updated => return Took::Changed,
                 // Held by another transaction (a checkout, a cancel): passed over as SKIP LOCKED
                 // does; or claimed and committed since our snapshot.
-                _ => continue,
+                _ => return Took::Passed,
             }
             None
         };
-        let w = writer.get_or_insert_with(|| Writer::new(r.live, &l));
+        let w = self.writer.get_or_insert_with(|| Writer::new(r.live, &l));
         let row = fetched.unwrap_or_else(|| job_row(r.live, &l, id, snapshot));
-        start(r.live, w, &l, row, started, worker, now, store, desc);
-        n += 1;
+        start(r.live, w, &l, row, started, self.worker, now, self.store, self.desc);
+        Took::Started
     }
-    pg_sys::ExecDropSingleTupleTableSlot(slot);
-    pg_sys::index_endscan(scan);
-    if let Some(w) = writer {
-        w.entries.close();
+
+    unsafe fn close(self) {
+        if let Some(w) = self.writer {
+            w.entries.close();
+        }
+        if let Some(Some(s)) = self.slots {
+            s.close();
+        }
     }
-    if let Some(Some(s)) = slots {
-        s.close();
-    }
-    Some((n, rest))
 }
 
 /// The job row of job `id`, whose ready row this call holds: nothing changes it meanwhile
@@ -695,7 +785,7 @@ impl Blocked {
 
 /// Locks the ready row at `tid` as FOR UPDATE SKIP LOCKED does (TM_WouldBlock when another
 /// transaction holds it), without following a newer version.
-unsafe fn lock(ready: pg_sys::Relation, tid: pg_sys::ItemPointerData, cid: pg_sys::CommandId) -> pg_sys::TM_Result::Type {
+pub(crate) unsafe fn lock(ready: pg_sys::Relation, tid: pg_sys::ItemPointerData, cid: pg_sys::CommandId) -> pg_sys::TM_Result::Type {
     let mut tuple: pg_sys::HeapTupleData = std::mem::zeroed();
     tuple.t_self = tid;
     let mut buffer: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;

@@ -1,13 +1,22 @@
 //! Whether any queue of this database takes turns (a row of `jobq.fairness`, src/sql/fairness.sql),
 //! for the fast path of checkout (src/checkout.rs), which hands every call to the SQL while one
 //! does. A database that never wrote a turn skips the table (src/written.rs).
+use crate::checkout::{lock, Claimer, Layout, Took};
+use crate::xact::Notes;
+use pgrx::{pg_shmem_init, PgAtomic};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::rows::{attr, column, sql_fn, text, tupdesc_attr, IndexEntries};
 use crate::written::{look, note, Table};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use std::ffi::CStr;
 use std::ptr::null_mut;
 
-/// Whether `jobq.fairness` has a row in `snapshot`.
-pub unsafe fn any(nsp: pg_sys::Oid, snapshot: pg_sys::Snapshot) -> bool {
+/// Whether `jobq.fairness` has a row in `snapshot` (`snapshot` None: whether it may have one,
+/// from its size alone, without reading it: every claim leaves a dead version there, and a
+/// read passes them until vacuum).
+pub unsafe fn any(nsp: pg_sys::Oid, snapshot: Option<pg_sys::Snapshot>) -> bool {
     look(
         Table::Fairness,
         || {
@@ -16,6 +25,7 @@ pub unsafe fn any(nsp: pg_sys::Oid, snapshot: pg_sys::Snapshot) -> bool {
             (table != pg_sys::InvalidOid).then(|| (pg_sys::table_open(table, pg_sys::AccessShareLock as i32), ()))
         },
         |rel, ()| {
+            let Some(snapshot) = snapshot else { return true };
             let scan = pg_sys::systable_beginscan(rel, pg_sys::InvalidOid, false, snapshot, 0, null_mut());
             let row = !pg_sys::systable_getnext(scan).is_null();
             pg_sys::systable_endscan(scan);
@@ -34,5 +44,519 @@ pub mod jobq {
     #[pg_extern(volatile, name = "_note_fairness")]
     pub fn note_fairness() {
         note(crate::my_db(), Table::Fairness, true);
+        // The walks' floors (below) must not pass the new rows: now for this transaction's own
+        // walks, and again at its commit (src/xact.rs) for everyone's.
+        ADDED.with(|a| a.update(|v| if v.is_empty() { v.push(()) }));
+        added();
     }
+}
+
+/// Where a walk of a queue's turns starts (`Turns::each_turn`). Every claim moves its key's row
+/// to the back (a new `served`), and the old version's index entry stays at the front of
+/// fairness_by_turn until vacuum: measured, a walk from the front at 3,000 claims a second
+/// passed 160 index pages of them. So each backend remembers, per queue and priority, the
+/// `served` of the first row its last walk saw, and starts there.
+///
+/// The rule that keeps it safe: a row's `served` only grows (a claim moves it to the back with
+/// a new value, and a row a claim moves is seen at its old value until that claim commits), so
+/// no row that a walk could meet sorts before the first one a walk saw, except a row inserted
+/// since (a new key's, `jobq._fair_keys`), whose `served` was drawn when it was inserted. Every
+/// such insert counts one in shared memory at the insert and again at its commit; a floor is
+/// kept with the count read before the snapshot of the walk that found it, and is forgotten
+/// when the count has moved. Without the preload there is no count, and every walk starts at
+/// the front.
+static TURNS_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_turns_added") };
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Called from _PG_init while preloading.
+pub fn init() {
+    pg_shmem_init!(TURNS_ADDED);
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+thread_local! {
+    /// Whether this transaction inserted a row of jobq.fairness (counted again at its commit).
+    pub static ADDED: Notes<()> = const { Notes::new() };
+    /// This backend's floors.
+    static FLOORS: RefCell<Vec<Floor>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A floor: of (jobq.fairness's oid, queue, priority), the count of inserts of turns it was
+/// found under, and the `served` a walk starts at.
+type Floor = ((pg_sys::Oid, Vec<u8>, i32), u64, i64);
+
+/// Counts an insert of turns (at the insert, and at its commit).
+pub fn added() {
+    if ENABLED.load(Ordering::Relaxed) {
+        TURNS_ADDED.get().fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// The count of inserts of turns, to be read before the snapshot a walk will use; None
+/// without the preload.
+pub fn added_so_far() -> Option<u64> {
+    ENABLED.load(Ordering::Relaxed).then(|| TURNS_ADDED.get().load(Ordering::Acquire))
+}
+
+/// A fair queue's turns, for the fast path of checkout (src/checkout.rs): a checkout of one
+/// queue, in READ COMMITTED, claims here what `jobq._fair_claim` (src/sql/fairness.sql) would
+/// claim, against the table and index access methods. It is a second copy of that rule, kept
+/// for speed: the SQL's claim cost a fair checkout about three quarters of its time
+/// (bench/results/fairness-profile.md), and tests/fairness.rs checks that the two agree.
+pub struct Turns {
+    rel: pg_sys::Relation,      // jobq.fairness
+    by_turn: pg_sys::Relation,  // fairness_by_turn (queue, priority, served)
+    fair: pg_sys::Relation,     // ready_fair (queue_hash, priority, fairness_key, run_at, id)
+    by_queue: pg_sys::Relation, // ready_by_queue (queue_hash, priority, run_at, id)
+    entries: IndexEntries,      // of a row moved to the back
+    turns: pg_sys::Oid,         // jobq.fairness_turns
+    queue: pg_sys::Datum,
+    hash: pg_sys::Datum,
+    added: Option<u64>, // the count of inserts of turns before this call's snapshot
+    // jobq.fairness, 0-based
+    key: usize,
+    weight: usize,
+    served: usize,
+    taken: usize,
+}
+
+/// A key of a fair queue: its name, None for the queue's jobs without one.
+type Key = Option<Vec<u8>>;
+
+/// What a walk of the turns did with a row.
+enum Step {
+    /// Passed it; on to the next.
+    Pass,
+    /// Will move it to the back; on to the next.
+    Moved,
+    /// Took its key's turn: the walk is over.
+    Stop,
+}
+
+impl Turns {
+    /// The turns of queue `queue` (a text datum) when it takes turns; Some(None) when it does
+    /// not (the plain walk serves it); None, having changed nothing, when a table or index is
+    /// not what is named here (then the SQL serves).
+    /// `added`: [`added_so_far`], read before the call's snapshot.
+    pub unsafe fn open(
+        nsp: pg_sys::Oid,
+        queue: pg_sys::Datum,
+        ready: pg_sys::Relation,
+        l: &Layout,
+        snapshot: pg_sys::Snapshot,
+        added: Option<u64>,
+    ) -> Option<Option<Turns>> {
+        let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+        let ids = [
+            relid(c"fairness"),
+            relid(c"fairness_by_turn"),
+            relid(c"ready_fair"),
+            relid(c"ready_by_queue"),
+            relid(c"fairness_turns"),
+            relid(c"fairness_by_key"),
+        ];
+        if ids.contains(&pg_sys::InvalidOid) {
+            return None;
+        }
+        let share = pg_sys::AccessShareLock as i32;
+        let rel = pg_sys::table_open(ids[0], pg_sys::RowExclusiveLock as i32);
+        let by_turn = pg_sys::index_open(ids[1], share);
+        let fair = pg_sys::index_open(ids[2], share);
+        let by_queue = pg_sys::index_open(ids[3], share);
+        let by_key = pg_sys::index_open(ids[5], share);
+        let close = || {
+            let no = pg_sys::NoLock as i32;
+            pg_sys::index_close(by_key, no);
+            pg_sys::index_close(by_queue, no);
+            pg_sys::index_close(fair, no);
+            pg_sys::index_close(by_turn, no);
+            pg_sys::table_close(rel, no);
+        };
+        let desc = (*rel).rd_att;
+        let col = |name, typ| column(desc, name).filter(|&i| (*tupdesc_attr(desc, i)).atttypid == typ);
+        let cols = (|| {
+            Some([
+                col("queue", pg_sys::TEXTOID)?,
+                col("fairness_key", pg_sys::TEXTOID)?,
+                col("priority", pg_sys::INT4OID)?,
+                col("weight", pg_sys::INT4OID)?,
+                col("served", pg_sys::INT8OID)?,
+                col("taken", pg_sys::INT4OID)?,
+            ])
+        })();
+        let r_key = column((*ready).rd_att, "fairness_key").map(|i| (i + 1) as i16);
+        let keys_are = |ix: pg_sys::Relation, want: &[i16]| {
+            let i = (*ix).rd_index;
+            (*i).indnkeyatts as usize == want.len() && (*i).indkey.values.as_slice(want.len()) == want && (*ix).rd_indexprs.is_null()
+        };
+        let trig = (*rel).trigdesc;
+        let updated = !trig.is_null()
+            && ((*trig).trig_update_before_row || (*trig).trig_update_after_row || (*trig).trig_update_instead_row
+                || (*trig).trig_update_before_statement || (*trig).trig_update_after_statement);
+        let fits = match (cols, r_key) {
+            (Some(c), Some(rk)) => {
+                let a = |i: usize| (c[i] + 1) as i16;
+                !updated
+                    && keys_are(by_turn, &[a(0), a(2), a(4)])
+                    && keys_are(by_key, &[a(0), a(1), a(2)])
+                    && keys_are(fair, &[l.r_queue_hash, l.r_priority, rk, l.r_run_at, l.r_id])
+                    && keys_are(by_queue, &[l.r_queue_hash, l.r_priority, l.r_run_at, l.r_id])
+            }
+            _ => false,
+        };
+        if !fits {
+            close();
+            return None;
+        }
+        let c = cols.unwrap();
+        let set = [(c[4] + 1) as i16, (c[5] + 1) as i16];
+        let t = Turns {
+            rel,
+            by_turn,
+            fair,
+            by_queue,
+            entries: IndexEntries::open(rel, Some(&set)),
+            turns: ids[4],
+            queue,
+            hash: crate::rows::hashtext(queue),
+            added,
+            key: c[1],
+            weight: c[3],
+            served: c[4],
+            taken: c[5],
+        };
+        // Whether the queue has a row. Yes, where this backend keeps a floor of it found since
+        // the last insert of turns (a row deleted since leaves a queue whose walks find no
+        // turns, which serve its jobs in claim order: what the plain walk does). Otherwise one
+        // descent of fairness_by_key (whose front holds the old entries of one key's moves, not
+        // those of every key's, as fairness_by_turn's does).
+        let name = text(queue);
+        if added.is_some_and(|n| FLOORS.with(|f| f.borrow().iter().any(|((r, q, _), at, _)| *r == ids[0] && q == name && *at == n))) {
+            pg_sys::index_close(by_key, pg_sys::NoLock as i32);
+            return Some(Some(t));
+        }
+        let mut keys: [pg_sys::ScanKeyData; 1] = std::mem::zeroed();
+        let coll = *(*by_key).rd_indcollation;
+        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::InvalidOid, coll, pg_sys::Oid::from(pg_sys::F_TEXTEQ), queue);
+        let mut any = false;
+        scan(rel, by_key, snapshot, &mut keys, |_| {
+            any = true;
+            false
+        });
+        pg_sys::index_close(by_key, pg_sys::NoLock as i32);
+        if !any {
+            t.close();
+            return Some(None);
+        }
+        Some(Some(t))
+    }
+
+    pub unsafe fn close(self) {
+        self.entries.close();
+        let no = pg_sys::NoLock as i32;
+        pg_sys::index_close(self.by_queue, no);
+        pg_sys::index_close(self.fair, no);
+        pg_sys::index_close(self.by_turn, no);
+        pg_sys::table_close(self.rel, no);
+    }
+
+    /// Calls `each` with the queue's rows of jobq.fairness at `priority`, in turn order (least
+    /// recently served first), and each one's key, until it says [`Step::Stop`]; from this
+    /// backend's floor of the queue and priority ([`TURNS_ADDED`]), which the first row seen
+    /// that `each` does not move becomes.
+    unsafe fn each_turn(&self, priority: i32, snapshot: pg_sys::Snapshot, mut each: impl FnMut(pg_sys::HeapTuple, Key) -> Step) {
+        let oid = pg_sys::Oid::from;
+        let eq = pg_sys::BTEqualStrategyNumber as u16;
+        let id = ((*self.rel).rd_id, text(self.queue).to_vec(), priority);
+        let floor = match self.added {
+            Some(n) => FLOORS.with(|f| f.borrow().iter().find(|(i, at, _)| *i == id && *at == n).map(|&(_, _, s)| s)),
+            None => None,
+        };
+        let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+        let coll = *(*self.by_turn).rd_indcollation;
+        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), self.queue);
+        pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
+        let ge = pg_sys::BTGreaterEqualStrategyNumber as u16;
+        pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, 3, ge, pg_sys::INT8OID, pg_sys::InvalidOid, oid(pg_sys::F_INT8GE), pg_sys::Datum::from(floor.unwrap_or(i64::MIN)));
+        let mut first = None;
+        scan(self.rel, self.by_turn, snapshot, &mut keys, |slot| {
+            let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+            let desc = (*self.rel).rd_att;
+            let key = attr(t, desc, (self.key + 1) as i32).map(|d| text(d).to_vec());
+            let step = each(t, key);
+            if first.is_none() && !matches!(step, Step::Moved) {
+                first = attr(t, desc, (self.served + 1) as i32).map(|d| d.value() as i64);
+            }
+            !matches!(step, Step::Stop)
+        });
+        if let (Some(n), Some(served)) = (self.added, first) {
+            FLOORS.with(|f| {
+                let mut f = f.borrow_mut();
+                f.retain(|(i, _, _)| *i != id);
+                if f.len() >= 64 {
+                    f.remove(0);
+                }
+                f.push((id, n, served));
+            });
+        }
+    }
+
+    /// Calls `each` with the due ready rows of key `key` at `priority` in this queue, in claim
+    /// order (run_at, id), until it returns false: ready_by_queue's rows for the jobs without
+    /// a key, ready_fair's for a key's.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn each_due(
+        &self,
+        ready: pg_sys::Relation,
+        l: &Layout,
+        now: pg_sys::TimestampTz,
+        key: Option<&[u8]>,
+        priority: i32,
+        snapshot: pg_sys::Snapshot,
+        mut each: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool,
+    ) {
+        let oid = pg_sys::Oid::from;
+        let (eq, le) = (pg_sys::BTEqualStrategyNumber as u16, pg_sys::BTLessEqualStrategyNumber as u16);
+        let mut keys: [pg_sys::ScanKeyData; 4] = std::mem::zeroed();
+        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), self.hash);
+        pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
+        let mut at = 3;
+        let index = match key {
+            None => self.by_queue,
+            Some(k) => {
+                let coll = *(*self.fair).rd_indcollation.add(2);
+                let k = pg_sys::Datum::from(pg_sys::cstring_to_text_with_len(k.as_ptr() as *const std::ffi::c_char, k.len() as i32));
+                pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, 3, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), k);
+                at = 4;
+                self.fair
+            }
+        };
+        pg_sys::ScanKeyEntryInitialize(&mut keys[at as usize - 1], 0, at, le, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(now));
+        let name = text(self.queue);
+        scan(ready, index, snapshot, &mut keys[..at as usize], |slot| {
+            let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+            // Two queues may share a hash.
+            if attr(t, (*ready).rd_att, l.r_queue as i32).is_none_or(|d| text(d) != name) {
+                return true;
+            }
+            each(slot)
+        });
+    }
+
+    /// The queue's top due priority from `lowest` on, of its jobs with a key and without one
+    /// (jobq._fair_top).
+    unsafe fn top(&self, c: &Claimer, lowest: i32, snapshot: pg_sys::Snapshot) -> Option<i32> {
+        let oid = pg_sys::Oid::from;
+        let l = c.layout();
+        let ready = c.ready();
+        let name = text(self.queue);
+        let mut best: Option<i32> = None;
+        for (index, run_at) in [(self.by_queue, 3i16), (self.fair, 4i16)] {
+            let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+            pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), self.hash);
+            pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4GE), pg_sys::Datum::from(lowest));
+            pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, run_at, pg_sys::BTLessEqualStrategyNumber as u16, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(c.now));
+            scan(ready, index, snapshot, &mut keys, |slot| {
+                let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+                if attr(t, (*ready).rd_att, l.r_queue as i32).is_none_or(|d| text(d) != name) {
+                    return true;
+                }
+                let p = attr(t, (*ready).rd_att, l.r_priority as i32).map_or(i32::MAX, |d| d.value() as i32);
+                best = Some(best.map_or(p, |b| b.min(p)));
+                false
+            });
+        }
+        best
+    }
+
+    /// One claim (jobq._fair_claim, READ COMMITTED): at the queue's top due priority where a
+    /// key can start a job, the key whose turn it is (least recently served, not yielded in
+    /// this call, with a due job, its row locked without waiting; any such key when every one
+    /// is held by another checkout), its oldest due job that can start claimed, and the key
+    /// moved to the back once it had its weight's jobs in this turn. A key none of whose due
+    /// jobs can be taken yields its turn at that priority for the rest of the call (`skip`); a
+    /// key ahead of the one served with no due job goes to the back.
+    /// The SQL looks for the key, then for its job; here one walk of the key's due jobs does
+    /// both (whether it has one, and the claim), a descent of ready_fair fewer per claim.
+    unsafe fn claim_one(&self, c: &mut Claimer, skip: &mut Vec<(i32, Key)>, snapshot: pg_sys::Snapshot) -> Took {
+        let (ready, l, now) = (c.ready(), *c.layout(), c.now);
+        // The key's oldest due job that can start, claimed: Some(what the claim did), None
+        // when the key has no due job that no pause holds back.
+        let try_key = |c: &mut Claimer, key: Option<&[u8]>, p: i32| -> Option<Took> {
+            let mut took = None;
+            self.each_due(ready, &l, now, key, p, snapshot, |slot| {
+                if c.paused(pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut())) {
+                    return true;
+                }
+                let t = c.try_row(slot, snapshot);
+                let more = matches!(t, Took::Passed);
+                took = Some(t);
+                more
+            });
+            took
+        };
+        let mut from = i32::MIN;
+        loop {
+            let Some(p) = self.top(c, from, snapshot) else { return Took::Passed };
+            let cid = pg_sys::GetCurrentCommandId(true);
+            let skipped = |skip: &Vec<(i32, Key)>, key: &Key| skip.iter().any(|(sp, sk)| *sp == p && sk == key);
+            let mut took = Took::Passed;
+            let mut served = None; // the row of the key served
+            let mut held = Vec::new(); // the keys whose rows other checkouts hold, in turn order
+            let mut idle = Vec::new();
+            let mut any = false;
+            // Each key in turn: its row locked (a row another checkout holds is passed over
+            // without a look at its key's jobs), then its jobs.
+            self.each_turn(p, snapshot, |row, key| {
+                any = true;
+                if skipped(skip, &key) {
+                    return Step::Pass;
+                }
+                match lock(self.rel, (*row).t_self, cid) {
+                    pg_sys::TM_Result::TM_Ok => match try_key(c, key.as_deref(), p) {
+                        None => {
+                            idle.push(pg_sys::heap_copytuple(row));
+                            Step::Moved
+                        }
+                        Some(Took::Passed) => {
+                            skip.push((p, key)); // none can start: it yields its turn
+                            Step::Pass
+                        }
+                        Some(t) => {
+                            took = t;
+                            served = Some(pg_sys::heap_copytuple(row));
+                            Step::Stop
+                        }
+                    },
+                    pg_sys::TM_Result::TM_WouldBlock => {
+                        held.push(key);
+                        Step::Pass
+                    }
+                    _ => Step::Pass,
+                }
+            });
+            for row in idle {
+                self.move_back(row, cid);
+            }
+            match took {
+                Took::Started => {
+                    if let Some(row) = served {
+                        self.served(row, cid, false);
+                    }
+                    return Took::Started;
+                }
+                Took::Changed => return Took::Changed,
+                Took::Passed => {}
+            }
+            // No key whose row this call could lock has a job it can start: a key whose row
+            // another checkout holds, served without moving it.
+            for key in held {
+                if skipped(skip, &key) {
+                    continue;
+                }
+                match try_key(c, key.as_deref(), p) {
+                    None => {}
+                    Some(Took::Passed) => skip.push((p, key)),
+                    Some(t) => return t,
+                }
+            }
+            // Where no key has a row at p, the jobs without one are all there is, and take no
+            // turns: they are served, unless they yielded.
+            if !any && !skipped(skip, &None) {
+                match try_key(c, None, p) {
+                    None => {}
+                    Some(Took::Passed) => skip.push((p, None)),
+                    Some(t) => return t,
+                }
+            }
+            if p == i32::MAX {
+                return Took::Passed;
+            }
+            from = p + 1;
+        }
+    }
+
+    /// The key of `row` (locked by this transaction), with no due job, to the back.
+    unsafe fn move_back(&self, row: pg_sys::HeapTuple, cid: pg_sys::CommandId) {
+        self.served(row, cid, true);
+    }
+
+    /// The key of `row` (locked by this transaction) had one more job in its turn: to the back
+    /// once it had its weight's (`idle`: at once, its turn begun afresh).
+    unsafe fn served(&self, row: pg_sys::HeapTuple, cid: pg_sys::CommandId, idle: bool) {
+        let desc = (*self.rel).rd_att;
+        let natts = (*desc).natts as usize;
+        let mut values = vec![pg_sys::Datum::from(0usize); natts];
+        let mut nulls = vec![false; natts];
+        pg_sys::heap_deform_tuple(row, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        let taken = values[self.taken].value() as i32 + 1;
+        if idle || taken >= values[self.weight].value() as i32 {
+            values[self.taken] = pg_sys::Datum::from(0i32);
+            values[self.served] = pg_sys::DirectFunctionCall1Coll(Some(sql_fn::nextval_oid), pg_sys::InvalidOid, pg_sys::Datum::from(self.turns));
+        } else {
+            values[self.taken] = pg_sys::Datum::from(taken);
+        }
+        let new = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+        let mut lockmode: pg_sys::LockTupleMode::Type = 0;
+        let otid = &mut (*row).t_self as *mut pg_sys::ItemPointerData;
+        #[cfg(feature = "pg15")]
+        {
+            if pg_sys::heap_update(self.rel, otid, new, cid, null_mut(), true, &mut tmfd, &mut lockmode) != pg_sys::TM_Result::TM_Ok {
+                error!("jobq: a fairness row this checkout holds changed");
+            }
+            if (*(*new).t_data).t_infomask2 & pg_sys::HEAP_ONLY_TUPLE as u16 == 0 {
+                self.entries.add(new, false);
+            }
+        }
+        #[cfg(not(feature = "pg15"))]
+        {
+            let mut which = pg_sys::TU_UpdateIndexes::TU_None;
+            if pg_sys::heap_update(self.rel, otid, new, cid, null_mut(), true, &mut tmfd, &mut lockmode, &mut which) != pg_sys::TM_Result::TM_Ok {
+                error!("jobq: a fairness row this checkout holds changed");
+            }
+            match which {
+                pg_sys::TU_UpdateIndexes::TU_All => self.entries.add(new, false),
+                pg_sys::TU_UpdateIndexes::TU_Summarizing => self.entries.add(new, true),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Up to `max` jobs of the fair queue of `t`, claimed in its turns; whether the SQL must look
+/// for the rest (a ready row changed since the call's snapshot).
+pub unsafe fn claim(c: &mut Claimer, t: &Turns, max: i32) -> (i32, bool) {
+    let mut skip = Vec::new();
+    let mut n = 0;
+    while n < max {
+        match t.claim_one(c, &mut skip, pg_sys::GetActiveSnapshot()) {
+            Took::Started => n += 1,
+            Took::Changed => return (n, true),
+            Took::Passed => break,
+        }
+        // The next claim sees this one's writes (its key's row moved), as the SQL's next
+        // statement does.
+        pg_sys::CommandCounterIncrement();
+        pg_sys::UpdateActiveSnapshotCommandId();
+    }
+    (n, false)
+}
+
+/// An index scan of `rel` through `index` with `keys`, calling `each` with each row's slot
+/// until it returns false.
+unsafe fn scan(rel: pg_sys::Relation, index: pg_sys::Relation, snapshot: pg_sys::Snapshot, keys: &mut [pg_sys::ScanKeyData], mut each: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool) {
+    #[cfg(not(feature = "pg18"))]
+    let s = pg_sys::index_beginscan(rel, index, snapshot, keys.len() as i32, 0);
+    #[cfg(feature = "pg18")]
+    let s = pg_sys::index_beginscan(rel, index, snapshot, null_mut(), keys.len() as i32, 0);
+    pg_sys::index_rescan(s, keys.as_mut_ptr(), keys.len() as i32, null_mut(), 0);
+    let slot = pg_sys::table_slot_create(rel, null_mut());
+    while pg_sys::index_getnext_slot(s, pg_sys::ScanDirection::ForwardScanDirection, slot) {
+        if !each(slot) {
+            break;
+        }
+    }
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::index_endscan(s);
 }

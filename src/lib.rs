@@ -97,6 +97,7 @@ pub extern "C-unwind" fn _PG_init() {
         counters::init();
         compact::init();
         written::init();
+        fairness::init();
         bgworker::init();
     }
 }

@@ -10,7 +10,7 @@
 //! key lock, src/sql/rate_limits.sql), pass the job over and sleep again with nothing left to
 //! wake it. The counters alone follow subtransactions too (a subtransaction callback): a
 //! count must not survive the rollback of what it counted.
-use crate::{bgworker, counters, floors, waits, wakes};
+use crate::{bgworker, counters, fairness, floors, waits, wakes};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 
@@ -98,6 +98,9 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             if floors::PENDING.with(Notes::any) || waits::PENDING.with(Notes::any) {
                 error!("jobq: PREPARE TRANSACTION is not supported for a transaction that makes jobs ready");
             }
+            if fairness::ADDED.with(Notes::any) {
+                error!("jobq: PREPARE TRANSACTION is not supported for a transaction that adds fairness keys");
+            }
             if wakes::PENDING.with(Notes::any) {
                 error!("jobq: PREPARE TRANSACTION is not supported for a transaction that notifies (jobq.notify = deferred)");
             }
@@ -130,8 +133,13 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             if counters::PENDING.with(Notes::any) {
                 counters::at_commit(counters::PENDING.with(Notes::take));
             }
+            if fairness::ADDED.with(Notes::any) {
+                fairness::ADDED.with(Notes::take);
+                fairness::added();
+            }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT => {
+            fairness::ADDED.with(Notes::take);
             waits::PENDING.with(Notes::take);
             waits::leave();
             floors::PENDING.with(Notes::take);

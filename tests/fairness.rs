@@ -381,3 +381,108 @@ fn each_priority_keeps_its_own_turns() {
     assert_eq!(take(&mut c, w, Some(&["q"])), Some((plain, None)));
     assert_eq!(take(&mut c, w, Some(&["q"])), None);
 }
+
+/// The extension's fast path (src/fairness.rs: a checkout of one fair queue) takes the turns
+/// that the SQL (jobq._fair_claim: the same queue named twice) takes, in the same order: keys,
+/// a weight, jobs without a key, priorities, a job that cannot start, a paused kind, a job not
+/// yet due, several jobs per call; and the fast path serves it without the SQL.
+#[test]
+fn the_fast_path_takes_the_turns_the_sql_takes() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    // Concurrency key 'one' (limit 1) held by a running job of another queue.
+    c.execute("SELECT jobq_enqueue('other', concurrency_key => 'one')", &[]).unwrap();
+    assert!(take(&mut c, w, Some(&["other"])).is_some());
+    for q in ["q", "r"] {
+        c.execute("SELECT jobq_set_fairness_weight($1, 'heavy', 3)", &[&q]).unwrap();
+        c.execute("SELECT jobq_pause($1, 'held')", &[&q]).unwrap();
+        let job = |c: &mut Client, key: Option<&str>, priority: i32, kind: &str| {
+            c.execute(
+                "SELECT jobq_enqueue($1, kind => $4, priority => $3, fairness_key => $2,
+                                     concurrency_key => CASE WHEN $4 = 'blocked' THEN 'one' END,
+                                     run_at => now() + CASE WHEN $4 = 'later' THEN interval '1 hour' ELSE interval '0' END)",
+                &[&q, &key, &priority, &kind],
+            )
+            .unwrap();
+        };
+        for _ in 0..12 {
+            job(&mut c, Some("big"), 0, "work");
+        }
+        for _ in 0..7 {
+            job(&mut c, Some("heavy"), 0, "work");
+        }
+        job(&mut c, Some("a"), 0, "blocked");
+        for _ in 0..3 {
+            job(&mut c, Some("a"), 0, "work");
+            job(&mut c, None, 0, "work");
+            job(&mut c, Some("b"), 1, "work");
+        }
+        job(&mut c, Some("c"), 0, "held");
+        job(&mut c, Some("c"), 0, "work");
+        job(&mut c, Some("d"), 0, "later");
+        job(&mut c, None, 2, "work");
+    }
+    // Each call takes up to two jobs; the order of (key, priority, kind) of each queue's claims.
+    let mut drain = |queues: &[&str]| {
+        let mut order = Vec::new();
+        let mut sql = false;
+        loop {
+            let (rows, used) = calls_sql(&mut c, "read committed", "_checkout", |t| {
+                t.query("SELECT fairness_key, priority, kind FROM jobq_checkout($1, $2, 2)", &[&w, &queues]).unwrap()
+            });
+            sql |= used;
+            if rows.is_empty() {
+                return (order, sql);
+            }
+            order.extend(rows.iter().map(|r| (r.get::<_, Option<String>>(0), r.get::<_, i32>(1), r.get::<_, String>(2))));
+        }
+    };
+    let (fast, fast_used_sql) = drain(&["q"]);
+    let (slow, slow_used_sql) = drain(&["r", "r"]);
+    assert!(slow_used_sql);
+    if sql_edition().is_none() {
+        assert!(!fast_used_sql, "a checkout of one fair queue went to the SQL");
+    }
+    assert_eq!(fast, slow);
+    assert_eq!(fast.len(), 12 + 7 + 3 * 3 + 1 + 1, "{fast:?}");
+    // The first turn: heavy takes three jobs, every other key with a due job that can start
+    // one (a's blocked job and c's paused one passed, d's not due).
+    let mut first: Vec<Option<&str>> = fast[..7].iter().map(|(k, _, _)| k.as_deref()).collect();
+    first.sort();
+    assert_eq!(first, [None, Some("a"), Some("big"), Some("c"), Some("heavy"), Some("heavy"), Some("heavy")], "{fast:?}");
+    assert_job_tables_consistent(&mut c);
+}
+
+/// A key added while the turns go round takes its place (the first, its row being the oldest)
+/// once its enqueue commits, though checkouts meanwhile moved every other key past it: the
+/// extension's walks start at a floor of the turns they saw, and an insert of turns, counted
+/// at its commit, moves them back (src/fairness.rs). A key with no due job goes to the back.
+#[test]
+fn a_key_added_while_the_turns_go_round_is_served_at_its_place() {
+    let (cluster, db, mut c) = db();
+    let w = register(&mut c);
+    for key in ["a", "b", "c"] {
+        enqueue(&mut c, "q", Some(key), 10);
+    }
+    // An enqueue of a new key, its turn's row inserted, not yet committed.
+    let mut other = cluster.connect(&db);
+    let mut t = other.transaction().unwrap();
+    let late: i64 = t.query_one("SELECT jobq_enqueue('q', fairness_key => 'late')", &[]).unwrap().get(0);
+    // Every key goes round twice, past the new row.
+    for _ in 0..6 {
+        assert!(take(&mut c, w, Some(&["q"])).is_some());
+    }
+    t.commit().unwrap();
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((late, k("late"))), "the new key is served at its place");
+    // A key whose only job is paused goes to the back when a claim passes it: once resumed, it
+    // waits for the keys that were behind it (its place kept, it would be served first).
+    c.execute("SELECT jobq_enqueue('q', kind => 'held', fairness_key => 'd')", &[]).unwrap();
+    c.execute("SELECT jobq_pause('q', 'held')", &[]).unwrap();
+    let paused: Vec<Option<String>> = (0..4).map(|_| take(&mut c, w, Some(&["q"])).unwrap().1).collect();
+    assert!(!paused.contains(&k("d")), "{paused:?}");
+    c.execute("SELECT jobq_resume('q', 'held')", &[]).unwrap();
+    let after: Vec<Option<String>> = (0..3).map(|_| take(&mut c, w, Some(&["q"])).unwrap().1).collect();
+    assert_eq!(after[2], k("d"), "{paused:?} {after:?}");
+    assert!(!after[..2].contains(&k("d")) && after[0] != after[1], "{paused:?} {after:?}");
+    assert_job_tables_consistent(&mut c);
+}
