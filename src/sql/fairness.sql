@@ -102,15 +102,25 @@ DECLARE
     v_rc boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
+    -- A key's rows are looked up by `fairness_key = k` or `IS NULL`, each a condition of
+    -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue, and the
+    -- old versions of every claim's move).
     INSERT INTO jobq.fairness (queue, fairness_key, priority, weight)
     SELECT _fair_keys.queue, k, _fair_keys.priority,
-           coalesce((SELECT max(g.weight) FROM jobq.fairness g
-                      WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NOT DISTINCT FROM k), 1)
+           coalesce(CASE WHEN k IS NULL
+                         THEN (SELECT max(g.weight) FROM jobq.fairness g
+                                WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NULL)
+                         ELSE (SELECT max(g.weight) FROM jobq.fairness g
+                                WHERE g.queue = _fair_keys.queue AND g.fairness_key = k) END, 1)
       FROM unnest(keys || CASE WHEN _fair_keys.priority IS NOT NULL THEN ARRAY[NULL::text] END) k
      WHERE NOT v_rc
-        OR NOT EXISTS (SELECT 1 FROM jobq.fairness f
-                        WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NOT DISTINCT FROM k
-                          AND f.priority IS NOT DISTINCT FROM _fair_keys.priority);
+        OR NOT CASE WHEN k IS NULL
+                    THEN EXISTS (SELECT 1 FROM jobq.fairness f
+                                  WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NULL
+                                    AND f.priority IS NOT DISTINCT FROM _fair_keys.priority)
+                    ELSE EXISTS (SELECT 1 FROM jobq.fairness f
+                                  WHERE f.queue = _fair_keys.queue AND f.fairness_key = k
+                                    AND f.priority IS NOT DISTINCT FROM _fair_keys.priority) END;
 END $$;
 
 -- jobq_set_fairness_weight(queue, fairness_key, weight): the key (NULL: the queue's jobs
