@@ -297,7 +297,6 @@ DECLARE
     c          record;
     v_blocked  "char";
     v_rows     tid[];                    -- the key's rows to move to the back
-    v_ahead    bigint;                   -- the `served` of the key whose turn it is
     v_skip_c   text[] := '{}';           -- as jobq._checkout's: the keys of jobs that could
     v_skip_l   integer[] := '{}';        -- not start in this claim
     v_skip_u   text[] := '{}';
@@ -313,28 +312,16 @@ BEGIN
             -- not yielded in this call; its row locked, or any when every one is locked.
             k := NULL;
             IF locked THEN
-                SELECT f.ctid AS fid, f.fairness_key, f.served INTO k FROM jobq.fairness f
+                SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue AND f.priority = v_p
                    AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
                  LIMIT 1
                    FOR UPDATE OF f SKIP LOCKED;
-                v_ahead := CASE WHEN FOUND THEN k.served END;
-                -- The keys ahead of it (all, when none has a due job) with no due job at v_p go
-                -- to the back: when their jobs come due, they are served after one turn, and a
-                -- walk of the turns does not pass them claim after claim.
-                UPDATE jobq.fairness f SET served = nextval('jobq.fairness_turns'), taken = 0
-                 WHERE f.ctid = ANY (ARRAY(
-                           SELECT g.ctid FROM jobq.fairness g
-                            WHERE g.queue = _fair_claim.queue AND g.priority = v_p
-                              AND (v_ahead IS NULL OR g.served < v_ahead)
-                              AND jobq._fair_skip_entry(v_p, _fair_claim.queue, g.fairness_key) <> ALL (skip)
-                              AND NOT jobq._fair_due(v_hash, _fair_claim.queue, g.fairness_key, v_p, now, paused)
-                              FOR UPDATE OF g SKIP LOCKED));
             END IF;
             IF k IS NULL THEN
-                SELECT NULL::tid AS fid, f.fairness_key, f.served INTO k FROM jobq.fairness f
+                SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
                  WHERE f.queue = _fair_claim.queue AND f.priority = v_p
                    AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
@@ -346,7 +333,7 @@ BEGIN
                     EXIT WHEN EXISTS (SELECT 1 FROM jobq.fairness f
                                        WHERE f.queue = _fair_claim.queue AND f.priority = v_p)
                            OR jobq._fair_skip_entry(v_p, _fair_claim.queue, NULL) = ANY (skip);
-                    SELECT NULL::tid AS fid, NULL::text AS fairness_key, NULL::bigint AS served INTO k;
+                    SELECT NULL::tid AS fid, NULL::text AS fairness_key INTO k;
                 END IF;
             END IF;
             -- Its oldest due job that no other checkout holds and that can start.
