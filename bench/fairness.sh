@@ -54,7 +54,7 @@ SQL
     echo "SELECT jobq_enqueue('bench', '{}', kind => 'probe');" >>"$probe"
   fi
   chmod 644 "$probe"
-  [ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "SELECT pg_stat_statements_reset()" >/dev/null
+  [ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
   local start
   start=$("${PSQL[@]}" -d bench -c "SELECT clock_timestamp()")
   pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 20 -T "$SECONDS_RUN" -f "$probe" bench >/dev/null 2>&1 &
@@ -85,8 +85,21 @@ SELECT coalesce(round(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROU
 SQL
 )
   echo "| $mode | $rate | $waits |"
+  if [ "$PROFILE" = 1 ]; then
+    # Buffer visits per job checked out, by table and index of schema jobq (the statistics of
+    # the run; pg_stat_reset above).
+    sleep 1  # (the backends report their statistics at the end of their transactions, then at most every second)
+    "${PSQL[@]}" -d bench -F ' | ' >"bench/results/fairness-profile.$mode.blocks" <<'SQL'
+WITH n AS (SELECT sum(calls) AS jobs FROM pg_stat_statements WHERE toplevel AND query LIKE '%jobq_checkout(%'),
+     b AS (SELECT relname AS rel, heap_blks_hit + heap_blks_read AS blocks FROM pg_statio_user_tables WHERE schemaname = 'jobq'
+           UNION ALL
+           SELECT indexrelname, idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes WHERE schemaname = 'jobq')
+SELECT '| `' || b.rel || '`', round(b.blocks / n.jobs, 1) || ' |' FROM b, n WHERE b.blocks / n.jobs >= 0.5 ORDER BY b.blocks DESC;
+SQL
+  fi
   if [ "$PROFILE" = 1 ] && [ "$mode" = fair ]; then
     "${PSQL[@]}" -d bench -F ' | ' >bench/results/fairness-profile.rows <<'SQL'
+
 WITH s AS (SELECT * FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'bench')),
      top AS (SELECT total_exec_time AS t, calls AS n FROM s WHERE toplevel AND query LIKE '%jobq_checkout(%')
 SELECT '| ' || s.calls, round((1000 * s.total_exec_time / top.n)::numeric), round((100 * s.total_exec_time / top.t)::numeric),
@@ -129,7 +142,20 @@ if [ "$PROFILE" = 1 ]; then
     echo "| calls | us per checkout | % of a checkout | statement |"
     echo "| ---: | ---: | ---: | --- |"
     cat bench/results/fairness-profile.rows
+    [ -s bench/results/fairness-profile.rows ] || echo "| - | - | - | none: the checkouts ran no nested statement that often (the fast path's) |"
+    echo
+    echo "Buffer visits per job checked out (checkout and complete, and the passes of the run), by"
+    echo "table and index of schema jobq (pg_statio_user_tables and _indexes), at least half a visit:"
+    echo
+    for mode in plain fair; do
+      echo "$mode:"
+      echo
+      echo "| relation | visits per job |"
+      echo "| --- | ---: |"
+      cat "bench/results/fairness-profile.$mode.blocks"
+      echo
+    done
   } >>"$OUT"
-  rm -f bench/results/fairness-profile.rows
+  rm -f bench/results/fairness-profile.rows bench/results/fairness-profile.*.blocks
 fi
 cat "$OUT"

@@ -26,6 +26,8 @@ skip=(
   # (tests/checkout.rs is all of that kind and does not run here).
   both_paths_leave_the_same_rows_and_release_the_same_keys
   the_fast_paths_serve_a_limited_role_inside_its_grants
+  # The fast path's floors of the turns, kept in shared memory (src/fairness.rs).
+  a_transaction_that_adds_a_turn_cannot_be_prepared
   # CREATE EXTENSION and DROP EXTENSION in a test database.
   a_session_completes_across_a_drop_and_create_of_the_extension
   a_second_database_and_drop_then_create_extension_work

@@ -484,3 +484,18 @@ fn a_key_added_while_the_turns_go_round_is_served_at_its_place() {
     assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("d"), "{paused:?}");
     assert_job_tables_consistent(&mut c);
 }
+
+/// A transaction that adds a key's turn cannot be prepared: its row would become visible at
+/// COMMIT PREPARED, in another session, unseen by the count that keeps the extension's floors
+/// of the turns safe (src/fairness.rs). Nothing of it stays.
+#[test]
+fn a_transaction_that_adds_a_turn_cannot_be_prepared() {
+    let (_, _, mut c) = db();
+    c.batch_execute("BEGIN; SELECT jobq_set_fairness_weight('q', 'k', 2)").unwrap();
+    let e = c.batch_execute("PREPARE TRANSACTION 'jobq_fair'").unwrap_err();
+    let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert!(message.contains("adds fairness keys"), "{e:?}");
+    c.batch_execute("ROLLBACK").unwrap();
+    let n: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE queue = 'q'", &[]).unwrap().get(0);
+    assert_eq!(n, 0);
+}
