@@ -673,30 +673,8 @@ unsafe fn start(
     (values[l.concurrency_slot], nulls[l.concurrency_slot]) = (pg_sys::Datum::from(slot.unwrap_or(0)), slot.is_none());
     let cid = pg_sys::GetCurrentCommandId(true);
     let new = pg_sys::heap_form_tuple(jdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
-    let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
-    let mut lockmode: pg_sys::LockTupleMode::Type = 0;
-    let otid = &mut (*row).t_self as *mut pg_sys::ItemPointerData;
-    #[cfg(feature = "pg15")]
-    {
-        if pg_sys::heap_update(live, otid, new, cid, null_mut(), true, &mut tmfd, &mut lockmode) != pg_sys::TM_Result::TM_Ok {
-            internal("changed");
-        }
-        // Not a HOT update: every index gets the new version's entry.
-        if (*(*new).t_data).t_infomask2 & pg_sys::HEAP_ONLY_TUPLE as u16 == 0 {
-            w.entries.add(new, false);
-        }
-    }
-    #[cfg(not(feature = "pg15"))]
-    {
-        let mut which = pg_sys::TU_UpdateIndexes::TU_None;
-        if pg_sys::heap_update(live, otid, new, cid, null_mut(), true, &mut tmfd, &mut lockmode, &mut which) != pg_sys::TM_Result::TM_Ok {
-            internal("changed");
-        }
-        match which {
-            pg_sys::TU_UpdateIndexes::TU_All => w.entries.add(new, false),
-            pg_sys::TU_UpdateIndexes::TU_Summarizing => w.entries.add(new, true),
-            _ => {}
-        }
+    if !w.entries.update(live, &mut (*row).t_self, new, cid) {
+        internal("changed");
     }
     let ts = |t: i64| TimestampWithTimeZone::try_from(t).ok();
     if let (Ok(queue), Some(at)) = (std::str::from_utf8(text(values[l.queue])), ts(now)) {

@@ -1,6 +1,8 @@
-//! Whether any queue of this database takes turns (a row of `jobq.fairness`, src/sql/fairness.sql),
-//! for the fast path of checkout (src/checkout.rs), which hands every call to the SQL while one
-//! does. A database that never wrote a turn skips the table (src/written.rs).
+//! Fair checkout in the fast path of checkout (src/checkout.rs): a checkout of one queue that
+//! takes turns (rows of `jobq.fairness`, src/sql/fairness.sql) claimed in its turns ([`Turns`],
+//! [`claim`]), the floors its walks of the turns start at, and whether any queue of this
+//! database takes turns (a checkout of several queues or of every queue goes to the SQL while
+//! one does). A database that never wrote a turn skips the table (src/written.rs).
 use crate::checkout::{lock, Claimer, Layout, Took};
 use crate::xact::Notes;
 use pgrx::{pg_shmem_init, PgAtomic};
@@ -308,15 +310,20 @@ impl Turns {
     /// the front).
     unsafe fn floor(&self, c: &Claimer, priority: i32, snapshot: pg_sys::Snapshot) -> Option<(i64, Vec<Key>)> {
         let n = self.added?;
-        let id = ((*self.rel).rd_id, text(self.queue).to_vec(), priority);
+        let id = self.floor_id(priority);
         let (start, stuck) = FLOORS.with(|f| f.borrow().iter().find(|fl| fl.id == id && fl.added == n).map(|fl| (fl.start, fl.stuck.clone())))?;
         stuck.iter().all(|k| !self.due(c, k.as_deref(), priority, snapshot)).then_some((start, stuck))
+    }
+
+    /// Which floor: of this queue's turns at `priority`.
+    unsafe fn floor_id(&self, priority: i32) -> (pg_sys::Oid, Vec<u8>, i32) {
+        ((*self.rel).rd_id, text(self.queue).to_vec(), priority)
     }
 
     /// Keeps this backend's floor of the queue at `priority`.
     unsafe fn keep_floor(&self, priority: i32, start: i64, stuck: Vec<Key>) {
         let Some(n) = self.added else { return };
-        let id = ((*self.rel).rd_id, text(self.queue).to_vec(), priority);
+        let id = self.floor_id(priority);
         FLOORS.with(|f| {
             let mut f = f.borrow_mut();
             f.retain(|fl| fl.id != id);
@@ -358,15 +365,15 @@ impl Turns {
             }
         };
         pg_sys::ScanKeyEntryInitialize(&mut keys[at as usize - 1], 0, at, le, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(now));
-        let name = text(self.queue);
         scan(ready, index, snapshot, &mut keys[..at as usize], |slot| {
             let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
-            // Two queues may share a hash.
-            if attr(t, (*ready).rd_att, l.r_queue as i32).is_none_or(|d| text(d) != name) {
-                return true;
-            }
-            each(slot)
+            !self.ours(ready, l, t) || each(slot)
         });
+    }
+
+    /// Whether the ready row `t` is of this queue (two queues may share a hash).
+    unsafe fn ours(&self, ready: pg_sys::Relation, l: &Layout, t: pg_sys::HeapTuple) -> bool {
+        attr(t, (*ready).rd_att, l.r_queue as i32).is_some_and(|d| text(d) == text(self.queue))
     }
 
     /// Whether key `key` has a due job at `priority` that no pause holds back (jobq._fair_due).
@@ -385,7 +392,6 @@ impl Turns {
         let oid = pg_sys::Oid::from;
         let l = c.layout();
         let ready = c.ready();
-        let name = text(self.queue);
         let mut best: Option<i32> = None;
         for (index, run_at) in [(self.by_queue, 3i16), (self.fair, 4i16)] {
             let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
@@ -394,7 +400,7 @@ impl Turns {
             pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, run_at, pg_sys::BTLessEqualStrategyNumber as u16, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(c.now));
             scan(ready, index, snapshot, &mut keys, |slot| {
                 let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
-                if attr(t, (*ready).rd_att, l.r_queue as i32).is_none_or(|d| text(d) != name) {
+                if !self.ours(ready, l, t) {
                     return true;
                 }
                 let p = attr(t, (*ready).rd_att, l.r_priority as i32).map_or(i32::MAX, |d| d.value() as i32);
@@ -554,29 +560,8 @@ impl Turns {
             values[self.taken] = pg_sys::Datum::from(taken);
         }
         let new = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
-        let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
-        let mut lockmode: pg_sys::LockTupleMode::Type = 0;
-        let otid = &mut (*row).t_self as *mut pg_sys::ItemPointerData;
-        #[cfg(feature = "pg15")]
-        {
-            if pg_sys::heap_update(self.rel, otid, new, cid, null_mut(), true, &mut tmfd, &mut lockmode) != pg_sys::TM_Result::TM_Ok {
-                error!("jobq: a fairness row this checkout holds changed");
-            }
-            if (*(*new).t_data).t_infomask2 & pg_sys::HEAP_ONLY_TUPLE as u16 == 0 {
-                self.entries.add(new, false);
-            }
-        }
-        #[cfg(not(feature = "pg15"))]
-        {
-            let mut which = pg_sys::TU_UpdateIndexes::TU_None;
-            if pg_sys::heap_update(self.rel, otid, new, cid, null_mut(), true, &mut tmfd, &mut lockmode, &mut which) != pg_sys::TM_Result::TM_Ok {
-                error!("jobq: a fairness row this checkout holds changed");
-            }
-            match which {
-                pg_sys::TU_UpdateIndexes::TU_All => self.entries.add(new, false),
-                pg_sys::TU_UpdateIndexes::TU_Summarizing => self.entries.add(new, true),
-                _ => {}
-            }
+        if !self.entries.update(self.rel, &mut (*row).t_self, new, cid) {
+            error!("jobq: a fairness row this checkout holds changed");
         }
     }
 }

@@ -120,6 +120,37 @@ impl IndexEntries {
         self.reset_per_tuple();
     }
 
+    /// Replaces the version at `otid` of `rel`'s row, which this transaction holds, with `new`
+    /// (`heap_update`, so waiting for no one), and adds the index entries the update needs:
+    /// none for a HOT update, the summarizing indexes' for one that changed only their columns
+    /// (PostgreSQL 16+), every index's otherwise. False when the row was not updated.
+    pub unsafe fn update(&self, rel: pg_sys::Relation, otid: *mut pg_sys::ItemPointerData, new: pg_sys::HeapTuple, cid: pg_sys::CommandId) -> bool {
+        let mut tmfd: pg_sys::TM_FailureData = std::mem::zeroed();
+        let mut lockmode: pg_sys::LockTupleMode::Type = 0;
+        #[cfg(feature = "pg15")]
+        {
+            if pg_sys::heap_update(rel, otid, new, cid, std::ptr::null_mut(), true, &mut tmfd, &mut lockmode) != pg_sys::TM_Result::TM_Ok {
+                return false;
+            }
+            if (*(*new).t_data).t_infomask2 & pg_sys::HEAP_ONLY_TUPLE as u16 == 0 {
+                self.add(new, false);
+            }
+        }
+        #[cfg(not(feature = "pg15"))]
+        {
+            let mut which = pg_sys::TU_UpdateIndexes::TU_None;
+            if pg_sys::heap_update(rel, otid, new, cid, std::ptr::null_mut(), true, &mut tmfd, &mut lockmode, &mut which) != pg_sys::TM_Result::TM_Ok {
+                return false;
+            }
+            match which {
+                pg_sys::TU_UpdateIndexes::TU_All => self.add(new, false),
+                pg_sys::TU_UpdateIndexes::TU_Summarizing => self.add(new, true),
+                _ => {}
+            }
+        }
+        true
+    }
+
     /// Frees what the last row's index predicates and expressions allocated.
     unsafe fn reset_per_tuple(&self) {
         let econtext = (*self.estate).es_per_tuple_exprcontext;
