@@ -35,6 +35,13 @@ fn drain(c: &mut Client, w: Uuid, queue: &str) -> Vec<Option<String>> {
     keys
 }
 
+/// Concurrency key 'one' (limit 1) held by a running job of another queue, checked out by
+/// `w`: the held job's id.
+fn hold_key_one(c: &mut Client, w: Uuid) -> i64 {
+    c.execute("SELECT jobq_enqueue('other', concurrency_key => 'one')", &[]).unwrap();
+    take(c, w, Some(&["other"])).expect("the holder of key 'one' is checked out").0
+}
+
 fn k(s: &str) -> Option<String> {
     Some(s.to_string())
 }
@@ -304,9 +311,7 @@ fn enqueues_of_a_key_never_wait_for_open_checkouts_or_enqueues() {
 fn a_key_that_cannot_start_yields_only_its_priority() {
     let (_, _, mut c) = db();
     let w = register(&mut c);
-    // Concurrency key 'one' (limit 1) held by a running job of another queue.
-    c.execute("SELECT jobq_enqueue('other', concurrency_key => 'one')", &[]).unwrap();
-    assert!(take(&mut c, w, Some(&["other"])).is_some());
+    hold_key_one(&mut c, w);
     c.execute("SELECT jobq_enqueue('q', priority => 0, concurrency_key => 'one', fairness_key => 'a')", &[]).unwrap();
     let later: i64 = c.query_one("SELECT jobq_enqueue('q', priority => 1, fairness_key => 'a')", &[]).unwrap().get(0);
     assert_eq!(take(&mut c, w, Some(&["q"])), Some((later, k("a"))));
@@ -321,10 +326,8 @@ fn a_key_that_cannot_start_yields_only_its_priority() {
 fn a_job_that_cannot_start_leaves_its_keys_turn_to_the_next() {
     let (_, _, mut c) = db();
     let w = register(&mut c);
-    // Concurrency key 'one' (limit 1) held by a running job of another queue; rate key 'r'
-    // spent for its window.
-    c.execute("SELECT jobq_enqueue('other', concurrency_key => 'one')", &[]).unwrap();
-    let holder = take(&mut c, w, Some(&["other"])).unwrap().0;
+    // Concurrency key 'one' held; rate key 'r' spent for its window.
+    let holder = hold_key_one(&mut c, w);
     c.execute("SELECT jobq_set_rate_limit('r', 1, interval '1 hour')", &[]).unwrap();
     c.execute("SELECT jobq_enqueue('other', rate_key => 'r')", &[]).unwrap();
     assert!(take(&mut c, w, Some(&["other"])).is_some());
@@ -390,9 +393,7 @@ fn each_priority_keeps_its_own_turns() {
 fn the_fast_path_takes_the_turns_the_sql_takes() {
     let (_, _, mut c) = db();
     let w = register(&mut c);
-    // Concurrency key 'one' (limit 1) held by a running job of another queue.
-    c.execute("SELECT jobq_enqueue('other', concurrency_key => 'one')", &[]).unwrap();
-    assert!(take(&mut c, w, Some(&["other"])).is_some());
+    hold_key_one(&mut c, w);
     for q in ["q", "r"] {
         c.execute("SELECT jobq_set_fairness_weight($1, 'heavy', 3)", &[&q]).unwrap();
         c.execute("SELECT jobq_pause($1, 'held')", &[&q]).unwrap();
