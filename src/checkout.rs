@@ -259,9 +259,9 @@ unsafe fn fast(
     // a new snapshot (READ COMMITTED), taken once the tables are locked: a compaction of
     // them (src/compact.rs) the locks waited for is in it.
     pg_sys::CommandCounterIncrement();
-    let added = crate::fairness::added_so_far(); // before the snapshot (src/fairness.rs)
+    let counts = crate::fairness::counts(); // before the snapshot (src/fairness.rs)
     pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-    let got = claim(&r, worker, queues, max, store, desc, added);
+    let got = claim(&r, worker, queues, max, store, desc, counts);
     // The locks stay until the end of the transaction, as the executor's do.
     let no = pg_sys::NoLock as i32;
     pg_sys::table_close(r.pauses, no);
@@ -283,7 +283,7 @@ unsafe fn claim(
     max: i32,
     store: *mut pg_sys::Tuplestorestate,
     desc: pg_sys::TupleDesc,
-    added: Option<u64>,
+    counts: Option<crate::fairness::Counts>,
 ) -> Option<(i32, bool)> {
     if !(*r.ready).trigdesc.is_null() || !(*r.live).trigdesc.is_null() {
         return None;
@@ -310,7 +310,7 @@ unsafe fn claim(
     let nsp = (*(*r.ready).rd_rel).relnamespace;
     let turns = match queues {
         // Whether the queue takes turns: one descent of an index of jobq.fairness.
-        Queues::One(q) if crate::fairness::any(nsp, None) => crate::fairness::Turns::open(nsp, *q, r.ready, &l, snapshot, added)?,
+        Queues::One(q) if crate::fairness::any(nsp, None) => crate::fairness::Turns::open(nsp, *q, r.ready, &l, snapshot, counts)?,
         Queues::One(_) => None,
         _ if crate::fairness::any(nsp, Some(snapshot)) => return None,
         _ => None,

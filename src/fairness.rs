@@ -7,6 +7,7 @@ use crate::checkout::{lock, Claimer, Layout, Took};
 use crate::xact::Notes;
 use pgrx::{pg_shmem_init, PgAtomic};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::rows::{attr, column, sql_fn, text, tupdesc_attr, IndexEntries};
 use crate::written::{look, note, Table};
@@ -69,11 +70,22 @@ pub mod jobq {
 /// the front. (A key with no due job keeps its place, and the floors with it, until its jobs
 /// come due or the pass drops the row of a key with none waiting.)
 static TURNS_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_turns_added") };
+/// Whether a key has a due job is one descent of ready_fair (ready_by_queue for the jobs
+/// without a key). Measured at 16 clients, a walk made about nine of them a claim for keys
+/// with none: the queue's key of the jobs without one, and keys whose last job was taken, whose
+/// rows keep their place until the pass drops them. So each backend remembers which keys had
+/// none ([`IDLE`]), until when (the run_at of their first job not yet due), and under which
+/// count of jobs made ready. That count is this one: every row made ready, of any queue, counts
+/// one at the note of its key for the floors of checkout (src/floors.rs, `lower`) and again at
+/// its commit. A key with a due job that a pause holds back is not remembered (a resume makes
+/// no row ready).
+static READY_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_ready_added") };
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Called from _PG_init while preloading.
 pub fn init() {
     pg_shmem_init!(TURNS_ADDED);
+    pg_shmem_init!(READY_ADDED);
     ENABLED.store(true, Ordering::Relaxed);
 }
 
@@ -82,6 +94,10 @@ thread_local! {
     pub static ADDED: Notes<()> = const { Notes::new() };
     /// This backend's floors.
     static FLOORS: RefCell<Vec<Floor>> = const { RefCell::new(Vec::new()) };
+    /// The keys this backend found with no due job ([`READY_ADDED`]), under one count of jobs
+    /// made ready: (jobq.fairness's oid, queue, priority, key) -> the first run_at still to
+    /// come (i64::MAX: none).
+    static IDLE: RefCell<(u64, HashMap<IdleId, i64>)> = RefCell::new((0, HashMap::new()));
 }
 
 /// A floor of the turns of (jobq.fairness's oid, queue, priority).
@@ -98,6 +114,9 @@ struct Floor {
 /// The most keys with no due job a floor passes: beyond them, walks pass the rest.
 const STUCK: usize = 8;
 
+/// Which key of which queue's turns at which priority ([`IDLE`]).
+type IdleId = (pg_sys::Oid, Vec<u8>, i32, Key);
+
 /// Counts an insert of turns (at the insert, and at its commit).
 pub fn added() {
     if ENABLED.load(Ordering::Relaxed) {
@@ -105,10 +124,26 @@ pub fn added() {
     }
 }
 
-/// The count of inserts of turns, to be read before the snapshot a walk will use; None
-/// without the preload.
-pub fn added_so_far() -> Option<u64> {
-    ENABLED.load(Ordering::Relaxed).then(|| TURNS_ADDED.get().load(Ordering::Acquire))
+/// Counts a row made ready (at the note of its key for the floors, and at its commit).
+pub fn made_ready() {
+    if ENABLED.load(Ordering::Relaxed) {
+        READY_ADDED.get().fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// The counts of inserts of turns and of rows made ready, read before a walk's snapshot.
+#[derive(Clone, Copy)]
+pub struct Counts {
+    turns: u64,
+    ready: u64,
+}
+
+/// The counts, to be read before the snapshot a walk will use; None without the preload.
+pub fn counts() -> Option<Counts> {
+    ENABLED.load(Ordering::Relaxed).then(|| Counts {
+        ready: READY_ADDED.get().load(Ordering::Acquire),
+        turns: TURNS_ADDED.get().load(Ordering::Acquire),
+    })
 }
 
 /// A fair queue's turns, for the fast path of checkout (src/checkout.rs): a checkout of one
@@ -125,7 +160,7 @@ pub struct Turns {
     turns: pg_sys::Oid,         // jobq.fairness_turns
     queue: pg_sys::Datum,
     hash: pg_sys::Datum,
-    added: Option<u64>, // the count of inserts of turns before this call's snapshot
+    counts: Option<Counts>, // read before this call's snapshot
     // jobq.fairness, 0-based
     key: usize,
     weight: usize,
@@ -160,14 +195,14 @@ impl Turns {
     /// The turns of queue `queue` (a text datum) when it takes turns; Some(None) when it does
     /// not (the plain walk serves it); None, having changed nothing, when a table or index is
     /// not what is named here (then the SQL serves).
-    /// `added`: [`added_so_far`], read before the call's snapshot.
+    /// `counts`: [`counts`], read before the call's snapshot.
     pub unsafe fn open(
         nsp: pg_sys::Oid,
         queue: pg_sys::Datum,
         ready: pg_sys::Relation,
         l: &Layout,
         snapshot: pg_sys::Snapshot,
-        added: Option<u64>,
+        counts: Option<Counts>,
     ) -> Option<Option<Turns>> {
         let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
         let ids = [
@@ -242,7 +277,7 @@ impl Turns {
             turns: ids[4],
             queue,
             hash: crate::rows::hashtext(queue),
-            added,
+            counts,
             key: c[1],
             weight: c[3],
             served: c[4],
@@ -254,7 +289,7 @@ impl Turns {
         // descent of fairness_by_key (whose front holds the old entries of one key's moves, not
         // those of every key's, as fairness_by_turn's does).
         let name = text(queue);
-        if added.is_some_and(|n| FLOORS.with(|f| f.borrow().iter().any(|fl| fl.id.0 == ids[0] && fl.id.1 == name && fl.added == n))) {
+        if counts.is_some_and(|n| FLOORS.with(|f| f.borrow().iter().any(|fl| fl.id.0 == ids[0] && fl.id.1 == name && fl.added == n.turns))) {
             pg_sys::index_close(by_key, pg_sys::NoLock as i32);
             return Some(Some(t));
         }
@@ -309,7 +344,7 @@ impl Turns {
     /// when one of those keys has a due job now (its row is below the floor: the walk starts at
     /// the front).
     unsafe fn floor(&self, c: &Claimer, priority: i32, snapshot: pg_sys::Snapshot) -> Option<(i64, Vec<Key>)> {
-        let n = self.added?;
+        let n = self.counts?.turns;
         let id = self.floor_id(priority);
         let (start, stuck) = FLOORS.with(|f| f.borrow().iter().find(|fl| fl.id == id && fl.added == n).map(|fl| (fl.start, fl.stuck.clone())))?;
         stuck.iter().all(|k| !self.due(c, k.as_deref(), priority, snapshot)).then_some((start, stuck))
@@ -322,7 +357,7 @@ impl Turns {
 
     /// Keeps this backend's floor of the queue at `priority`.
     unsafe fn keep_floor(&self, priority: i32, start: i64, stuck: Vec<Key>) {
-        let Some(n) = self.added else { return };
+        let Some(n) = self.counts.map(|c| c.turns) else { return };
         let id = self.floor_id(priority);
         FLOORS.with(|f| {
             let mut f = f.borrow_mut();
@@ -334,15 +369,15 @@ impl Turns {
         });
     }
 
-    /// Calls `each` with the due ready rows of key `key` at `priority` in this queue, in claim
+    /// Calls `each` with the ready rows of key `key` at `priority` in this queue, in claim
     /// order (run_at, id), until it returns false: ready_by_queue's rows for the jobs without
-    /// a key, ready_fair's for a key's.
+    /// a key, ready_fair's for a key's. With `now`, the due ones only.
     #[allow(clippy::too_many_arguments)]
     unsafe fn each_due(
         &self,
         ready: pg_sys::Relation,
         l: &Layout,
-        now: pg_sys::TimestampTz,
+        now: Option<pg_sys::TimestampTz>,
         key: Option<&[u8]>,
         priority: i32,
         snapshot: pg_sys::Snapshot,
@@ -364,8 +399,14 @@ impl Turns {
                 self.fair
             }
         };
-        pg_sys::ScanKeyEntryInitialize(&mut keys[at as usize - 1], 0, at, le, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(now));
-        scan(ready, index, snapshot, &mut keys[..at as usize], |slot| {
+        let n = match now {
+            Some(now) => {
+                pg_sys::ScanKeyEntryInitialize(&mut keys[at as usize - 1], 0, at, le, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(now));
+                at as usize
+            }
+            None => at as usize - 1,
+        };
+        scan(ready, index, snapshot, &mut keys[..n], |slot| {
             let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
             !self.ours(ready, l, t) || each(slot)
         });
@@ -376,13 +417,46 @@ impl Turns {
         attr(t, (*ready).rd_att, l.r_queue as i32).is_some_and(|d| text(d) == text(self.queue))
     }
 
-    /// Whether key `key` has a due job at `priority` that no pause holds back (jobq._fair_due).
+    /// Whether key `key` has a due job at `priority` that no pause holds back (jobq._fair_due):
+    /// no, without a look, where this backend found none since the last row made ready and
+    /// before the first of its jobs to come is due ([`IDLE`]).
     unsafe fn due(&self, c: &Claimer, key: Option<&[u8]>, priority: i32, snapshot: pg_sys::Snapshot) -> bool {
-        let mut found = false;
-        self.each_due(c.ready(), c.layout(), c.now, key, priority, snapshot, |slot| {
-            found = !c.paused(pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut()));
-            !found
+        let ready = self.counts.map(|n| n.ready);
+        let id = || ((*self.rel).rd_id, text(self.queue).to_vec(), priority, key.map(<[u8]>::to_vec));
+        if let Some(n) = ready {
+            let idle = IDLE.with(|m| {
+                let m = m.borrow();
+                m.0 == n && m.1.get(&id()).is_some_and(|&until| c.now < until)
+            });
+            if idle {
+                return false;
+            }
+        }
+        let (l, now) = (c.layout(), c.now);
+        let (mut found, mut held, mut until) = (false, false, i64::MAX);
+        self.each_due(c.ready(), l, None, key, priority, snapshot, |slot| {
+            let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+            let run_at = attr(t, (*c.ready()).rd_att, l.r_run_at as i32).map_or(i64::MIN, |d| d.value() as i64);
+            if run_at > now {
+                until = run_at;
+                return false;
+            }
+            if c.paused(t) {
+                held = true;
+                return true;
+            }
+            found = true;
+            false
         });
+        if let (false, false, Some(n)) = (found, held, ready) {
+            IDLE.with(|m| {
+                let mut m = m.borrow_mut();
+                if m.0 != n || m.1.len() >= 4096 {
+                    *m = (n, HashMap::new());
+                }
+                m.1.insert(id(), until);
+            });
+        }
         found
     }
 
@@ -426,7 +500,7 @@ impl Turns {
         // when the key has no due job that no pause holds back.
         let try_key = |c: &mut Claimer, key: Option<&[u8]>, p: i32| -> Option<Took> {
             let mut took = None;
-            self.each_due(ready, &l, now, key, p, snapshot, |slot| {
+            self.each_due(ready, &l, Some(now), key, p, snapshot, |slot| {
                 if c.paused(pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut())) {
                     return true;
                 }

@@ -117,6 +117,7 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             let keys = floors::PENDING.with(Notes::take);
             if !keys.is_empty() {
                 floors::apply_lowering(&keys);
+                fairness::made_ready(); // after the floors: the walks' memory of idle keys (src/fairness.rs)
             }
             // This transaction's own waiter slot goes first, so that it cannot take a ring
             // (the rings go out in after_locks, below, after the floors applied here: a

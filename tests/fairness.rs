@@ -486,6 +486,50 @@ fn a_key_added_while_the_turns_go_round_is_served_at_its_place() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// A key with no due job keeps its place at the front of the turns, and the extension's walks
+/// remember that it had none (src/fairness.rs) until a job is made ready anywhere or its first
+/// job to come is due: a job of it made ready by another session, one of its scheduled jobs
+/// coming due, and one made ready by the checkout's own transaction are each served first.
+#[test]
+fn a_key_with_no_due_job_is_served_at_its_place_once_one_is_due() {
+    let (cluster, db, mut c) = db();
+    let w = register(&mut c);
+    enqueue(&mut c, "q", Some("x"), 1);
+    for key in ["a", "b", "c"] {
+        enqueue(&mut c, "q", Some(key), 10);
+    }
+    let mut other = cluster.connect(&db);
+    // One round: x, its only job taken, then a, b and c; x is first again, with nothing due.
+    let round: Vec<Option<String>> = (0..4).map(|_| take(&mut c, w, Some(&["q"])).unwrap().1).collect();
+    assert_eq!(round, [k("x"), k("a"), k("b"), k("c")]);
+    // Passed while it has nothing due: a is served, then a job of x is made ready elsewhere.
+    assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("a"));
+    let made: i64 = other.query_one("SELECT jobq_enqueue('q', fairness_key => 'x')", &[]).unwrap().get(0);
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((made, k("x"))), "a job made ready elsewhere");
+    // b, c and a go round; x is first again, with one job due in a second.
+    let round: Vec<Option<String>> = (0..3).map(|_| take(&mut c, w, Some(&["q"])).unwrap().1).collect();
+    assert_eq!(round, [k("b"), k("c"), k("a")]);
+    let soon: i64 = other
+        .query_one("SELECT jobq_enqueue('q', fairness_key => 'x', run_at => now() + interval '1 second')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("b"), "x has nothing due yet");
+    wait_until("x's job is due", std::time::Duration::from_secs(10), || {
+        other.query_one("SELECT clock_timestamp() > run_at FROM jobq.jobs WHERE id = $1", &[&soon]).unwrap().get(0)
+    });
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((soon, k("x"))), "a scheduled job come due");
+    // c, a and b go round; x is first again. Its job made ready by the checkout's transaction.
+    let round: Vec<Option<String>> = (0..3).map(|_| take(&mut c, w, Some(&["q"])).unwrap().1).collect();
+    assert_eq!(round, [k("c"), k("a"), k("b")]);
+    assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("c"));
+    let mut t = c.transaction().unwrap();
+    let own: i64 = t.query_one("SELECT jobq_enqueue('q', fairness_key => 'x')", &[]).unwrap().get(0);
+    let got = t.query_one("SELECT id, fairness_key FROM jobq_checkout($1, ARRAY['q'])", &[&w]).unwrap();
+    assert_eq!((got.get::<_, i64>(0), got.get::<_, Option<String>>(1)), (own, k("x")), "a job made ready by its own transaction");
+    t.commit().unwrap();
+    assert_job_tables_consistent(&mut c);
+}
+
 /// A transaction that adds a key's turn cannot be prepared: its row would become visible at
 /// COMMIT PREPARED, in another session, unseen by the count that keeps the extension's floors
 /// of the turns safe (src/fairness.rs). Nothing of it stays.
