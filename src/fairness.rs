@@ -78,7 +78,9 @@ static TURNS_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_turns_ad
 /// count of jobs made ready. That count is this one: every row made ready, of any queue, counts
 /// one at the note of its key for the floors of checkout (src/floors.rs, `lower`) and again at
 /// its commit. A key with a due job that a pause holds back is not remembered (a resume makes
-/// no row ready).
+/// no row ready). The queue's top due priority (`Turns::top`, two descents a claim) is
+/// remembered under the same count ([`TOP`]) where no job of the queue waits at a higher
+/// priority than the top's, due or not.
 static READY_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_ready_added") };
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -98,6 +100,9 @@ thread_local! {
     /// made ready: (jobq.fairness's oid, queue, priority, key) -> the first run_at still to
     /// come (i64::MAX: none).
     static IDLE: RefCell<(u64, HashMap<IdleId, i64>)> = RefCell::new((0, HashMap::new()));
+    /// The top due priority this backend found (None: no due job), under one count of jobs
+    /// made ready: (jobq.fairness's oid, queue, the lowest priority looked at) -> it.
+    static TOP: RefCell<(u64, HashMap<TopId, Option<i32>>)> = RefCell::new((0, HashMap::new()));
 }
 
 /// A floor of the turns of (jobq.fairness's oid, queue, priority).
@@ -116,6 +121,8 @@ const STUCK: usize = 8;
 
 /// Which key of which queue's turns at which priority ([`IDLE`]).
 type IdleId = (pg_sys::Oid, Vec<u8>, i32, Key);
+/// Which queue's turns from which priority on ([`TOP`]).
+type TopId = (pg_sys::Oid, Vec<u8>, i32);
 
 /// Counts an insert of turns (at the insert, and at its commit).
 pub fn added() {
@@ -461,28 +468,73 @@ impl Turns {
     }
 
     /// The queue's top due priority from `lowest` on, of its jobs with a key and without one
-    /// (jobq._fair_top).
+    /// (jobq._fair_top): remembered ([`TOP`]) where the first job from `lowest` on of each index
+    /// is due, or there is none (then no job to come can be above it).
     unsafe fn top(&self, c: &Claimer, lowest: i32, snapshot: pg_sys::Snapshot) -> Option<i32> {
-        let oid = pg_sys::Oid::from;
-        let l = c.layout();
-        let ready = c.ready();
+        let ready = self.counts.map(|n| n.ready);
+        let id = || ((*self.rel).rd_id, text(self.queue).to_vec(), lowest);
+        if let Some(n) = ready {
+            if let Some(p) = TOP.with(|m| {
+                let m = m.borrow();
+                if m.0 == n { m.1.get(&id()).copied() } else { None }
+            }) {
+                return p;
+            }
+        }
         let mut best: Option<i32> = None;
+        let mut exact = true; // every index's first job is due, or it has none
         for (index, run_at) in [(self.by_queue, 3i16), (self.fair, 4i16)] {
-            let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
-            pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), self.hash);
-            pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4GE), pg_sys::Datum::from(lowest));
-            pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, run_at, pg_sys::BTLessEqualStrategyNumber as u16, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(c.now));
-            scan(ready, index, snapshot, &mut keys, |slot| {
-                let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
-                if !self.ours(ready, l, t) {
-                    return true;
+            let first = self.first(c, index, lowest, None, snapshot);
+            let p = match first {
+                Some((_, at)) if at > c.now => {
+                    exact = false;
+                    self.first(c, index, lowest, Some(run_at), snapshot).map(|(p, _)| p)
                 }
-                let p = attr(t, (*ready).rd_att, l.r_priority as i32).map_or(i32::MAX, |d| d.value() as i32);
+                f => f.map(|(p, _)| p),
+            };
+            if let Some(p) = p {
                 best = Some(best.map_or(p, |b| b.min(p)));
-                false
+            }
+        }
+        if let (true, Some(n)) = (exact, ready) {
+            TOP.with(|m| {
+                let mut m = m.borrow_mut();
+                if m.0 != n || m.1.len() >= 1024 {
+                    *m = (n, HashMap::new());
+                }
+                m.1.insert(id(), best);
             });
         }
         best
+    }
+
+    /// The priority and run_at of this queue's first ready row in `index` (ready_by_queue or
+    /// ready_fair) at `lowest` or after, in the index's order; with `due` (the index's column
+    /// of run_at), its first due one.
+    unsafe fn first(&self, c: &Claimer, index: pg_sys::Relation, lowest: i32, due: Option<i16>, snapshot: pg_sys::Snapshot) -> Option<(i32, i64)> {
+        let oid = pg_sys::Oid::from;
+        let (l, ready) = (c.layout(), c.ready());
+        let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), self.hash);
+        pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4GE), pg_sys::Datum::from(lowest));
+        let n = match due {
+            Some(col) => {
+                pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, col, pg_sys::BTLessEqualStrategyNumber as u16, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(c.now));
+                3
+            }
+            None => 2,
+        };
+        let mut found = None;
+        scan(ready, index, snapshot, &mut keys[..n], |slot| {
+            let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+            if !self.ours(ready, l, t) {
+                return true;
+            }
+            let get = |attno: i16| attr(t, (*ready).rd_att, attno as i32).map(|d| d.value() as i64);
+            found = Some((get(l.r_priority).map_or(i32::MAX, |p| p as i32), get(l.r_run_at).unwrap_or(i64::MIN)));
+            false
+        });
+        found
     }
 
     /// One claim (jobq._fair_claim, READ COMMITTED): at the queue's top due priority where a

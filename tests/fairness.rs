@@ -530,6 +530,26 @@ fn a_key_with_no_due_job_is_served_at_its_place_once_one_is_due() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// A job at a more urgent priority made ready by another session is taken next, though the
+/// checkouts before it found their top priority lower down (the extension's walks remember it
+/// until a row is made ready, src/fairness.rs).
+#[test]
+fn a_job_made_ready_at_a_more_urgent_priority_is_taken_next() {
+    let (cluster, db, mut c) = db();
+    let w = register(&mut c);
+    for key in ["a", "b"] {
+        for _ in 0..3 {
+            c.execute("SELECT jobq_enqueue('q', priority => 5, fairness_key => $1)", &[&key]).unwrap();
+        }
+    }
+    assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("a"));
+    let mut other = cluster.connect(&db);
+    let urgent: i64 = other.query_one("SELECT jobq_enqueue('q', priority => 1, fairness_key => 'c')", &[]).unwrap().get(0);
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((urgent, k("c"))));
+    assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("b"));
+    assert_job_tables_consistent(&mut c);
+}
+
 /// A transaction that adds a key's turn cannot be prepared: its row would become visible at
 /// COMMIT PREPARED, in another session, unseen by the count that keeps the extension's floors
 /// of the turns safe (src/fairness.rs). Nothing of it stays.
