@@ -354,7 +354,7 @@ impl Turns {
         let n = self.counts?.turns;
         let id = self.floor_id(priority);
         let (start, stuck) = FLOORS.with(|f| f.borrow().iter().find(|fl| fl.id == id && fl.added == n).map(|fl| (fl.start, fl.stuck.clone())))?;
-        stuck.iter().all(|k| !self.due(c, k.as_deref(), priority, snapshot)).then_some((start, stuck))
+        stuck.iter().all(|k| self.due(c, k.as_deref(), priority, snapshot).is_none()).then_some((start, stuck))
     }
 
     /// Which floor: of this queue's turns at `priority`.
@@ -424,10 +424,10 @@ impl Turns {
         attr(t, (*ready).rd_att, l.r_queue as i32).is_some_and(|d| text(d) == text(self.queue))
     }
 
-    /// Whether key `key` has a due job at `priority` that no pause holds back (jobq._fair_due):
-    /// no, without a look, where this backend found none since the last row made ready and
-    /// before the first of its jobs to come is due ([`IDLE`]).
-    unsafe fn due(&self, c: &Claimer, key: Option<&[u8]>, priority: i32, snapshot: pg_sys::Snapshot) -> bool {
+    /// The ready row of key `key`'s oldest due job at `priority` that no pause holds back, when
+    /// it has one (jobq._fair_due): none, without a look, where this backend found none since
+    /// the last row made ready and before the first of its jobs to come is due ([`IDLE`]).
+    unsafe fn due(&self, c: &Claimer, key: Option<&[u8]>, priority: i32, snapshot: pg_sys::Snapshot) -> Option<pg_sys::ItemPointerData> {
         let ready = self.counts.map(|n| n.ready);
         let id = || ((*self.rel).rd_id, text(self.queue).to_vec(), priority, key.map(<[u8]>::to_vec));
         if let Some(n) = ready {
@@ -436,11 +436,11 @@ impl Turns {
                 m.0 == n && m.1.get(&id()).is_some_and(|&until| c.now < until)
             });
             if idle {
-                return false;
+                return None;
             }
         }
         let (l, now) = (c.layout(), c.now);
-        let (mut found, mut held, mut until) = (false, false, i64::MAX);
+        let (mut found, mut held, mut until) = (None, false, i64::MAX);
         self.each_due(c.ready(), l, None, key, priority, snapshot, |slot| {
             let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
             let run_at = attr(t, (*c.ready()).rd_att, l.r_run_at as i32).map_or(i64::MIN, |d| d.value() as i64);
@@ -452,10 +452,10 @@ impl Turns {
                 held = true;
                 return true;
             }
-            found = true;
+            found = Some((*slot).tts_tid);
             false
         });
-        if let (false, false, Some(n)) = (found, held, ready) {
+        if let (None, false, Some(n)) = (found, held, ready) {
             IDLE.with(|m| {
                 let mut m = m.borrow_mut();
                 if m.0 != n || m.1.len() >= 4096 {
@@ -465,6 +465,29 @@ impl Turns {
             });
         }
         found
+    }
+
+    /// The claim of the job whose ready row `tid` the look for a due job found first (the
+    /// row a walk of the key's due jobs would try first), without a second descent of the
+    /// index: what it did, when it started the job or found its row changed; None when it
+    /// passed the job (another checkout holds it) or the job has keys (whose claim may leave
+    /// it locked: then the walk of the key's jobs tries it, as it tries every one).
+    unsafe fn take_first(&self, c: &mut Claimer, mut tid: pg_sys::ItemPointerData, snapshot: pg_sys::Snapshot) -> Option<Took> {
+        let ready = c.ready();
+        let slot = pg_sys::table_slot_create(ready, null_mut());
+        let mut took = None;
+        if pg_sys::table_tuple_fetch_row_version(ready, &mut tid, snapshot, slot) {
+            let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+            let keyed = attr(t, (*ready).rd_att, c.layout().r_keyed).is_some_and(|d| d.value() != 0);
+            if !keyed {
+                took = match c.try_row(slot, snapshot) {
+                    Took::Passed => None,
+                    t => Some(t),
+                };
+            }
+        }
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        took
     }
 
     /// The queue's top due priority from `lowest` on, of its jobs with a key and without one
@@ -586,15 +609,17 @@ impl Turns {
                 // by the lock below, or by the look at the held keys after the walk); a key with
                 // no due job, before its row is locked (the pass drops the row of a key with no
                 // waiting job, and passes over a row a checkout holds).
+                let mut first = None; // the key's oldest due job's ready row
                 let step = if skipped(skip, &key) || held.contains(&key) {
                     Some(false)
                 } else if locked_by_another(row) {
                     held.push(key.clone());
                     Some(false)
-                } else if !self.due(c, key.as_deref(), p, snapshot) {
-                    Some(true)
-                } else {
+                } else if let Some(tid) = self.due(c, key.as_deref(), p, snapshot) {
+                    first = Some(tid);
                     None
+                } else {
+                    Some(true)
                 };
                 if new_start.is_none() {
                     if step == Some(true) && stuck.len() < STUCK && !stuck.contains(&key) {
@@ -607,7 +632,7 @@ impl Turns {
                     return Step::Pass;
                 }
                 match lock(self.rel, (*row).t_self, cid) {
-                    pg_sys::TM_Result::TM_Ok => match try_key(c, key.as_deref(), p) {
+                    pg_sys::TM_Result::TM_Ok => match first.and_then(|tid| self.take_first(c, tid, snapshot)).or_else(|| try_key(c, key.as_deref(), p)) {
                         None => Step::Pass,
                         Some(Took::Passed) => {
                             skip.push((p, key)); // none can start: it yields its turn
