@@ -1044,6 +1044,7 @@ DECLARE
     v_hidden  boolean;   -- the key's holder is not the caller's to know (src/sql/grants.sql)
     v_ready   tid;
     v_ready_queue text;
+    v_ready_key   text;
     v_ok      boolean;
 BEGIN
     IF queue IS NULL OR payload IS NULL OR priority IS NULL OR max_attempts IS NULL
@@ -1113,9 +1114,12 @@ BEGIN
                 IF v_ready IS NOT NULL THEN
                     UPDATE jobq.ready r SET priority = _enqueue.priority, run_at = v_run_at
                      WHERE r.ctid = v_ready
-                    RETURNING r.queue INTO v_ready_queue;  -- the holder's queue, maybe not this one
+                    RETURNING r.queue, r.fairness_key INTO v_ready_queue, v_ready_key;  -- the holder's, maybe not this one's
                     PERFORM jobq._lower_floor('jobq.ready'::regclass, v_ready_queue, _enqueue.priority,
                                               v_run_at, v_holder.job_id);
+                    IF v_ready_key IS NOT NULL THEN  -- its key's turns at its new priority
+                        PERFORM jobq._fair_keys(v_ready_queue, _enqueue.priority, ARRAY[v_ready_key]);
+                    END IF;
                     UPDATE jobq.live_jobs j
                        SET payload = _enqueue.payload, priority = _enqueue.priority, run_at = v_run_at
                      WHERE j.id = v_holder.job_id;

@@ -550,6 +550,27 @@ fn a_job_made_ready_at_a_more_urgent_priority_is_taken_next() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// A waiting job replaced by a later enqueue of its unique key (`on_conflict => 'replace'`)
+/// at another priority keeps its key's turns there.
+#[test]
+fn a_job_replaced_at_another_priority_keeps_its_keys_turns() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let replaced: i64 = c
+        .query_one("SELECT jobq_enqueue('q', unique_key => 'u', fairness_key => 'a')", &[])
+        .unwrap()
+        .get(0);
+    c.execute("SELECT jobq_enqueue('q', priority => 5, fairness_key => 'b')", &[]).unwrap();
+    let again: i64 = c
+        .query_one("SELECT jobq_enqueue('q', priority => 5, unique_key => 'u', on_conflict => 'replace', fairness_key => 'a')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(again, replaced);
+    let taken: BTreeSet<i64> = (0..2).filter_map(|_| take(&mut c, w, Some(&["q"]))).map(|(id, _)| id).collect();
+    assert!(taken.contains(&replaced), "{taken:?}");
+    assert_job_tables_consistent(&mut c);
+}
+
 /// A transaction that adds a key's turn cannot be prepared: its row would become visible at
 /// COMMIT PREPARED, in another session, unseen by the count that keeps the extension's floors
 /// of the turns safe (src/fairness.rs). Nothing of it stays.
