@@ -75,12 +75,14 @@ static TURNS_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_turns_ad
 /// with none: the queue's key of the jobs without one, and keys whose last job was taken, whose
 /// rows keep their place until the pass drops them. So each backend remembers which keys had
 /// none ([`IDLE`]), until when (the run_at of their first job not yet due), and under which
-/// count of jobs made ready. That count is this one: every row made ready, of any queue, counts
-/// one at the note of its key for the floors of checkout (src/floors.rs, `lower`) and again at
-/// its commit. A key with a due job that a pause holds back is not remembered (a resume makes
-/// no row ready). The queue's top due priority (`Turns::top`, two descents a claim) is
-/// remembered under the same count ([`TOP`]) where no job of the queue waits at a higher
-/// priority than the top's, due or not.
+/// count of jobs made ready. That count is this one: every row made ready, of any queue of any
+/// database of the cluster, counts one at the note of its key for the floors of checkout
+/// (src/floors.rs, `lower`) and again at its commit. A key with a due job that a pause holds
+/// back is not remembered (a resume makes no row ready). The queue's top due priority
+/// (`Turns::top`, two descents a claim) is remembered under the same count ([`TOP`]) where no
+/// job of the queue waits at a higher priority than the top's, due or not. What a backend
+/// remembers may come from its own transaction's claims and moves, which no count undoes: it
+/// is forgotten at any abort ([`forget`]).
 static READY_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_ready_added") };
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -129,6 +131,16 @@ pub fn added() {
     if ENABLED.load(Ordering::Relaxed) {
         TURNS_ADDED.get().fetch_add(1, Ordering::AcqRel);
     }
+}
+
+/// Forgets this backend's floors of the turns and what it remembered of idle keys and top
+/// priorities, at the abort of a transaction or subtransaction, and at PREPARE (src/xact.rs):
+/// they may come from its own claims and moves, which the rollback undoes, and no count
+/// moves then.
+pub fn forget() {
+    FLOORS.with(|f| f.try_borrow_mut().map(|mut f| f.clear()).ok());
+    IDLE.with(|m| m.try_borrow_mut().map(|mut m| m.1.clear()).ok());
+    TOP.with(|m| m.try_borrow_mut().map(|mut m| m.1.clear()).ok());
 }
 
 /// Counts a row made ready (at the note of its key for the floors, and at its commit).
@@ -365,6 +377,7 @@ impl Turns {
     /// Keeps this backend's floor of the queue at `priority`.
     unsafe fn keep_floor(&self, priority: i32, start: i64, stuck: Vec<Key>) {
         let Some(n) = self.counts.map(|c| c.turns) else { return };
+        crate::xact::watch(); // forgotten at an abort
         let id = self.floor_id(priority);
         FLOORS.with(|f| {
             let mut f = f.borrow_mut();
@@ -456,6 +469,7 @@ impl Turns {
             false
         });
         if let (None, false, Some(n)) = (found, held, ready) {
+            crate::xact::watch(); // forgotten at an abort
             IDLE.with(|m| {
                 let mut m = m.borrow_mut();
                 if m.0 != n || m.1.len() >= 4096 {
@@ -520,6 +534,7 @@ impl Turns {
             }
         }
         if let (true, Some(n)) = (exact, ready) {
+            crate::xact::watch(); // forgotten at an abort
             TOP.with(|m| {
                 let mut m = m.borrow_mut();
                 if m.0 != n || m.1.len() >= 1024 {

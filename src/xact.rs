@@ -8,8 +8,9 @@
 //! rung later in the commit, once its locks are released (a resource-release callback): a
 //! checkout woken before could meet a lock the committer still holds (a rate limit change's
 //! key lock, src/sql/rate_limits.sql), pass the job over and sleep again with nothing left to
-//! wake it. The counters alone follow subtransactions too (a subtransaction callback): a
-//! count must not survive the rollback of what it counted.
+//! wake it. The counters follow subtransactions too (a subtransaction callback): a count must
+//! not survive the rollback of what it counted; and what the fair checkout's walks remember
+//! (src/fairness.rs) is forgotten at any abort.
 use crate::{bgworker, counters, fairness, floors, waits, wakes};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -72,6 +73,9 @@ unsafe extern "C-unwind" fn at_end_of_subtransaction(
     if counters::PENDING.with(Notes::any) {
         counters::at_subxact_end(committed, sub, parent);
     }
+    if !committed {
+        fairness::forget();
+    }
 }
 
 /// The last phase of a top-level commit's resource release, its locks released: the waiting
@@ -109,6 +113,7 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             }
         }
         pg_sys::XactEvent::XACT_EVENT_PREPARE => {
+            fairness::forget(); // its claims may yet be rolled back, in another session
             waits::leave();
             counters::at_commit(counters::PENDING.with(Notes::take));
         }
@@ -140,6 +145,7 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
             }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT => {
+            fairness::forget();
             fairness::ADDED.with(Notes::take);
             waits::PENDING.with(Notes::take);
             waits::leave();

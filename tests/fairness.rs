@@ -571,6 +571,75 @@ fn a_job_replaced_at_another_priority_keeps_its_keys_turns() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// What a checkout's walks remember (src/fairness.rs) may come from its own transaction's
+/// claims and moves: a rollback, of the transaction or to a savepoint, gives the jobs back, and
+/// the next checkout of the same session takes them.
+#[test]
+fn jobs_given_back_by_a_rollback_are_taken_by_the_next_checkout() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let checkout_3 = format!("SELECT * FROM jobq_checkout('{w}', ARRAY['q'], 3)");
+    enqueue(&mut c, "q", Some("x"), 1);
+    enqueue(&mut c, "q", Some("a"), 1);
+    // Three jobs asked for: the third claim finds x and a with nothing due.
+    c.batch_execute(&format!("BEGIN; {checkout_3}; ROLLBACK")).unwrap();
+    assert!(take(&mut c, w, Some(&["q"])).is_some(), "after a rollback");
+    c.batch_execute(&format!("BEGIN; SAVEPOINT s; {checkout_3}; ROLLBACK TO SAVEPOINT s")).unwrap();
+    let got = c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'])", &[&w]).unwrap();
+    assert_eq!(got.len(), 1, "after a rollback to a savepoint");
+    c.batch_execute("COMMIT").unwrap();
+    // A job moved to another priority by a replace and taken there, then both rolled back:
+    // it waits at its first priority again.
+    let job: i64 = c.query_one("SELECT jobq_enqueue('q', unique_key => 'u', fairness_key => 'x')", &[]).unwrap().get(0);
+    c.batch_execute(&format!(
+        "BEGIN; SELECT jobq_enqueue('q', priority => 5, unique_key => 'u', on_conflict => 'replace', fairness_key => 'x');
+         {checkout_3}; ROLLBACK"
+    ))
+    .unwrap();
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((job, k("x"))), "after a replace rolled back");
+    assert_job_tables_consistent(&mut c);
+}
+
+/// A more urgent job that comes due (not made ready: scheduled) is taken before the next job
+/// of the less urgent priority the checkouts were serving.
+#[test]
+fn a_more_urgent_job_that_comes_due_is_taken_next() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    enqueue_at(&mut c, 5, "a", None);
+    enqueue_at(&mut c, 5, "a", None);
+    let soon = enqueue_at(&mut c, 1, "b", Some("1 second"));
+    assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("a"));
+    wait_until("b's job is due", std::time::Duration::from_secs(10), || {
+        c.query_one("SELECT clock_timestamp() > run_at FROM jobq.jobs WHERE id = $1", &[&soon]).unwrap().get(0)
+    });
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((soon, k("b"))));
+}
+
+fn enqueue_at(c: &mut Client, priority: i32, key: &str, after: Option<&str>) -> i64 {
+    c.query_one(
+        "SELECT jobq_enqueue('q', priority => $1, fairness_key => $2, run_at => now() + coalesce($3::text, '0 s')::interval)",
+        &[&priority, &key, &after],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// The job a key's test for a due job found first, held by another transaction, is passed over:
+/// the key's next due job is taken in its turn.
+#[test]
+fn a_keys_first_job_held_elsewhere_leaves_its_turn_to_the_keys_next_job() {
+    let (cluster, db, mut c) = db();
+    let w = register(&mut c);
+    let a = enqueue(&mut c, "q", Some("a"), 2);
+    enqueue(&mut c, "q", Some("b"), 1);
+    let mut other = cluster.connect(&db);
+    let mut t = other.transaction().unwrap();
+    t.execute("SELECT 1 FROM jobq.ready WHERE id = $1 FOR UPDATE", &[&a[0]]).unwrap();
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((a[1], k("a"))));
+    t.rollback().unwrap();
+}
+
 /// A transaction that adds a key's turn cannot be prepared: its row would become visible at
 /// COMMIT PREPARED, in another session, unseen by the count that keeps the extension's floors
 /// of the turns safe (src/fairness.rs). Nothing of it stays.
