@@ -8,6 +8,7 @@ use crate::xact::Notes;
 use pgrx::{pg_shmem_init, PgAtomic};
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::rows::{attr, column, sql_fn, text, tupdesc_attr, IndexEntries};
 use crate::written::{look, note, Table};
@@ -101,15 +102,15 @@ thread_local! {
     /// The keys this backend found with no due job ([`READY_ADDED`]), under one count of jobs
     /// made ready: (jobq.fairness's oid, queue, priority, key) -> the first run_at still to
     /// come (i64::MAX: none).
-    static IDLE: RefCell<(u64, HashMap<IdleId, i64>)> = RefCell::new((0, HashMap::new()));
+    static IDLE: RefCell<Memo<IdleId, i64>> = RefCell::new(Memo::new(4096));
     /// The top due priority this backend found (None: no due job), under one count of jobs
     /// made ready: (jobq.fairness's oid, queue, the lowest priority looked at) -> it.
-    static TOP: RefCell<(u64, HashMap<TopId, Option<i32>>)> = RefCell::new((0, HashMap::new()));
+    static TOP: RefCell<Memo<TopId, Option<i32>>> = RefCell::new(Memo::new(1024));
 }
 
 /// A floor of the turns of (jobq.fairness's oid, queue, priority).
 struct Floor {
-    id: (pg_sys::Oid, Vec<u8>, i32),
+    id: TopId,
     /// The count of inserts of turns it was found under.
     added: u64,
     /// The `served` a walk starts at.
@@ -121,10 +122,41 @@ struct Floor {
 /// The most keys with no due job a floor passes: beyond them, walks pass the rest.
 const STUCK: usize = 8;
 
-/// Which key of which queue's turns at which priority ([`IDLE`]).
-type IdleId = (pg_sys::Oid, Vec<u8>, i32, Key);
-/// Which queue's turns from which priority on ([`TOP`]).
+/// Which queue's turns (jobq.fairness's oid, queue) at or from which priority: a floor's
+/// ([`FLOORS`]) and a top priority's ([`TOP`]).
 type TopId = (pg_sys::Oid, Vec<u8>, i32);
+/// Which key of which queue's turns at which priority ([`IDLE`]).
+type IdleId = (TopId, Key);
+
+/// What a backend remembers under one count of rows made ready ([`READY_ADDED`]): all of it
+/// forgotten when the count has moved, when it holds `cap` entries, and at an abort
+/// ([`forget`]).
+struct Memo<K, V> {
+    count: u64,
+    cap: usize,
+    map: HashMap<K, V>,
+}
+
+impl<K: Eq + Hash, V: Copy> Memo<K, V> {
+    fn new(cap: usize) -> Self {
+        Memo { count: 0, cap, map: HashMap::new() }
+    }
+
+    /// What was remembered of `k` under count `n`.
+    fn get(&self, n: u64, k: &K) -> Option<V> {
+        if self.count == n { self.map.get(k).copied() } else { None }
+    }
+
+    /// Remembers `v` of `k` under count `n`.
+    fn put(&mut self, n: u64, k: K, v: V) {
+        crate::xact::watch(); // forgotten at an abort
+        if self.count != n || self.map.len() >= self.cap {
+            self.count = n;
+            self.map.clear();
+        }
+        self.map.insert(k, v);
+    }
+}
 
 /// Counts an insert of turns (at the insert, and at its commit).
 pub fn added() {
@@ -139,8 +171,8 @@ pub fn added() {
 /// moves then.
 pub fn forget() {
     FLOORS.with(|f| f.try_borrow_mut().map(|mut f| f.clear()).ok());
-    IDLE.with(|m| m.try_borrow_mut().map(|mut m| m.1.clear()).ok());
-    TOP.with(|m| m.try_borrow_mut().map(|mut m| m.1.clear()).ok());
+    IDLE.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
+    TOP.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
 }
 
 /// Counts a row made ready (at the note of its key for the floors, and at its commit).
@@ -369,8 +401,8 @@ impl Turns {
         stuck.iter().all(|k| self.due(c, k.as_deref(), priority, snapshot).is_none()).then_some((start, stuck))
     }
 
-    /// Which floor: of this queue's turns at `priority`.
-    unsafe fn floor_id(&self, priority: i32) -> (pg_sys::Oid, Vec<u8>, i32) {
+    /// Which floor: of this queue's turns at `priority` (and which top priority, from it on).
+    unsafe fn floor_id(&self, priority: i32) -> TopId {
         ((*self.rel).rd_id, text(self.queue).to_vec(), priority)
     }
 
@@ -442,15 +474,9 @@ impl Turns {
     /// the last row made ready and before the first of its jobs to come is due ([`IDLE`]).
     unsafe fn due(&self, c: &Claimer, key: Option<&[u8]>, priority: i32, snapshot: pg_sys::Snapshot) -> Option<pg_sys::ItemPointerData> {
         let ready = self.counts.map(|n| n.ready);
-        let id = || ((*self.rel).rd_id, text(self.queue).to_vec(), priority, key.map(<[u8]>::to_vec));
-        if let Some(n) = ready {
-            let idle = IDLE.with(|m| {
-                let m = m.borrow();
-                m.0 == n && m.1.get(&id()).is_some_and(|&until| c.now < until)
-            });
-            if idle {
-                return None;
-            }
+        let id = || (self.floor_id(priority), key.map(<[u8]>::to_vec));
+        if ready.is_some_and(|n| IDLE.with(|m| m.borrow().get(n, &id()).is_some_and(|until| c.now < until))) {
+            return None;
         }
         let (l, now) = (c.layout(), c.now);
         let (mut found, mut held, mut until) = (None, false, i64::MAX);
@@ -469,14 +495,7 @@ impl Turns {
             false
         });
         if let (None, false, Some(n)) = (found, held, ready) {
-            crate::xact::watch(); // forgotten at an abort
-            IDLE.with(|m| {
-                let mut m = m.borrow_mut();
-                if m.0 != n || m.1.len() >= 4096 {
-                    *m = (n, HashMap::new());
-                }
-                m.1.insert(id(), until);
-            });
+            IDLE.with(|m| m.borrow_mut().put(n, id(), until));
         }
         found
     }
@@ -509,14 +528,8 @@ impl Turns {
     /// is due, or there is none (then no job to come can be above it).
     unsafe fn top(&self, c: &Claimer, lowest: i32, snapshot: pg_sys::Snapshot) -> Option<i32> {
         let ready = self.counts.map(|n| n.ready);
-        let id = || ((*self.rel).rd_id, text(self.queue).to_vec(), lowest);
-        if let Some(n) = ready {
-            if let Some(p) = TOP.with(|m| {
-                let m = m.borrow();
-                if m.0 == n { m.1.get(&id()).copied() } else { None }
-            }) {
-                return p;
-            }
+        if let Some(p) = ready.and_then(|n| TOP.with(|m| m.borrow().get(n, &self.floor_id(lowest)))) {
+            return p;
         }
         let mut best: Option<i32> = None;
         let mut exact = true; // every index's first job is due, or it has none
@@ -534,14 +547,7 @@ impl Turns {
             }
         }
         if let (true, Some(n)) = (exact, ready) {
-            crate::xact::watch(); // forgotten at an abort
-            TOP.with(|m| {
-                let mut m = m.borrow_mut();
-                if m.0 != n || m.1.len() >= 1024 {
-                    *m = (n, HashMap::new());
-                }
-                m.1.insert(id(), best);
-            });
+            TOP.with(|m| m.borrow_mut().put(n, self.floor_id(lowest), best));
         }
         best
     }
