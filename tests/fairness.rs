@@ -42,6 +42,13 @@ fn hold_key_one(c: &mut Client, w: Uuid) -> i64 {
     take(c, w, Some(&["other"])).expect("the holder of key 'one' is checked out").0
 }
 
+/// Waits until scheduled job `job` is due.
+fn wait_due(c: &mut Client, job: i64) {
+    wait_until(&format!("job {job} is due"), std::time::Duration::from_secs(10), || {
+        c.query_one("SELECT clock_timestamp() > run_at FROM jobq.jobs WHERE id = $1", &[&job]).unwrap().get(0)
+    });
+}
+
 fn k(s: &str) -> Option<String> {
     Some(s.to_string())
 }
@@ -514,9 +521,7 @@ fn a_key_with_no_due_job_is_served_at_its_place_once_one_is_due() {
         .unwrap()
         .get(0);
     assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("b"), "x has nothing due yet");
-    wait_until("x's job is due", std::time::Duration::from_secs(10), || {
-        other.query_one("SELECT clock_timestamp() > run_at FROM jobq.jobs WHERE id = $1", &[&soon]).unwrap().get(0)
-    });
+    wait_due(&mut other, soon);
     assert_eq!(take(&mut c, w, Some(&["q"])), Some((soon, k("x"))), "a scheduled job come due");
     // c, a and b go round; x is first again. Its job made ready by the checkout's transaction.
     let round: Vec<Option<String>> = (0..3).map(|_| take(&mut c, w, Some(&["q"])).unwrap().1).collect();
@@ -539,7 +544,7 @@ fn a_job_made_ready_at_a_more_urgent_priority_is_taken_next() {
     let w = register(&mut c);
     for key in ["a", "b"] {
         for _ in 0..3 {
-            c.execute("SELECT jobq_enqueue('q', priority => 5, fairness_key => $1)", &[&key]).unwrap();
+            enqueue_at(&mut c, 5, key, None);
         }
     }
     assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("a"));
@@ -610,9 +615,7 @@ fn a_more_urgent_job_that_comes_due_is_taken_next() {
     enqueue_at(&mut c, 5, "a", None);
     let soon = enqueue_at(&mut c, 1, "b", Some("1 second"));
     assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("a"));
-    wait_until("b's job is due", std::time::Duration::from_secs(10), || {
-        c.query_one("SELECT clock_timestamp() > run_at FROM jobq.jobs WHERE id = $1", &[&soon]).unwrap().get(0)
-    });
+    wait_due(&mut c, soon);
     assert_eq!(take(&mut c, w, Some(&["q"])), Some((soon, k("b"))));
 }
 
