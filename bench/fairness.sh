@@ -11,7 +11,11 @@
 # the start of the run (p50, p99, max over those served, and how many were served); and how
 # long the new tenants' jobs waited from enqueue to checkout (and how many were still waiting
 # at the end, behind the backlog).
-#   bench/fairness.sh [SECONDS (default 30)]
+# Each run starts from a checkpoint: a backlog's WAL (about half a GB) would otherwise start one
+# during the run after it, writing tens of thousands of buffers under one run and not the other.
+# RUNS pairs of runs (plain then fair, each on a fresh backlog) are made, the table shows every
+# run, and fair / plain is the ratio of the two medians.
+#   bench/fairness.sh [SECONDS (default 30)] [RUNS (default 3)]
 # Output: bench/results/fairness.md. With FAIRNESS_PROFILE=1, the same runs with pg_stat_statements
 # (track = all; it slows them) and where a fair checkout's time goes, the statements it runs that
 # took the most of it, to bench/results/fairness-profile.md instead. BENCH_CONF (bench/lib.sh)
@@ -19,10 +23,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_RUN=${1:-30}
+RUNS=${2:-3}
 . bench/lib.sh
 . bench/systems/jobq.sh
 PROFILE=${FAIRNESS_PROFILE:-0}
-CMD="bench/fairness.sh $SECONDS_RUN"
+CMD="bench/fairness.sh $SECONDS_RUN $RUNS"
 [ -n "${BENCH_CONF:-}" ] && CMD="BENCH_CONF=\"$BENCH_CONF\" $CMD"
 OUT=bench/results/fairness.md
 if [ "$PROFILE" = 1 ]; then
@@ -44,6 +49,7 @@ SELECT count(*) FROM jobq_enqueue_batch('bench', array_fill('{"t": 0}'::jsonb, A
 SELECT count(*) FROM generate_series(1, 999) t,
        LATERAL jobq_enqueue_batch('bench', array_fill(jsonb_build_object('t', t), ARRAY[100]), fairness_key => $small);
 VACUUM ANALYZE;
+CHECKPOINT;
 SQL
   local probe
   probe=$(mktemp)
@@ -111,25 +117,34 @@ SQL
   fi
 }
 
-plain=$(run plain)
-fair=$(run fair)
-ratio_=$(ratio "$(echo "$fair" | awk -F'|' '{print $3}' | tr -d ' ')" "$(echo "$plain" | awk -F'|' '{print $3}' | tr -d ' ')")
+rows=() plains=() fairs=()
+for i in $(seq 1 "$RUNS"); do
+  for mode in plain fair; do
+    row=$(run $mode)
+    rows+=("${row/| $mode |/| $mode $i |}")
+    rate=$(echo "$row" | awk -F'|' '{print $3}' | tr -d ' ')
+    if [ "$mode" = plain ]; then plains+=("$rate"); else fairs+=("$rate"); fi
+  done
+done
+plain_median=$(echo "${plains[*]}" | median)
+fair_median=$(echo "${fairs[*]}" | median)
+ratio_=$(ratio "$fair_median" "$plain_median")
 {
   echo "# Fair checkout under a tenant's backlog"
   echo
   echo "\`$CMD\`, $(date -u +%F), $(machine), $(jobq_version). A backlog of 1,000,000 jobs"
   echo "(900,000 of one tenant enqueued first, then 100 for each of 999 others); 16 clients check out and"
   echo "complete for $SECONDS_RUN s while one more enqueues a job for a new tenant 20 times a second."
+  echo "$RUNS runs of each, plain then fair, each on a fresh backlog and from a checkpoint."
   echo "Small tenants: each one's wait for its first job, from the start of the run, in ms (p50, p99, max"
   echo "over those served), and how many were served. New tenants: each job's wait from enqueue to"
   echo "checkout, in ms (p50 / p99 / max over those served), and how many were still waiting at the end."
   echo
   echo "| run | jobs/s (16 clients) | small p50 | small p99 | small max | small served | new tenants' wait | new still waiting |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-  echo "$plain"
-  echo "$fair"
+  printf '%s\n' "${rows[@]}"
   echo
-  echo "fair / plain: $ratio_"
+  echo "fair / plain: $ratio_ (medians: fair $fair_median, plain $plain_median jobs/s; each pair: $(for i in $(seq 0 $((RUNS - 1))); do printf '%s ' "$(ratio "${fairs[$i]}" "${plains[$i]}")"; done | sed 's/ $//; s/ /, /g'))"
 } >"$OUT"
 if [ "$PROFILE" = 1 ]; then
   {
