@@ -32,16 +32,16 @@ CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key, priority);
 ALTER TABLE jobq.fairness ALTER COLUMN queue SET (n_distinct = 1000);
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
-CREATE FUNCTION jobq._note_fairness() RETURNS void
-STRICT VOLATILE PARALLEL UNSAFE
+CREATE FUNCTION jobq._note_fairness(low bigint) RETURNS void
+VOLATILE PARALLEL UNSAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'note_fairness_wrapper';
 CREATE FUNCTION jobq._fairness_written() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
-    PERFORM jobq._note_fairness();
+    PERFORM jobq._note_fairness((SELECT min(a.served) FROM added a WHERE a.priority IS NOT NULL));
     RETURN NULL;
 END $$;
-CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness
+CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION jobq._fairness_written();
 ALTER TABLE jobq.fairness ENABLE ALWAYS TRIGGER fairness_written;
 
@@ -2416,7 +2416,7 @@ REVOKE ALL ON FUNCTION jobq._limits(text), jobq._limits_of(oid, text), jobq._out
 GRANT EXECUTE ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint) TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) TO jobq_admin;
 REVOKE ALL ON FUNCTION jobq._fair_keys(text, integer, text[]), jobq_set_fairness_weight(text, text, integer),
-    jobq._note_fairness(), jobq._fairness_written(),
+    jobq._note_fairness(bigint), jobq._fairness_written(),
     jobq._fair_claim(uuid, text, timestamptz, boolean, boolean, text[]),
     jobq._fair_top(integer, text, integer, timestamptz), jobq._fair_skip_entry(integer, text, text),
     jobq._fair_due(integer, text, text, integer, timestamptz, boolean), jobq._paused(text, text),

@@ -5,7 +5,7 @@
 //! one does). A database that never wrote a turn skips the table (src/written.rs).
 use crate::checkout::{lock, Claimer, Layout, Took};
 use crate::xact::Notes;
-use pgrx::{pg_shmem_init, PgAtomic};
+use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic, PgLwLock};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -44,14 +44,21 @@ pub mod jobq {
 
     /// Notes that this database's jobq.fairness has rows (called by the trigger
     /// `fairness_written`, src/sql/fairness.sql, after each statement that inserts some, before
-    /// they commit).
+    /// they commit), the lowest `served` of the statement's rows that take turns (`low`; NULL:
+    /// none, only rows that keep a weight).
     #[pg_extern(volatile, name = "_note_fairness")]
-    pub fn note_fairness() {
+    pub fn note_fairness(low: Option<i64>) {
         note(crate::my_db(), Table::Fairness, true);
         // The walks' floors (below) must not pass the new rows: now for this transaction's own
         // walks, and again at its commit (src/xact.rs) for everyone's.
-        ADDED.with(|a| a.update(|v| if v.is_empty() { v.push(()) }));
-        added();
+        let low = low.unwrap_or(i64::MAX);
+        ADDED.with(|a| {
+            a.update(|v| match v.first_mut() {
+                Some(m) => *m = (*m).min(low),
+                None => v.push(low),
+            })
+        });
+        added(low);
     }
 }
 
@@ -65,12 +72,26 @@ pub mod jobq {
 /// a new value, and a row a claim moves is seen at its old value until that claim commits), so
 /// no row that a walk could meet sorts before the first one a walk saw, except a row inserted
 /// since (a new key's, `jobq._fair_keys`), whose `served` was drawn when it was inserted. Every
-/// such insert counts one in shared memory at the insert and again at its commit; a floor is
-/// kept with the count read before the snapshot of the walk that found it, and is forgotten
-/// when the count has moved. Without the preload there is no count, and every walk starts at
-/// the front. (A key with no due job keeps its place, and the floors with it, until its jobs
-/// come due or the pass drops the row of a key with none waiting.)
+/// such insert counts one in shared memory at the insert and again at its commit, with the
+/// lowest `served` it inserted ([`ADDS`]); a floor is kept with the count read before the
+/// snapshot of the walk that found it, and is forgotten when an insert counted since may sort
+/// before it: one whose lowest `served` is below the floor's, or one no longer in [`ADDS`]. A
+/// new key's row is inserted at the back, so the floors outlive the enqueues of new keys (20 a
+/// second in bench/fairness.sh; forgotten at each, the walks from the front read 27 to 39
+/// buffers of fairness_by_turn a job, against 5). Without the preload there is no count, and
+/// every walk starts at the front. (A key with no due job keeps its place, and the floors with
+/// it, until its jobs come due or the pass drops the row of a key with none waiting.)
 static TURNS_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_turns_added") };
+/// The last [`ADDS_KEPT`] inserts of turns: each one's count (after it) and the lowest `served`
+/// it inserted (i64::MAX: none that take turns), at that count modulo [`ADDS_KEPT`]. Written
+/// with the count under the lock, so that a reader of a count sees its entry.
+static ADDS: PgLwLock<Adds> = unsafe { PgLwLock::new(c"jobq_turns_adds") };
+const ADDS_KEPT: usize = 64;
+#[derive(Clone, Copy)]
+pub struct Adds {
+    at: [(u64, i64); ADDS_KEPT],
+}
+unsafe impl PGRXSharedMemory for Adds {}
 /// Whether a key has a due job is one descent of ready_fair (ready_by_queue for the jobs
 /// without a key). Measured at 16 clients, a walk made about nine of them a claim for keys
 /// with none: the queue's key of the jobs without one, and keys whose last job was taken, whose
@@ -90,13 +111,15 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Called from _PG_init while preloading.
 pub fn init() {
     pg_shmem_init!(TURNS_ADDED);
+    pg_shmem_init!(ADDS = Adds { at: [(0, i64::MIN); ADDS_KEPT] });
     pg_shmem_init!(READY_ADDED);
     ENABLED.store(true, Ordering::Relaxed);
 }
 
 thread_local! {
-    /// Whether this transaction inserted a row of jobq.fairness (counted again at its commit).
-    pub static ADDED: Notes<()> = const { Notes::new() };
+    /// Whether this transaction inserted a row of jobq.fairness (counted again at its commit):
+    /// the lowest `served` it inserted.
+    pub static ADDED: Notes<i64> = const { Notes::new() };
     /// This backend's floors.
     static FLOORS: RefCell<Vec<Floor>> = const { RefCell::new(Vec::new()) };
     /// The keys this backend found with no due job ([`READY_ADDED`]), under one count of jobs
@@ -158,11 +181,26 @@ impl<K: Eq + Hash, V: Copy> Memo<K, V> {
     }
 }
 
-/// Counts an insert of turns (at the insert, and at its commit).
-pub fn added() {
+/// Counts an insert of turns (at the insert, and at its commit) whose lowest `served` is `low`.
+pub fn added(low: i64) {
     if ENABLED.load(Ordering::Relaxed) {
-        TURNS_ADDED.get().fetch_add(1, Ordering::AcqRel);
+        let mut adds = ADDS.exclusive();
+        let n = TURNS_ADDED.get().fetch_add(1, Ordering::AcqRel) + 1;
+        adds.at[n as usize % ADDS_KEPT] = (n, low);
     }
+}
+
+/// Whether every insert of turns counted after count `from`, up to `to`, inserted rows at or
+/// after `served` `start` only (a walk from `start` meets them).
+fn added_after(from: u64, to: u64, start: i64) -> bool {
+    if to < from || to - from > ADDS_KEPT as u64 {
+        return false;
+    }
+    let adds = ADDS.share();
+    (from + 1..=to).all(|m| {
+        let (count, low) = adds.at[m as usize % ADDS_KEPT];
+        count == m && low >= start
+    })
 }
 
 /// Forgets this backend's floors of the turns and what it remembered of idle keys and top
@@ -334,13 +372,13 @@ impl Turns {
             served: c[4],
             taken: c[5],
         };
-        // Whether the queue has a row. Yes, where this backend keeps a floor of it found since
-        // the last insert of turns (a row deleted since leaves a queue whose walks find no
+        // Whether the queue has a row. Yes, where this backend keeps a floor of it that the
+        // inserts of turns since have kept (a row deleted since leaves a queue whose walks find no
         // turns, which serve its jobs in claim order: what the plain walk does). Otherwise one
         // descent of fairness_by_key (whose front holds the old entries of one key's moves, not
         // those of every key's, as fairness_by_turn's does).
         let name = text(queue);
-        if counts.is_some_and(|n| FLOORS.with(|f| f.borrow().iter().any(|fl| fl.id.0 == ids[0] && fl.id.1 == name && fl.added == n.turns))) {
+        if counts.is_some_and(|n| FLOORS.with(|f| f.borrow().iter().any(|fl| fl.id.0 == ids[0] && fl.id.1 == name && (fl.added == n.turns || added_after(fl.added, n.turns, fl.start))))) {
             pg_sys::index_close(by_key, pg_sys::NoLock as i32);
             return Some(Some(t));
         }
@@ -397,7 +435,17 @@ impl Turns {
     unsafe fn floor(&self, c: &Claimer, priority: i32, snapshot: pg_sys::Snapshot) -> Option<(i64, Vec<Key>)> {
         let n = self.counts?.turns;
         let id = self.floor_id(priority);
-        let (start, stuck) = FLOORS.with(|f| f.borrow().iter().find(|fl| fl.id == id && fl.added == n).map(|fl| (fl.start, fl.stuck.clone())))?;
+        let (start, stuck) = FLOORS.with(|f| {
+            let mut f = f.borrow_mut();
+            let fl = f.iter_mut().find(|fl| fl.id == id)?;
+            if fl.added != n {
+                if !added_after(fl.added, n, fl.start) {
+                    return None;
+                }
+                fl.added = n; // the inserts since all sort after it
+            }
+            Some((fl.start, fl.stuck.clone()))
+        })?;
         stuck.iter().all(|k| self.due(c, k.as_deref(), priority, snapshot).is_none()).then_some((start, stuck))
     }
 

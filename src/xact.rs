@@ -140,8 +140,8 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
                 counters::at_commit(counters::PENDING.with(Notes::take));
             }
             if fairness::ADDED.with(Notes::any) {
-                fairness::ADDED.with(Notes::take);
-                fairness::added();
+                let low = fairness::ADDED.with(Notes::take).into_iter().min();
+                fairness::added(low.unwrap_or(i64::MAX));
             }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT => {

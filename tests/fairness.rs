@@ -493,6 +493,23 @@ fn a_key_added_while_the_turns_go_round_is_served_at_its_place() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// A key whose first job is enqueued while the turns go round joins them at the back, after
+/// every key already there, and takes its turn once a round: its row's turn sorts after the
+/// extension's floors, which the insert leaves in place (src/fairness.rs).
+#[test]
+fn a_new_key_joins_the_turns_at_the_back() {
+    let (_cluster, _db, mut c) = db();
+    let w = register(&mut c);
+    for key in ["a", "b", "c"] {
+        enqueue(&mut c, "q", Some(key), 10);
+    }
+    assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("a"));
+    enqueue(&mut c, "q", Some("d"), 10);
+    let order: Vec<Option<String>> = (0..8).map(|_| take(&mut c, w, Some(&["q"])).unwrap().1).collect();
+    assert_eq!(order, ["b", "c", "a", "d", "b", "c", "a", "d"].map(k), "a new key at the back");
+    assert_job_tables_consistent(&mut c);
+}
+
 /// A key with no due job keeps its place at the front of the turns, and the extension's walks
 /// remember that it had none (src/fairness.rs) until a job is made ready anywhere or its first
 /// job to come is due: a job of it made ready by another session, one of its scheduled jobs

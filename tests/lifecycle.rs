@@ -863,7 +863,7 @@ fn every_function_pins_its_search_path() {
             "jobq._may_act_for(oid)",
             "jobq._note_compaction()",
             "jobq._note_edges()",
-            "jobq._note_fairness()",
+            "jobq._note_fairness(bigint)",
             "jobq._notify(text)",
             "jobq._refuse_unseen_edges(bigint[])",
             "jobq._rung()",

@@ -71,15 +71,16 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
 
 -- Whatever inserts turns notes its database in shared memory before it commits, so that the
--- fast path of checkout in a database that never had one skips the table (src/fairness.rs).
+-- fast path of checkout in a database that never had one skips the table, and the lowest
+-- `served` of the rows that take turns, which the walks' floors must not pass (src/fairness.rs).
 -- ALWAYS: also when rows arrive by logical replication.
 CREATE FUNCTION jobq._fairness_written() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
-    PERFORM jobq._note_fairness();
+    PERFORM jobq._note_fairness((SELECT min(a.served) FROM added a WHERE a.priority IS NOT NULL));
     RETURN NULL;
 END $$;
-CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness
+CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION jobq._fairness_written();
 ALTER TABLE jobq.fairness ENABLE ALWAYS TRIGGER fairness_written;
 
