@@ -97,9 +97,11 @@ unsafe impl PGRXSharedMemory for Adds {}
 /// with none: the queue's key of the jobs without one, and keys whose last job was taken, whose
 /// rows keep their place until the pass drops them. So each backend remembers which keys had
 /// none ([`IDLE`]), until when (the run_at of their first job not yet due), and under which
-/// count of jobs made ready. That count is this one: every row made ready, of any queue of any
-/// database of the cluster, counts one at the note of its key for the floors of checkout
-/// (src/floors.rs, `lower`) and again at its commit. A key with a due job that a pause holds
+/// count of jobs made ready. That count is this one: every transaction that made a row ready,
+/// in any database of the cluster, counts one at its commit (src/xact.rs), once the row is
+/// seen by every snapshot taken after, and its own backend forgets what it remembered at the
+/// note of the row's key for the floors of checkout (src/floors.rs, `lower`; its own walks see
+/// the row at once). A key with a due job that a pause holds
 /// back is not remembered (a resume makes no row ready). The queue's top due priority
 /// (`Turns::top`, two descents a claim) is remembered under the same count ([`TOP`]) where no
 /// job of the queue waits at a higher priority than the top's, due or not. What a backend
@@ -213,7 +215,15 @@ pub fn forget() {
     TOP.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
 }
 
-/// Counts a row made ready (at the note of its key for the floors, and at its commit).
+/// A row made ready by this transaction (at the note of its key for the floors): this backend's
+/// own walks see it now, and forget what they remembered of idle keys and top priorities; the
+/// others', once its commit counts it ([`made_ready`]).
+pub fn made_ready_here() {
+    IDLE.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
+    TOP.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
+}
+
+/// Counts the commit of a transaction that made rows ready.
 pub fn made_ready() {
     if ENABLED.load(Ordering::Relaxed) {
         READY_ADDED.get().fetch_add(1, Ordering::AcqRel);

@@ -147,7 +147,7 @@ pub fn lower(rel: pg_sys::Oid, queue: &str, key: Key) {
     if !enabled() {
         return;
     }
-    crate::fairness::made_ready();
+    crate::fairness::made_ready_here();
     PENDING.with(|p| {
         p.update(|p| {
             for id in [Id::new(rel, Some(queue)), Id::new(rel, None)].into_iter().flatten() {
