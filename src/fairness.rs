@@ -144,6 +144,21 @@ struct Floor {
     stuck: Vec<Key>,
 }
 
+impl Floor {
+    /// Whether this floor still holds under count `n` of inserts of turns: found under it, or
+    /// every insert counted since sorts at or after it (then it is kept under `n`, and not
+    /// looked at again until the count moves).
+    fn current(&mut self, n: u64) -> bool {
+        if self.added != n {
+            if !added_after(self.added, n, self.start) {
+                return false;
+            }
+            self.added = n;
+        }
+        true
+    }
+}
+
 /// The most keys with no due job a floor passes: beyond them, walks pass the rest.
 const STUCK: usize = 8;
 
@@ -211,14 +226,18 @@ fn added_after(from: u64, to: u64, start: i64) -> bool {
 /// moves then.
 pub fn forget() {
     FLOORS.with(|f| f.try_borrow_mut().map(|mut f| f.clear()).ok());
-    IDLE.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
-    TOP.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
+    forget_memos();
 }
 
 /// A row made ready by this transaction (at the note of its key for the floors): this backend's
 /// own walks see it now, and forget what they remembered of idle keys and top priorities; the
 /// others', once its commit counts it ([`made_ready`]).
 pub fn made_ready_here() {
+    forget_memos();
+}
+
+/// Forgets what this backend remembered of idle keys ([`IDLE`]) and top priorities ([`TOP`]).
+fn forget_memos() {
     IDLE.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
     TOP.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
 }
@@ -388,7 +407,7 @@ impl Turns {
         // descent of fairness_by_key (whose front holds the old entries of one key's moves, not
         // those of every key's, as fairness_by_turn's does).
         let name = text(queue);
-        if counts.is_some_and(|n| FLOORS.with(|f| f.borrow().iter().any(|fl| fl.id.0 == ids[0] && fl.id.1 == name && (fl.added == n.turns || added_after(fl.added, n.turns, fl.start))))) {
+        if counts.is_some_and(|n| FLOORS.with(|f| f.borrow_mut().iter_mut().any(|fl| fl.id.0 == ids[0] && fl.id.1 == name && fl.current(n.turns)))) {
             pg_sys::index_close(by_key, pg_sys::NoLock as i32);
             return Some(Some(t));
         }
@@ -448,13 +467,7 @@ impl Turns {
         let (start, stuck) = FLOORS.with(|f| {
             let mut f = f.borrow_mut();
             let fl = f.iter_mut().find(|fl| fl.id == id)?;
-            if fl.added != n {
-                if !added_after(fl.added, n, fl.start) {
-                    return None;
-                }
-                fl.added = n; // the inserts since all sort after it
-            }
-            Some((fl.start, fl.stuck.clone()))
+            fl.current(n).then(|| (fl.start, fl.stuck.clone()))
         })?;
         stuck.iter().all(|k| self.due(c, k.as_deref(), priority, snapshot).is_none()).then_some((start, stuck))
     }
