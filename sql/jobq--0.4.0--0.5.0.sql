@@ -44,6 +44,19 @@ END $$;
 CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION jobq._fairness_written();
 ALTER TABLE jobq.fairness ENABLE ALWAYS TRIGGER fairness_written;
+CREATE FUNCTION jobq._fairness_replicated() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._note_fairness(CASE WHEN NEW.priority IS NOT NULL THEN NEW.served END);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER fairness_replicated AFTER INSERT ON jobq.fairness
+    FOR EACH ROW EXECUTE FUNCTION jobq._fairness_replicated();
+ALTER TABLE jobq.fairness ENABLE REPLICA TRIGGER fairness_replicated;
+-- A subscription's apply fires row triggers only: edges that arrive that way (src/sql/workflows.sql).
+CREATE TRIGGER edges_replicated AFTER INSERT ON jobq.edges
+    FOR EACH ROW EXECUTE FUNCTION jobq._edges_written();
+ALTER TABLE jobq.edges ENABLE REPLICA TRIGGER edges_replicated;
 
 -- Queues granted per role (src/sql/grants.sql).
 CREATE TABLE jobq.queue_grants (
@@ -2416,7 +2429,7 @@ REVOKE ALL ON FUNCTION jobq._limits(text), jobq._limits_of(oid, text), jobq._out
 GRANT EXECUTE ON FUNCTION jobq._patterns(text), jobq._sees(text, text[]), jobq._sees_job(bigint) TO jobq_reader;
 GRANT EXECUTE ON FUNCTION jobq_grant_queues(regrole, text, text[]), jobq_revoke_queues(regrole, text, text[]) TO jobq_admin;
 REVOKE ALL ON FUNCTION jobq._fair_keys(text, integer, text[]), jobq_set_fairness_weight(text, text, integer),
-    jobq._note_fairness(bigint), jobq._fairness_written(),
+    jobq._note_fairness(bigint), jobq._fairness_written(), jobq._fairness_replicated(),
     jobq._fair_claim(uuid, text, timestamptz, boolean, boolean, text[]),
     jobq._fair_top(integer, text, integer, timestamptz), jobq._fair_skip_entry(integer, text, text),
     jobq._fair_due(integer, text, text, integer, timestamptz, boolean), jobq._paused(text, text),

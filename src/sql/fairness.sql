@@ -73,7 +73,8 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
 -- Whatever inserts turns notes its database in shared memory before it commits, so that the
 -- fast path of checkout in a database that never had one skips the table, and the lowest
 -- `served` of the rows that take turns, which the walks' floors must not pass (src/fairness.rs).
--- ALWAYS: also when rows arrive by logical replication.
+-- ALWAYS: also in a subscription's initial copy (and in any session whose
+-- session_replication_role is replica).
 CREATE FUNCTION jobq._fairness_written() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
@@ -83,6 +84,18 @@ END $$;
 CREATE TRIGGER fairness_written AFTER INSERT ON jobq.fairness REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION jobq._fairness_written();
 ALTER TABLE jobq.fairness ENABLE ALWAYS TRIGGER fairness_written;
+-- A subscription's apply fires row triggers only, never statement triggers: this one notes the
+-- rows that arrive that way, one by one. REPLICA: only there (and in replica sessions), where a
+-- second note of a row is harmless.
+CREATE FUNCTION jobq._fairness_replicated() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
+BEGIN
+    PERFORM jobq._note_fairness(CASE WHEN NEW.priority IS NOT NULL THEN NEW.served END);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER fairness_replicated AFTER INSERT ON jobq.fairness
+    FOR EACH ROW EXECUTE FUNCTION jobq._fairness_replicated();
+ALTER TABLE jobq.fairness ENABLE REPLICA TRIGGER fairness_replicated;
 
 -- Makes `keys` of `queue` take turns at `priority` (with the queue's key of jobs without one
 -- there): their rows, inserted when missing, new keys at the back, each with its key's weight.

@@ -36,8 +36,11 @@ CREATE INDEX edges_by_child ON jobq.edges (child);
 CREATE INDEX edges_unsettled ON jobq.edges (parent) WHERE NOT settled;
 
 -- Whatever inserts edges notes its database in shared memory before it commits, so that a
--- completion in a database that never wrote one skips looking (src/edges.rs). ALWAYS: also
--- when rows arrive by logical replication.
+-- completion in a database that never wrote one skips looking (src/edges.rs). ALWAYS: also in
+-- a subscription's initial copy (and in any session whose session_replication_role is
+-- replica). A subscription's apply fires row triggers only, never statement triggers:
+-- `edges_replicated` notes the rows that arrive that way (REPLICA: only there, and in replica
+-- sessions, where a second note is harmless).
 CREATE FUNCTION jobq._edges_written() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
@@ -47,6 +50,9 @@ END $$;
 CREATE TRIGGER edges_written AFTER INSERT ON jobq.edges
     FOR EACH STATEMENT EXECUTE FUNCTION jobq._edges_written();
 ALTER TABLE jobq.edges ENABLE ALWAYS TRIGGER edges_written;
+CREATE TRIGGER edges_replicated AFTER INSERT ON jobq.edges
+    FOR EACH ROW EXECUTE FUNCTION jobq._edges_written();
+ALTER TABLE jobq.edges ENABLE REPLICA TRIGGER edges_replicated;
 
 -- Events by name. A row with emitted_at NULL is an await's placeholder: jobq_await_event and
 -- jobq_emit_event both write the name's row (INSERT ... ON CONFLICT DO UPDATE), so the two
