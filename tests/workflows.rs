@@ -143,28 +143,30 @@ fn dependents_are_told_in_a_database_that_ran_plain_jobs_first() {
     assert_job_tables_consistent(&mut c);
 }
 
-/// The same when the dependent's edge arrives as a subscription's apply inserts rows: with row
-/// triggers only, never statement triggers (edges_replicated, src/sql/workflows.sql). Shown in a
-/// replica session with the statement trigger off, which is what the apply fires.
+/// The same when the jobs and their edge arrive by a logical replication subscription, whose
+/// apply fires row triggers only (edges_replicated, src/sql/workflows.sql): the subscriber
+/// completes the parent.
 #[test]
 fn dependents_are_told_when_their_edges_arrive_by_replication() {
-    let (cluster, db, mut c) = db();
+    let (cluster, mut publisher, mut c) = subscriber();
+    // A completion here finds jobq.edges without a page (noted: src/edges.rs).
     let w = register(&mut c);
     let plain: i64 = one(&mut c, "SELECT jobq_enqueue('plain')", &[]);
     assert_eq!(checkout(&mut c, w, "plain", 1), vec![plain]);
     assert!(complete(&mut c, plain, w));
-    let parent: i64 = one(&mut c, "SELECT jobq_enqueue('steps')", &[]);
-    assert_eq!(checkout(&mut c, w, "steps", 1), vec![parent]);
-    let mut apply = cluster.connect(&db);
-    let mut tx = apply.transaction().unwrap();
-    tx.batch_execute("ALTER TABLE jobq.edges DISABLE TRIGGER edges_written; SET LOCAL session_replication_role = replica").unwrap();
-    let child: i64 = tx.query_one("SELECT jobq_enqueue('steps', depends_on => ARRAY[$1::bigint])", &[&parent]).unwrap().get(0);
-    tx.batch_execute("ALTER TABLE jobq.edges ENABLE ALWAYS TRIGGER edges_written").unwrap();
-    tx.commit().unwrap();
+    // The parent and its dependent arrive by the apply.
+    let parent: i64 = one(&mut publisher, "SELECT jobq_enqueue('steps')", &[]);
+    let child: i64 = one(&mut publisher, "SELECT jobq_enqueue('steps', depends_on => ARRAY[$1::bigint])", &[&parent]);
+    wait_until("the dependent's edge replicated", Duration::from_secs(60), || {
+        one::<i64>(&mut c, "SELECT count(*) FROM jobq.edges WHERE child = $1", &[&child]) == 1
+    });
+    c.batch_execute("DROP SUBSCRIPTION jobq_sub").unwrap();
     assert_eq!(state(&mut c, child), "blocked");
+    assert_eq!(checkout(&mut c, w, "steps", 1), vec![parent]);
     assert!(complete(&mut c, parent, w));
     assert_eq!(state(&mut c, child), "ready");
     assert_job_tables_consistent(&mut c);
+    cluster.pg_ctl_stop("fast");
 }
 
 #[test]

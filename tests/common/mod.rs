@@ -340,6 +340,28 @@ pub fn claimed(c: &mut Client, id: i64) -> serde_json::Value {
     without_moments(&row)
 }
 
+/// A cluster of its own with two jobq databases: `sub` subscribes to the inserts of jobq's tables
+/// in `pubdb` (logical replication, whose apply fires row triggers only, never statement
+/// triggers), without an initial copy, and takes its own jobs' ids far from the publisher's
+/// (sequences are not replicated). Returns the cluster and connections to `pubdb` and `sub`.
+pub fn subscriber() -> (Cluster, Client, Client) {
+    let cluster = Cluster::start("logical", &["wal_level = logical", "jobq.database = 'postgres'"]);
+    cluster.create_jobq_db("pubdb");
+    cluster.create_jobq_db("sub");
+    let mut publisher = cluster.connect("pubdb");
+    publisher.batch_execute("CREATE PUBLICATION jobq_all FOR TABLES IN SCHEMA jobq WITH (publish = 'insert')").unwrap();
+    publisher.batch_execute("SELECT pg_create_logical_replication_slot('jobq_sub', 'pgoutput')").unwrap();
+    let mut sub = cluster.connect("sub");
+    sub.batch_execute("SELECT setval('jobq.jobs_id_seq', 1000000)").unwrap();
+    sub.batch_execute(&format!(
+        "CREATE SUBSCRIPTION jobq_sub CONNECTION 'host=127.0.0.1 port={} dbname=pubdb user=postgres'
+             PUBLICATION jobq_all WITH (create_slot = false, slot_name = 'jobq_sub', copy_data = false)",
+        cluster.port
+    ))
+    .unwrap();
+    (cluster, publisher, sub)
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &postgres::Error) -> String {
     e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("no db error: {e}"))
