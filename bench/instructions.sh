@@ -8,7 +8,7 @@
 # No network, no pgbench, no flush waits: what the server's CPU does per job, which is what
 # bounds jobs/s once both cores are busy (16 and 64 clients; docs/performance.md).
 #
-#   bench/instructions.sh [--rows "baseline jobq jobq_tenant jobq_any jobq_ckey jobq_sql statements layout"]
+#   bench/instructions.sh [--rows "baseline jobq jobq_tenant jobq_any jobq_ckey jobq_fair jobq_sql statements layout"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
 #                                   10 % above bench/results/instructions-reference, a CPU regression of
 #                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
@@ -22,6 +22,9 @@
 #   jobq_any       the same with jobq_checkout(worker, NULL): a worker of every queue (ready_any)
 #   jobq_ckey      the same for jobs with a concurrency key (100 keys of limit 5, queue 'keyed'):
 #                  the keyed claim and the slot's release
+#   jobq_fair      the same for jobs with a fairness key (100 keys), in a database of its own
+#                  (bench_fair): the claim in the keys' turns (src/fairness.rs), each key moved to
+#                  the back of the turns
 #   jobq_sql       jobq's SQL edition (docs/sql-edition.md), the same two calls, in a database of
 #                  its own (bench_sql) where a role that is no superuser installed it
 #   statements     the job's two steps as plain statements, issued directly, as the SQL does them
@@ -37,7 +40,7 @@
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS="baseline jobq jobq_tenant jobq_any jobq_ckey jobq_sql statements layout"; CHECK=0
+ROWS="baseline jobq jobq_tenant jobq_any jobq_ckey jobq_fair jobq_sql statements layout"; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -76,6 +79,20 @@ INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at
 VACUUM ANALYZE;
 SQL
 fi
+# Jobs with a fairness key in a database of their own (bench_fair: where a queue takes turns, a
+# checkout of another queue looks whether it is one), 2,000 in queue 'bench' (ids 1 to 2,000); job
+# g's key is g % 100, the keys' turns in the order of their first jobs, so that the claims take the
+# ids in order; the worker $W.
+if [[ " $ROWS " == *" jobq_fair "* ]]; then
+  "${PSQL[@]}" -d postgres -c "CREATE DATABASE bench_fair" >/dev/null
+  "${PSQL[@]}" -d bench_fair >/dev/null <<SQL
+CREATE EXTENSION jobq;
+SELECT count(jobq_enqueue('bench', fairness_key => 'k' || (g % 100))) FROM generate_series(1, 2000) g;
+INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at)
+  SELECT '$W', 'postgres'::regrole, 'bench-0', '{}', now(), now() + interval '1 day';
+VACUUM ANALYZE;
+SQL
+fi
 as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
 rm -rf "$SNAP"; cp -a "$DATA" "$SNAP"
 
@@ -90,7 +107,7 @@ script() {
     baseline)
       echo "PREPARE ck AS UPDATE baseline_jobs SET state = 'running', attempts = attempts + 1 WHERE id = (SELECT id FROM baseline_jobs WHERE state = 'ready' AND queue = 'bench' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id;"
       echo "PREPARE cm(bigint) AS DELETE FROM baseline_jobs WHERE id = \$1;" ;;
-    jobq|jobq_any|jobq_ckey|jobq_sql)
+    jobq|jobq_any|jobq_ckey|jobq_fair|jobq_sql)
       echo "PREPARE ck AS SELECT j.id FROM jobq_checkout('$W', $(queues "$row")) j;"
       echo "PREPARE cm(bigint) AS SELECT jobq_complete(\$1, '$W');" ;;
     jobq_tenant)
@@ -124,7 +141,7 @@ count() {
   local row=$1 n=$2
   rm -rf "$WORK"; cp -a "$SNAP" "$WORK"
   script "$row" "$n" > "$WORK.in"; chmod 644 "$WORK.in"
-  local db=bench; [ "$row" = jobq_sql ] && db=bench_sql
+  local db=bench; [ "$row" = jobq_sql ] && db=bench_sql; [ "$row" = jobq_fair ] && db=bench_fair
   as_pg valgrind --tool=callgrind --callgrind-out-file="$PROF/$row.$n.out" "$PGBIN/postgres" --single -D "$WORK" "$db" \
     < "$WORK.in" > "$WORK.out" 2> "$WORK.err"
   if grep -q 'ERROR' "$WORK.out"; then grep -m3 ERROR "$WORK.out" >&2; exit 1; fi
