@@ -162,6 +162,17 @@ impl Floor {
 /// The most keys with no due job a floor passes: beyond them, walks pass the rest.
 const STUCK: usize = 8;
 
+/// Window `i` of `served` that a walk from a floor reads (`Turns::each_turn`): 16 wide, then
+/// twice as wide at each one after the second, [`WINDOWS`] of them before the rest in one
+/// scan. `served` counts every key's moves to the back, so a window of 16 holds at most 16
+/// rows and dead versions of this queue: a walk that passes a few of them reads one window,
+/// and one that passes many (about 19 a claim at 16 clients, docs/performance.md, "Fair
+/// checkout") reads at most twice what it passed, and 16 more.
+fn window(i: u32) -> i64 {
+    16 << i.saturating_sub(1)
+}
+const WINDOWS: u32 = 10;
+
 /// Which queue's turns (jobq.fairness's oid, queue) at or from which priority: a floor's
 /// ([`FLOORS`]) and a top priority's ([`TOP`]).
 type TopId = (pg_sys::Oid, Vec<u8>, i32);
@@ -439,22 +450,46 @@ impl Turns {
     /// Calls `each` with the queue's rows of jobq.fairness at `priority` from `start` (a
     /// `served`) on, in turn order (least recently served first), with each one's key and
     /// `served`, until it says [`Step::Stop`].
+    ///
+    /// From a floor, in windows of `served` ([`window`]): a btree scan tests every entry of a
+    /// leaf page that its keys accept when it reaches the page (PostgreSQL 15's
+    /// `_bt_readpage`), and a walk stops after a few rows, so an open-ended scan would test the
+    /// rest of the page's entries at every claim, dead versions of moved rows included. A
+    /// window's upper bound ends the page's read where the window ends. From the front (no
+    /// floor), there is no `served` to count from: one scan.
     unsafe fn each_turn(&self, priority: i32, start: Option<i64>, snapshot: pg_sys::Snapshot, mut each: impl FnMut(pg_sys::HeapTuple, Key, i64) -> Step) {
         let oid = pg_sys::Oid::from;
-        let eq = pg_sys::BTEqualStrategyNumber as u16;
-        let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+        let (eq, ge, lt) = (pg_sys::BTEqualStrategyNumber as u16, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::BTLessStrategyNumber as u16);
         let coll = *(*self.by_turn).rd_indcollation;
-        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), self.queue);
-        pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
-        let ge = pg_sys::BTGreaterEqualStrategyNumber as u16;
-        pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, 3, ge, pg_sys::INT8OID, pg_sys::InvalidOid, oid(pg_sys::F_INT8GE), pg_sys::Datum::from(start.unwrap_or(i64::MIN)));
-        scan(self.rel, self.by_turn, snapshot, &mut keys, |slot| {
-            let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
-            let desc = (*self.rel).rd_att;
-            let key = attr(t, desc, (self.key + 1) as i32).map(|d| text(d).to_vec());
-            let served = attr(t, desc, (self.served + 1) as i32).map_or(i64::MIN, |d| d.value() as i64);
-            !matches!(each(t, key, served), Step::Stop)
-        });
+        let mut from = start.unwrap_or(i64::MIN);
+        let windows = if start.is_some() { WINDOWS } else { 0 };
+        for i in 0..=windows {
+            let to = (i < windows).then(|| from.saturating_add(window(i)));
+            let mut keys: [pg_sys::ScanKeyData; 4] = std::mem::zeroed();
+            pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), self.queue);
+            pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
+            pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, 3, ge, pg_sys::INT8OID, pg_sys::InvalidOid, oid(pg_sys::F_INT8GE), pg_sys::Datum::from(from));
+            let n = match to {
+                Some(to) => {
+                    pg_sys::ScanKeyEntryInitialize(&mut keys[3], 0, 3, lt, pg_sys::INT8OID, pg_sys::InvalidOid, oid(pg_sys::F_INT8LT), pg_sys::Datum::from(to));
+                    4
+                }
+                None => 3,
+            };
+            let mut stopped = false;
+            scan(self.rel, self.by_turn, snapshot, &mut keys[..n], |slot| {
+                let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+                let desc = (*self.rel).rd_att;
+                let key = attr(t, desc, (self.key + 1) as i32).map(|d| text(d).to_vec());
+                let served = attr(t, desc, (self.served + 1) as i32).map_or(i64::MIN, |d| d.value() as i64);
+                stopped = matches!(each(t, key, served), Step::Stop);
+                !stopped
+            });
+            match to {
+                Some(to) if !stopped => from = to,
+                _ => return,
+            }
+        }
     }
 
     /// This backend's floor of the queue at `priority` ([`TURNS_ADDED`]): where its walk may
