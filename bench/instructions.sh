@@ -58,6 +58,9 @@ rm -rf "$PROF"; install -d -o postgres -g postgres "$PROF"
 OUT=bench/results/instructions.md; [ $CHECK = 1 ] && OUT=target/instructions-check.md
 W=00000000-0000-0000-0000-0000000000b0   # the one worker of the measured jobs
 WT=00000000-0000-0000-0000-0000000000b1  # row jobq_tenant's, owned by its limited role
+# The worker $W, alive for a day, in a database of a row of its own (bench_sql, bench_fair).
+WORKER_W="INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at)
+  SELECT '$W', 'postgres'::regrole, 'bench-0', '{}', now(), now() + interval '1 day';"
 
 # The cluster: jobq and the baseline side by side with 2,000 ready jobs each (jobq's ids 1 to
 # 2,000), and 2,000 jobs with a concurrency key in jobq's queue 'keyed' (ids 2,001 to 4,000); one
@@ -74,8 +77,7 @@ if [[ " $ROWS " == *" jobq_sql "* ]]; then
   psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U bench_installer -d bench_sql -f "$sqlfile" >/dev/null
   "${PSQL[@]}" -d bench_sql >/dev/null <<SQL
 SELECT count(*) FROM jobq_enqueue_batch('bench', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 2000)));
-INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at)
-  SELECT '$W', 'postgres'::regrole, 'bench-0', '{}', now(), now() + interval '1 day';
+$WORKER_W
 VACUUM ANALYZE;
 SQL
 fi
@@ -88,8 +90,7 @@ if [[ " $ROWS " == *" jobq_fair "* ]]; then
   "${PSQL[@]}" -d bench_fair >/dev/null <<SQL
 CREATE EXTENSION jobq;
 SELECT count(jobq_enqueue('bench', fairness_key => 'k' || (g % 100))) FROM generate_series(1, 2000) g;
-INSERT INTO jobq.workers (id, owner, name, metadata, registered_at, heartbeat_at)
-  SELECT '$W', 'postgres'::regrole, 'bench-0', '{}', now(), now() + interval '1 day';
+$WORKER_W
 VACUUM ANALYZE;
 SQL
 fi
