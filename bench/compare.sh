@@ -9,7 +9,8 @@
 #   STEADY_SYSTEMS="jobq baseline" bench/compare.sh ...   workload c for these systems only
 #   bench/compare.sh --quick      CI: jobq vs baseline only, a regression check (below)
 #
-# Workloads (jobs/s are medians over --runs runs of --seconds each, each run on a fresh backlog):
+# Workloads (jobs/s are medians over --runs runs of --seconds each, each run on a fresh backlog
+# and from a checkpoint):
 #   a  checkout+complete (two transactions per job) with a pre-filled backlog, 1/4/16/64 clients
 #   b  enqueue: one job per transaction (1, 4, 16 and 64 clients), 100 per transaction (4 clients)
 #   c  steady state: enqueue+checkout+complete (three transactions), 16 clients, --steady-seconds
@@ -67,8 +68,11 @@ VERSIONS=$(for s in $SYSTEMS; do "${s}_version"; done | paste -sd ';' | sed 's/;
 SETTINGS=$("${PSQL[@]}" -d bench -c "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name) FROM pg_settings WHERE name IN ('synchronous_commit', 'shared_buffers', 'max_connections', 'fsync', 'wal_level', 'max_wal_size', 'checkpoint_timeout', 'autovacuum', 'autovacuum_naptime', 'jobq.retention', 'jobq.reap_interval')")
 header() { echo "\`${ENVP:-}bench/compare.sh $ARGS\`, $(date -u +%Y-%m-%d), $(machine), pgbench -M prepared on the same machine. $VERSIONS."; echo; }
 
-# run SYSTEM SCRIPT CLIENTS SECONDS -> tps (pgbench transactions = script iterations per second)
+# run SYSTEM SCRIPT CLIENTS SECONDS -> tps (pgbench transactions = script iterations per second).
+# Each run starts from a checkpoint: the WAL of the backlog a reset wrote would otherwise start one
+# during some runs and not others, writing its buffers under one system's run.
 run() {
+  "${PSQL[@]}" -d bench -c CHECKPOINT >/dev/null
   local v opts="${1}_PGOPTIONS"; v=$(PGOPTIONS="${!opts:-}" tps "$2" "$3" "$4")
   [ -n "$v" ] || { echo "compare: pgbench failed: $1 $2 with $3 clients" >&2; exit 1; }
   echo "$v"
