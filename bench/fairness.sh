@@ -15,21 +15,31 @@
 # during the run after it, writing tens of thousands of buffers under one run and not the other.
 # RUNS pairs of runs (plain then fair, each on a fresh backlog) are made, the table shows every
 # run, and fair / plain is the ratio of the two medians.
-#   bench/fairness.sh [SECONDS (default 30)] [RUNS (default 3)]
+#   bench/fairness.sh [--sql] [SECONDS (default 30)] [RUNS (default 3)]
+# With --sql, the same runs against jobq's SQL edition (bench/systems/jobq_sql.sh), whose passes
+# one more client runs as a worker of a client library would, `SELECT jobq_reap()` once a second
+# (jobq.reap_interval), to bench/results/fairness-sql.md.
 # Output: bench/results/fairness.md. With FAIRNESS_PROFILE=1, the same runs with pg_stat_statements
 # (track = all; it slows them) and where a fair checkout's time goes, the statements it runs that
 # took the most of it, to bench/results/fairness-profile.md instead. BENCH_CONF (bench/lib.sh)
 # changes the cluster's settings, e.g. BENCH_CONF="synchronous_commit = off".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SQL_EDITION=0; [ "${1:-}" = --sql ] && SQL_EDITION=1 && shift
 SECONDS_RUN=${1:-30}
 RUNS=${2:-3}
 . bench/lib.sh
 . bench/systems/jobq.sh
 PROFILE=${FAIRNESS_PROFILE:-0}
 CMD="bench/fairness.sh $SECONDS_RUN $RUNS"
-[ -n "${BENCH_CONF:-}" ] && CMD="BENCH_CONF=\"$BENCH_CONF\" $CMD"
 OUT=bench/results/fairness.md
+if [ $SQL_EDITION = 1 ]; then
+  . bench/systems/jobq_sql.sh
+  jobq_sql_install
+  CMD="bench/fairness.sh --sql $SECONDS_RUN $RUNS"
+  OUT=bench/results/fairness-sql.md
+fi
+[ -n "${BENCH_CONF:-}" ] && CMD="BENCH_CONF=\"$BENCH_CONF\" $CMD"
 if [ "$PROFILE" = 1 ]; then
   CMD="FAIRNESS_PROFILE=1 $CMD"
   OUT=bench/results/fairness-profile.md
@@ -43,7 +53,7 @@ start_cluster on
 run() {  # run plain|fair: one row of the table
   local mode=$1 key="NULL" small="NULL"
   [ "$mode" = fair ] && key="'big'" && small="'t' || t"
-  reset_jobq >/dev/null
+  if [ $SQL_EDITION = 1 ]; then jobq_sql_reset 0; else reset_jobq >/dev/null; fi
   "${PSQL[@]}" -d bench >/dev/null <<SQL
 SELECT count(*) FROM jobq_enqueue_batch('bench', array_fill('{"t": 0}'::jsonb, ARRAY[900000]), fairness_key => $key);
 SELECT count(*) FROM generate_series(1, 999) t,
@@ -64,10 +74,14 @@ SQL
   local start
   start=$("${PSQL[@]}" -d bench -c "SELECT clock_timestamp()")
   pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 20 -T "$SECONDS_RUN" -f "$probe" bench >/dev/null 2>&1 &
-  local prober=$!
+  local prober=$! passes=
+  if [ $SQL_EDITION = 1 ]; then
+    pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 1 -T "$SECONDS_RUN" -f bench/scripts/jobq_sql_pass.sql bench >/dev/null 2>&1 &
+    passes=$!
+  fi
   local rate
   rate=$(tps jobq_checkout_complete.sql 16 "$SECONDS_RUN")
-  wait "$prober"
+  wait "$prober" $passes
   rm -f "$probe"
   local waits
   waits=$("${PSQL[@]}" -d bench -F ' | ' <<SQL
@@ -132,6 +146,7 @@ ratio_=$(ratio "$fair_median" "$plain_median")
 {
   echo "# Fair checkout under a tenant's backlog"
   echo
+  [ $SQL_EDITION = 1 ] && echo "jobq's SQL edition, installed by a role that is no superuser; one more client runs its passes once a second." && echo
   echo "\`$CMD\`, $(date -u +%F), $(machine), $(jobq_version). A backlog of 1,000,000 jobs"
   echo "(900,000 of one tenant enqueued first, then 100 for each of 999 others); 16 clients check out and"
   echo "complete for $SECONDS_RUN s while one more enqueues a job for a new tenant 20 times a second."
