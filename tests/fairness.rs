@@ -101,6 +101,19 @@ fn a_weight_gives_a_key_more_jobs_per_turn() {
     c.execute("SELECT * FROM jobq_reap()", &[]).unwrap();
     let weight: i32 = c.query_one("SELECT weight FROM jobq.fairness WHERE queue = 'q' AND fairness_key = 'big'", &[]).unwrap().get(0);
     assert_eq!(weight, 3);
+    // The jobs without a key are one key, and take a weight too (fairness_key NULL).
+    c.execute("SELECT jobq_set_fairness_weight('n', NULL, 2)", &[]).unwrap();
+    enqueue(&mut c, "n", None, 8);
+    enqueue(&mut c, "n", Some("a"), 3);
+    let order = drain(&mut c, w, "n");
+    assert_eq!(order.len(), 11);
+    // Turns of three: two without a key, one of a, until a runs out.
+    for t in 0..3 {
+        let turn = &order[t * 3..t * 3 + 3];
+        assert_eq!(turn.iter().filter(|x| x.is_none()).count(), 2, "turn {t}: {order:?}");
+        assert_eq!(turn.iter().filter(|x| **x == k("a")).count(), 1, "turn {t}: {order:?}");
+    }
+    assert!(order[9..].iter().all(|x| x.is_none()), "{order:?}");
 }
 
 #[test]
