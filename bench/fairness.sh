@@ -17,8 +17,9 @@
 # run, and fair / plain is the ratio of the two medians.
 #   bench/fairness.sh [--sql] [SECONDS (default 30)] [RUNS (default 3)]
 # With --sql, the same runs against jobq's SQL edition (bench/systems/jobq_sql.sh), whose passes
-# one more client runs as a worker of a client library would, `SELECT jobq_reap()` once a second
-# (jobq.reap_interval), to bench/results/fairness-sql.md.
+# one more client runs as a worker of a client library would: `SELECT jobq_reap()` at 1 a second
+# on average (jobq.reap_interval; `pgbench -R 1` spaces its starts at random around that rate).
+# Output: bench/results/fairness-sql.md.
 # Output: bench/results/fairness.md. With FAIRNESS_PROFILE=1, the same runs with pg_stat_statements
 # (track = all; it slows them) and where a fair checkout's time goes, the statements it runs that
 # took the most of it, to bench/results/fairness-profile.md instead. BENCH_CONF (bench/lib.sh)
