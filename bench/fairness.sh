@@ -147,7 +147,7 @@ ratio_=$(ratio "$fair_median" "$plain_median")
 {
   echo "# Fair checkout under a tenant's backlog"
   echo
-  [ $SQL_EDITION = 1 ] && echo "jobq's SQL edition, installed by a role that is no superuser; one more client runs its passes once a second." && echo
+  [ $SQL_EDITION = 1 ] && echo "jobq's SQL edition, installed by a role that is no superuser; one more client runs its passes at 1 a second on average (pgbench -R 1)." && echo
   echo "\`$CMD\`, $(date -u +%F), $(machine), $(jobq_version). A backlog of 1,000,000 jobs"
   echo "(900,000 of one tenant enqueued first, then 100 for each of 999 others); 16 clients check out and"
   echo "complete for $SECONDS_RUN s while one more enqueues a job for a new tenant 20 times a second."
