@@ -385,6 +385,33 @@ fn a_pass_does_what_the_background_worker_does() {
     assert_eq!(dupes, 0);
 }
 
+/// The pass's histograms (src/sql/twins/counters.sql): a duration's bucket is the first whose
+/// bound is at least it, as src/counters.rs's bucket_of, at every bound and on either side of
+/// it; jobq._histogram counts each duration in that bucket, and in no other.
+#[test]
+fn a_durations_bucket_is_the_extensions() {
+    let c = installed("sqlbuckets", &[], "app");
+    let mut su = c.connect("app");
+    let bounds: Vec<f64> = su.query_one("SELECT jobq.histogram_bounds()", &[]).unwrap().get(0);
+    let mut durations = vec![0.0, 0.0001, 1e12];
+    for b in bounds.iter().filter(|b| b.is_finite()) {
+        durations.extend([b - 0.5, b - 0.001, *b, b + 0.001, b + 0.5]);
+    }
+    let expected = |ms: f64| bounds.iter().position(|b| ms <= *b).unwrap() as i32 + 1;
+    for ms in &durations {
+        let got: i32 = su.query_one("SELECT jobq._bucket_of($1)", &[ms]).unwrap().get(0);
+        assert_eq!(got, expected(*ms), "the bucket of {ms} ms");
+    }
+    let hist: Vec<i64> = su.query_one("SELECT jobq._histogram($1)", &[&durations]).unwrap().get(0);
+    let mut want = vec![0i64; bounds.len()];
+    for ms in &durations {
+        want[expected(*ms) as usize - 1] += 1;
+    }
+    assert_eq!(hist, want);
+    let empty: Vec<i64> = su.query_one("SELECT jobq._histogram('{}')", &[]).unwrap().get(0);
+    assert_eq!(empty, vec![0i64; bounds.len()]);
+}
+
 /// A waiting checkout returns with the job that a commit made available, long before its wait
 /// runs out, and the worker stays alive while it waits (the pass refreshes its heartbeat).
 #[test]
