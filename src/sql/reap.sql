@@ -52,6 +52,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp SET lock_timeout = 
 DECLARE
     v_now     timestamptz := clock_timestamp();
     v_cutoff  timestamptz := v_now - jobq._retention();  -- once, not per row scanned
+    v_waiting uuid[];
     w         record;
     r         record;
     n         integer;
@@ -71,9 +72,12 @@ BEGIN
     -- A worker counts as alive while a checkout of it waits (src/waits.rs): the heartbeat of
     -- a worker that waits now is refreshed before anyone is judged, however long since the
     -- last pass (the SQL edition's passes may be minutes apart; the wait proves its session).
+    -- The waiting workers are found once (a call in the condition ran once per worker's row,
+    -- and the SQL edition's reads pg_locks for each worker).
+    v_waiting := jobq._waiting_workers();
     UPDATE jobq.workers x SET heartbeat_at = v_now
      WHERE x.id IN (SELECT y.id FROM jobq.workers y
-                     WHERE y.id = ANY (jobq._waiting_workers())
+                     WHERE y.id = ANY (v_waiting)
                        FOR UPDATE SKIP LOCKED);
 
     -- Dead workers, then orphaned jobs: executing under a worker that no longer exists.
