@@ -693,9 +693,9 @@ impl Turns {
     /// is held by another checkout), its oldest due job that can start claimed, and the key
     /// moved to the back once it had its weight's jobs in this turn. A key none of whose due
     /// jobs can be taken yields its turn at that priority for the rest of the call (`skip`).
-    /// The SQL tests each key for a due job before its lock; here a key whose row another
-    /// checkout holds, by the row's header, is passed before that test (one descent of
-    /// ready_fair fewer for each, about ten a claim at 16 clients).
+    /// A key whose row another checkout holds, by the row's header, is passed before the test
+    /// for a due job (one descent of ready_fair fewer for each, about ten a claim at 16
+    /// clients), as the SQL passes a row whose xmax is a running transaction.
     unsafe fn claim_one(&self, c: &mut Claimer, skip: &mut Vec<(i32, Key)>, snapshot: pg_sys::Snapshot) -> Took {
         let (ready, l, now) = (c.ready(), *c.layout(), c.now);
         // The key's oldest due job that can start, claimed: Some(what the claim did), None
