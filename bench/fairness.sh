@@ -107,15 +107,21 @@ SQL
 )
   echo "| $mode | $rate | $waits |"
   if [ "$PROFILE" = 1 ]; then
-    # Buffer visits per job checked out, by table and index of schema jobq (the statistics of
-    # the run; pg_stat_reset above).
+    # Buffer visits per job checked out, by table and index of schema jobq, and each index's
+    # scans (descents), entries read and rows fetched per job (the statistics of the run;
+    # pg_stat_reset above).
     sleep 1  # (the backends report their statistics at the end of their transactions, then at most every second)
     "${PSQL[@]}" -d bench -F ' | ' >"bench/results/fairness-profile.$mode.blocks" <<'SQL'
 WITH n AS (SELECT sum(calls) AS jobs FROM pg_stat_statements WHERE toplevel AND query LIKE '%jobq_checkout(%'),
-     b AS (SELECT relname AS rel, heap_blks_hit + heap_blks_read AS blocks FROM pg_statio_user_tables WHERE schemaname = 'jobq'
+     b AS (SELECT relname AS rel, heap_blks_hit + heap_blks_read AS blocks, NULL::bigint AS scans, NULL::bigint AS tup_read,
+                  NULL::bigint AS tup_fetch
+             FROM pg_statio_user_tables WHERE schemaname = 'jobq'
            UNION ALL
-           SELECT indexrelname, idx_blks_hit + idx_blks_read FROM pg_statio_user_indexes WHERE schemaname = 'jobq')
-SELECT '| `' || b.rel || '`', round(b.blocks / n.jobs, 1) || ' |' FROM b, n WHERE b.blocks / n.jobs >= 0.5 ORDER BY b.blocks DESC;
+           SELECT s.indexrelname, s.idx_blks_hit + s.idx_blks_read, i.idx_scan, i.idx_tup_read, i.idx_tup_fetch
+             FROM pg_statio_user_indexes s JOIN pg_stat_user_indexes i USING (indexrelid) WHERE s.schemaname = 'jobq')
+SELECT '| `' || b.rel || '`', round(b.blocks / n.jobs, 1), coalesce(round(b.scans / n.jobs, 1)::text, '-'),
+       coalesce(round(b.tup_read / n.jobs, 1)::text, '-'), coalesce(round(b.tup_fetch / n.jobs, 1)::text, '-') || ' |'
+  FROM b, n WHERE b.blocks / n.jobs >= 0.5 ORDER BY b.blocks DESC;
 SQL
   fi
   if [ "$PROFILE" = 1 ] && [ "$mode" = fair ]; then
@@ -176,13 +182,15 @@ if [ "$PROFILE" = 1 ]; then
     [ -s bench/results/fairness-profile.rows ] || echo "| - | - | - | none: the checkouts ran no nested statement that often (the fast path's) |"
     echo
     echo "Buffer visits per job checked out (checkout and complete, and the passes of the run), by"
-    echo "table and index of schema jobq (pg_statio_user_tables and _indexes), at least half a visit:"
+    echo "table and index of schema jobq (pg_statio_user_tables and _indexes), at least half a visit;"
+    echo "for an index, its scans (each a descent), the entries they read and the rows fetched through"
+    echo "them, per job (pg_stat_user_indexes):"
     echo
     for mode in plain fair; do
       echo "$mode:"
       echo
-      echo "| relation | visits per job |"
-      echo "| --- | ---: |"
+      echo "| relation | visits per job | scans per job | entries read per job | rows fetched per job |"
+      echo "| --- | ---: | ---: | ---: | ---: |"
       cat "bench/results/fairness-profile.$mode.blocks"
       echo
     done
