@@ -131,6 +131,16 @@ thread_local! {
     /// The top due priority this backend found (None: no due job), under one count of jobs
     /// made ready: (jobq.fairness's oid, queue, the lowest priority looked at) -> it.
     static TOP: RefCell<Memo<TopId, Option<i32>>> = RefCell::new(Memo::new(1024));
+    /// Where the scans of a key's ready rows start ([`READY_ADDED`]): (jobq.fairness's oid,
+    /// queue, priority, key) -> the (run_at, id) of the first row this backend's last scan of
+    /// the key returned, under one count of jobs made ready. Every entry of the key's index
+    /// before that row was one that scan's snapshot did not see: the claims' deleted rows (a
+    /// key's jobs are taken from the front, and the index keeps their entries until vacuum),
+    /// which no later snapshot sees either, or rows not yet committed, whose commit moves the
+    /// count. Measured in bench/fairness.sh, where the small tenants run out of jobs after
+    /// some 20 s and every checkout takes the large tenant's jobs: each look at its key read
+    /// from the front of its range, past the entries of every job taken since the run began.
+    static START: RefCell<Memo<IdleId, (i64, i64)>> = RefCell::new(Memo::new(4096));
 }
 
 /// A floor of the turns of (jobq.fairness's oid, queue, priority).
@@ -231,10 +241,10 @@ fn added_after(from: u64, to: u64, start: i64) -> bool {
     })
 }
 
-/// Forgets this backend's floors of the turns and what it remembered of idle keys and top
-/// priorities, at the abort of a transaction or subtransaction, and at PREPARE (src/xact.rs):
-/// they may come from its own claims and moves, which the rollback undoes, and no count
-/// moves then.
+/// Forgets this backend's floors of the turns and what it remembered of idle keys, top
+/// priorities and where its scans of keys start, at the abort of a transaction or
+/// subtransaction, and at PREPARE (src/xact.rs): they may come from its own claims and moves,
+/// which the rollback undoes, and no count moves then.
 pub fn forget() {
     FLOORS.with(|f| f.try_borrow_mut().map(|mut f| f.clear()).ok());
     forget_memos();
@@ -247,10 +257,12 @@ pub fn made_ready_here() {
     forget_memos();
 }
 
-/// Forgets what this backend remembered of idle keys ([`IDLE`]) and top priorities ([`TOP`]).
+/// Forgets what this backend remembered of idle keys ([`IDLE`]), top priorities ([`TOP`]) and
+/// where its scans of keys start ([`START`]).
 fn forget_memos() {
     IDLE.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
     TOP.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
+    START.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
 }
 
 /// Counts the commit of a transaction that made rows ready.
@@ -529,7 +541,8 @@ impl Turns {
 
     /// Calls `each` with the ready rows of key `key` at `priority` in this queue, in claim
     /// order (run_at, id), until it returns false: ready_by_queue's rows for the jobs without
-    /// a key, ready_fair's for a key's. With `now`, the due ones only.
+    /// a key, ready_fair's for a key's. With `now`, the due ones only. The scan starts where
+    /// this backend's last scan of the key found its first row ([`START`]).
     #[allow(clippy::too_many_arguments)]
     unsafe fn each_due(
         &self,
@@ -543,7 +556,7 @@ impl Turns {
     ) {
         let oid = pg_sys::Oid::from;
         let (eq, le) = (pg_sys::BTEqualStrategyNumber as u16, pg_sys::BTLessEqualStrategyNumber as u16);
-        let mut keys: [pg_sys::ScanKeyData; 4] = std::mem::zeroed();
+        let mut keys: [pg_sys::ScanKeyData; 5] = std::mem::zeroed();
         pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), self.hash);
         pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
         let mut at = 3;
@@ -557,17 +570,42 @@ impl Turns {
                 self.fair
             }
         };
-        let n = match now {
-            Some(now) => {
-                pg_sys::ScanKeyEntryInitialize(&mut keys[at as usize - 1], 0, at, le, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(now));
-                at as usize
-            }
-            None => at as usize - 1,
-        };
+        let mut n = at as usize - 1;
+        // From where this backend's last look at the key found its first row ([`START`]):
+        // (run_at, id) >= that row's, a row comparison on the index's last two columns.
+        let ready_count = self.counts.map(|c| c.ready);
+        let start_id = || (self.floor_id(priority), key.map(<[u8]>::to_vec));
+        let start = ready_count.and_then(|c| START.with(|m| m.borrow().get(c, &start_id())));
+        let mut row: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
+        if let Some((run_at, id)) = start {
+            let ge = pg_sys::BTGreaterEqualStrategyNumber as u16;
+            let member = pg_sys::SK_ROW_MEMBER as i32;
+            pg_sys::ScanKeyEntryInitialize(&mut row[0], member, at, ge, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_CMP), pg_sys::Datum::from(run_at));
+            pg_sys::ScanKeyEntryInitialize(&mut row[1], member | pg_sys::SK_ROW_END as i32, at + 1, ge, pg_sys::INT8OID, pg_sys::InvalidOid, oid(pg_sys::F_BTINT8CMP), pg_sys::Datum::from(id));
+            keys[n].sk_flags = pg_sys::SK_ROW_HEADER as i32;
+            keys[n].sk_attno = at;
+            keys[n].sk_strategy = ge;
+            keys[n].sk_argument = pg_sys::Datum::from(row.as_mut_ptr());
+            n += 1;
+        }
+        if let Some(now) = now {
+            pg_sys::ScanKeyEntryInitialize(&mut keys[n], 0, at, le, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_LE), pg_sys::Datum::from(now));
+            n += 1;
+        }
+        let mut first = None; // the first row the scan returns: (run_at, id)
         scan(ready, index, snapshot, &mut keys[..n], |slot| {
             let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+            if first.is_none() {
+                let get = |attno: i16| attr(t, (*ready).rd_att, attno as i32).map_or(i64::MIN, |d| d.value() as i64);
+                first = Some((get(l.r_run_at), get(l.r_id)));
+            }
             !self.ours(ready, l, t) || each(slot)
         });
+        if let (Some(c), Some(f)) = (ready_count, first) {
+            if start != Some(f) {
+                START.with(|m| m.borrow_mut().put(c, start_id(), f));
+            }
+        }
     }
 
     /// Whether the ready row `t` is of this queue (two queues may share a hash).

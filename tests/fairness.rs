@@ -659,6 +659,34 @@ fn jobs_given_back_by_a_rollback_are_taken_by_the_next_checkout() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// A key's jobs are taken oldest first (run_at, then id) after the checkouts' looks at the key
+/// have moved past the jobs they took (src/fairness.rs, `START`): a job enqueued elsewhere to
+/// run before the key's waiting ones is taken next, and so are the jobs a rollback to a
+/// savepoint gives back.
+#[test]
+fn a_keys_oldest_job_is_taken_after_its_looks_moved_past_the_jobs_taken() {
+    let (cluster, db, mut c) = db();
+    let w = register(&mut c);
+    let a = enqueue(&mut c, "q", Some("a"), 3);
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((a[0], k("a"))));
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((a[1], k("a"))));
+    let mut other = cluster.connect(&db);
+    let early: i64 = other
+        .query_one("SELECT jobq_enqueue('q', fairness_key => 'a', run_at => now() - interval '1 hour')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((early, k("a"))), "the job enqueued elsewhere to run first");
+    let later = enqueue(&mut other, "q", Some("a"), 1)[0];
+    c.batch_execute("BEGIN; SAVEPOINT s").unwrap();
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((a[2], k("a"))));
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((later, k("a"))));
+    c.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((a[2], k("a"))), "the oldest job the rollback gave back");
+    assert_eq!(take(&mut c, w, Some(&["q"])), Some((later, k("a"))));
+    c.batch_execute("COMMIT").unwrap();
+    assert_job_tables_consistent(&mut c);
+}
+
 /// A more urgent job that comes due (not made ready: scheduled) is taken before the next job
 /// of the less urgent priority the checkouts were serving.
 #[test]
