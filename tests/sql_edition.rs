@@ -500,11 +500,17 @@ fn pg_cron_runs_the_passes() {
     // A worker that dies holding a job.
     let w = register(&mut su);
     let id: i64 = su.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
-    let _ = su.query("SELECT jobq_checkout($1, '{q}')", &[&w]).unwrap();
+    let taken: Vec<i64> = su.query("SELECT id FROM jobq_checkout($1, '{q}')", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(taken, vec![id]);
     wait_until("pg_cron's passes to requeue the dead worker's job", PATIENCE, || {
         let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
         state == "ready"
     });
+    let (attempt, interrupted): (i32, bool) = su
+        .query_one("SELECT attempt, interrupted_at IS NOT NULL FROM jobq.jobs WHERE id = $1", &[&id])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((attempt, interrupted), (1, true), "requeued as the reaper requeues an interrupted job");
     // pg_cron records a run as succeeded after its command's transaction commits.
     wait_until("pg_cron to record a pass that succeeded", PATIENCE, || {
         let passes: i64 = su
