@@ -108,10 +108,13 @@ async function adminSuite(ctx) {
   const svgs = await page.locator('#live svg').count();
   check(svgs >= 2 * 2 * fx.queues.length, `overview: ${svgs} charts (two per window per queue)`);
   // The page polls its fragment every 5 s: the charts must still be there after a refresh.
+  // The content before the poll is marked: the swap replaces it, marks and all.
+  await page.$eval('#live', (el) => { for (const c of el.children) c.setAttribute('data-before-poll', ''); });
   const refreshed = page.waitForResponse((r) => r.url().endsWith('/fragments/overview'), { timeout: 15000 });
   const frag = await refreshed;
   check(frag.status() === 200, 'overview: the 5 s poll of /fragments/overview answers 200');
-  await page.waitForTimeout(200); // the fragment is swapped in right after its response
+  await page.waitForFunction(() => document.querySelector('#live > *') && !document.querySelector('#live [data-before-poll]'),
+    null, { timeout: 15000 });
   check((await drawnSeries(page)).length > 0, 'overview: charts still drawn after the poll');
   await noErrors(page, errors, 'overview after the poll');
   await page.screenshot({ path: fx.screenshot });
