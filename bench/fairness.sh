@@ -6,7 +6,8 @@
 #   fair   each job carries its tenant as its fairness_key: 1,000 active keys take turns.
 # In each, 16 pgbench clients check out and complete (bench/scripts/jobq_checkout_complete.sql)
 # for SECONDS while one more client enqueues, 20 times a second, a job for a new tenant (kind
-# 'probe', a key of its own in the fair run). Reported: jobs/s of the 16 clients, fair / plain;
+# 'probe', a key of its own in the fair run). Reported: jobs/s of the 16 clients (and in each 5 s
+# of the run: the small tenants' 100 jobs each run out partway through a fair run), fair / plain;
 # how long each small tenant of the backlog waited for its first job to be checked out, from
 # the start of the run (p50, p99, max over those served, and how many were served); and how
 # long the new tenants' jobs waited from enqueue to checkout (and how many were still waiting
@@ -51,6 +52,14 @@ fi
 start_cluster on
 [ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 
+rates() {  # the 16 clients' run: its jobs/s, then the rate of each 5 s of it (pgbench -P 5)
+  local out
+  out=$(pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 16 -j 16 -T "$SECONDS_RUN" -P 5 \
+          -f bench/scripts/jobq_checkout_complete.sql bench 2>&1) || true
+  if echo "$out" | grep -qE 'aborted|ERROR|^number of failed transactions: [1-9]'; then echo "$out" >&2; return 0; fi
+  echo "$(echo "$out" | awk '/^tps = /{print int($3)}') $(echo "$out" | awk '/^progress: /{printf "%s%d", (n++ ? ", " : ""), $4}')"
+}
+
 run() {  # run plain|fair: one row of the table
   local mode=$1 key="NULL" small="NULL"
   [ "$mode" = fair ] && key="'big'" && small="'t' || t"
@@ -80,8 +89,8 @@ SQL
     pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 1 -T "$SECONDS_RUN" -f bench/scripts/jobq_sql_pass.sql bench >/dev/null 2>&1 &
     passes=$!
   fi
-  local rate
-  rate=$(tps jobq_checkout_complete.sql 16 "$SECONDS_RUN")
+  local rate every
+  read -r rate every <<<"$(rates)"
   wait "$prober" $passes
   rm -f "$probe"
   local waits
@@ -105,7 +114,7 @@ SELECT coalesce(round(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROU
   FROM firsts f;
 SQL
 )
-  echo "| $mode | $rate | $waits |"
+  echo "| $mode | $rate | $waits | $every |"
   if [ "$PROFILE" = 1 ]; then
     # Buffer visits per job checked out, by table and index of schema jobq, and each index's
     # scans (descents), entries read and rows fetched per job (the statistics of the run;
@@ -161,9 +170,11 @@ ratio_=$(ratio "$fair_median" "$plain_median")
   echo "Small tenants: each one's wait for its first job, from the start of the run, in ms (p50, p99, max"
   echo "over those served), and how many were served. New tenants: each job's wait from enqueue to"
   echo "checkout, in ms (p50 / p99 / max over those served), and how many were still waiting at the end."
+  echo "Jobs/s in each 5 s: the 16 clients' rate over each 5 s of the run (pgbench -P 5): in the fair runs,"
+  echo "the small tenants' jobs run out partway through, and from then on every checkout takes the large one's."
   echo
-  echo "| run | jobs/s (16 clients) | small p50 | small p99 | small max | small served | new tenants' wait | new still waiting |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| run | jobs/s (16 clients) | small p50 | small p99 | small max | small served | new tenants' wait | new still waiting | jobs/s in each 5 s |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
   printf '%s\n' "${rows[@]}"
   echo
   echo "fair / plain: $ratio_ (medians: fair $fair_median, plain $plain_median jobs/s; each pair: $(for i in $(seq 0 $((RUNS - 1))); do printf '%s ' "$(ratio "${fairs[$i]}" "${plains[$i]}")"; done | sed 's/ $//; s/ /, /g'))"
