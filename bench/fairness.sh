@@ -53,11 +53,8 @@ start_cluster on
 [ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 
 rates() {  # the 16 clients' run: its jobs/s, then the rate of each 5 s of it (pgbench -P 5)
-  local out
-  out=$(pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 16 -j 16 -T "$SECONDS_RUN" -P 5 \
-          -f bench/scripts/jobq_checkout_complete.sql bench 2>&1) || true
-  if echo "$out" | grep -qE 'aborted|ERROR|^number of failed transactions: [1-9]'; then echo "$out" >&2; return 0; fi
-  echo "$(echo "$out" | awk '/^tps = /{print int($3)}') $(echo "$out" | awk '/^progress: /{printf "%s%d", (n++ ? ", " : ""), $4}')"
+  pgbench_run jobq_checkout_complete.sql 16 "$SECONDS_RUN" -P 5 \
+    | awk '/^tps = /{tps = int($3)} /^progress: /{every = every (n++ ? ", " : "") int($4)} END{print tps, every}'
 }
 
 run() {  # run plain|fair: one row of the table

@@ -78,13 +78,18 @@ $BENCH_WORKERS
 SQL
 }
 
-# tps SCRIPT CLIENTS SECONDS: jobs/s of one pgbench run.
-# Prints nothing (and the pgbench output on stderr) if any client failed.
-tps() {
+# pgbench_run SCRIPT CLIENTS SECONDS [PGBENCH ARGS...]: the output of one pgbench run of
+# bench/scripts/SCRIPT. Prints nothing (and the output on stderr) if any client failed.
+pgbench_run() {
   local out
-  out=$(pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c "$2" -j "$2" -T "$3" -f "bench/scripts/$1" bench 2>&1) || true
+  out=$(pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c "$2" -j "$2" -T "$3" "${@:4}" -f "bench/scripts/$1" bench 2>&1) || true
   if echo "$out" | grep -qE 'aborted|ERROR|^number of failed transactions: [1-9]'; then echo "$out" >&2; return 0; fi
-  echo "$out" | awk '/^tps = /{print int($3)}'
+  echo "$out"
+}
+
+# tps SCRIPT CLIENTS SECONDS: jobs/s of one pgbench run (nothing if any client failed).
+tps() {
+  pgbench_run "$@" | awk '/^tps = /{print int($3)}'
 }
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
