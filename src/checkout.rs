@@ -359,22 +359,8 @@ unsafe fn walk(c: &mut Claimer, queues: &Queues, max: i32, snapshot: pg_sys::Sna
         return None;
     }
     let (fp, fr, fi) = crate::floors::floor((*r.ready).rd_id, one.as_ref().map(|(_, name)| name.as_str()));
-    let ge = pg_sys::BTGreaterEqualStrategyNumber as u16;
     let mut row: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
-    let member = pg_sys::SK_ROW_MEMBER as i32;
     let oid = pg_sys::Oid::from;
-    pg_sys::ScanKeyEntryInitialize(&mut row[0], member, first, ge, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_BTINT4CMP), pg_sys::Datum::from(fp));
-    pg_sys::ScanKeyEntryInitialize(&mut row[1], member, first + 1, ge, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_CMP), pg_sys::Datum::from(fr));
-    pg_sys::ScanKeyEntryInitialize(
-        &mut row[2],
-        member | pg_sys::SK_ROW_END as i32,
-        first + 2,
-        ge,
-        pg_sys::INT8OID,
-        pg_sys::InvalidOid,
-        oid(pg_sys::F_BTINT8CMP),
-        pg_sys::Datum::from(fi),
-    );
     let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
     let mut nkeys = 0;
     if let Some((q, _)) = &one {
@@ -382,10 +368,12 @@ unsafe fn walk(c: &mut Claimer, queues: &Queues, max: i32, snapshot: pg_sys::Sna
         pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), hash);
         nkeys = 1;
     }
-    keys[nkeys].sk_flags = pg_sys::SK_ROW_HEADER as i32;
-    keys[nkeys].sk_attno = first;
-    keys[nkeys].sk_strategy = ge;
-    keys[nkeys].sk_argument = pg_sys::Datum::from(row.as_mut_ptr());
+    let floor = [
+        (pg_sys::INT4OID, pg_sys::F_BTINT4CMP, pg_sys::Datum::from(fp)),
+        (pg_sys::TIMESTAMPTZOID, pg_sys::F_TIMESTAMPTZ_CMP, pg_sys::Datum::from(fr)),
+        (pg_sys::INT8OID, pg_sys::F_BTINT8CMP, pg_sys::Datum::from(fi)),
+    ];
+    crate::rows::row_ge(&mut keys[nkeys], &mut row, first, &floor);
     pg_sys::ScanKeyEntryInitialize(
         &mut keys[nkeys + 1],
         0,

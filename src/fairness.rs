@@ -573,19 +573,12 @@ impl Turns {
         let mut n = at as usize - 1;
         // From where this backend's last look at the key found its first row ([`START`]):
         // (run_at, id) >= that row's, a row comparison on the index's last two columns.
-        let ready_count = self.counts.map(|c| c.ready);
-        let start_id = || (self.floor_id(priority), key.map(<[u8]>::to_vec));
-        let start = ready_count.and_then(|c| START.with(|m| m.borrow().get(c, &start_id())));
+        let memo = self.counts.map(|c| (c.ready, (self.floor_id(priority), key.map(<[u8]>::to_vec))));
+        let start = memo.as_ref().and_then(|(c, id)| START.with(|m| m.borrow().get(*c, id)));
         let mut row: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
         if let Some((run_at, id)) = start {
-            let ge = pg_sys::BTGreaterEqualStrategyNumber as u16;
-            let member = pg_sys::SK_ROW_MEMBER as i32;
-            pg_sys::ScanKeyEntryInitialize(&mut row[0], member, at, ge, pg_sys::TIMESTAMPTZOID, pg_sys::InvalidOid, oid(pg_sys::F_TIMESTAMPTZ_CMP), pg_sys::Datum::from(run_at));
-            pg_sys::ScanKeyEntryInitialize(&mut row[1], member | pg_sys::SK_ROW_END as i32, at + 1, ge, pg_sys::INT8OID, pg_sys::InvalidOid, oid(pg_sys::F_BTINT8CMP), pg_sys::Datum::from(id));
-            keys[n].sk_flags = pg_sys::SK_ROW_HEADER as i32;
-            keys[n].sk_attno = at;
-            keys[n].sk_strategy = ge;
-            keys[n].sk_argument = pg_sys::Datum::from(row.as_mut_ptr());
+            let from = [(pg_sys::TIMESTAMPTZOID, pg_sys::F_TIMESTAMPTZ_CMP, pg_sys::Datum::from(run_at)), (pg_sys::INT8OID, pg_sys::F_BTINT8CMP, pg_sys::Datum::from(id))];
+            crate::rows::row_ge(&mut keys[n], &mut row, at, &from);
             n += 1;
         }
         if let Some(now) = now {
@@ -601,9 +594,9 @@ impl Turns {
             }
             !self.ours(ready, l, t) || each(slot)
         });
-        if let (Some(c), Some(f)) = (ready_count, first) {
+        if let (Some((c, id)), Some(f)) = (memo, first) {
             if start != Some(f) {
-                START.with(|m| m.borrow_mut().put(c, start_id(), f));
+                START.with(|m| m.borrow_mut().put(c, id, f));
             }
         }
     }

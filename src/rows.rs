@@ -50,6 +50,22 @@ pub unsafe fn each_by_pk(
     pg_sys::systable_endscan(scan);
 }
 
+/// Makes `header` the B-tree scan key of a row comparison: the index's columns from `attno` on
+/// at or after the values of `cols` (each column's type, B-tree comparison function and value),
+/// its members written to `members`, which must outlive the scan. Where a walk starts from a
+/// row it remembers (src/checkout.rs, src/fairness.rs).
+pub unsafe fn row_ge(header: &mut pg_sys::ScanKeyData, members: &mut [pg_sys::ScanKeyData], attno: i16, cols: &[(pg_sys::Oid, u32, pg_sys::Datum)]) {
+    let ge = pg_sys::BTGreaterEqualStrategyNumber as u16;
+    for (i, &(typ, cmp, value)) in cols.iter().enumerate() {
+        let end = if i + 1 == cols.len() { pg_sys::SK_ROW_END as i32 } else { 0 };
+        pg_sys::ScanKeyEntryInitialize(&mut members[i], pg_sys::SK_ROW_MEMBER as i32 | end, attno + i as i16, ge, typ, pg_sys::InvalidOid, pg_sys::Oid::from(cmp), value);
+    }
+    header.sk_flags = pg_sys::SK_ROW_HEADER as i32;
+    header.sk_attno = attno;
+    header.sk_strategy = ge;
+    header.sk_argument = pg_sys::Datum::from(members.as_mut_ptr());
+}
+
 /// Attribute `attno` (1-based) of tuple `t` described by `desc`; None when it is NULL.
 pub unsafe fn attr(t: pg_sys::HeapTuple, desc: pg_sys::TupleDesc, attno: i32) -> Option<pg_sys::Datum> {
     let mut null = false;
