@@ -34,6 +34,14 @@ fn retryable(e: &postgres::Error) -> bool {
     code == "40001" || (code == "53200" && e.as_db_error().is_some_and(|d| d.message().contains("RWConflictPool")))
 }
 
+/// At every level but SERIALIZABLE (whose checkouts may meet a conflict the retry is for), the
+/// workers of both paths side by side included, jobq raised no serialization failure.
+fn assert_no_needless_retries(iso: Iso, failures: usize) {
+    if iso != Iso::Serializable {
+        assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
+    }
+}
+
 fn in_tx<T>(c: &mut Client, iso: Iso, mut f: impl FnMut(&mut postgres::Transaction) -> Result<T, postgres::Error>) -> (Result<T, postgres::Error>, usize) {
     let mut retries = 0;
     loop {
@@ -617,11 +625,7 @@ fn while_executing_never_overlaps(iso: Iso) {
     let last_solo = iv.iter().filter(|r| r.key == "solo").map(|r| r.end).max().unwrap();
     let plain_between = iv.iter().filter(|r| r.key.is_empty() && r.start > first_solo && r.start < last_solo).count();
     assert!(plain_between > 0, "plain jobs were started while the 'solo' jobs were serialised");
-    // Every level but SERIALIZABLE (whose checkouts may meet a conflict the retry is for),
-    // the workers of both paths side by side included.
-    if iso != Iso::Serializable {
-        assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
-    }
+    assert_no_needless_retries(iso, failures);
     assert_job_tables_consistent(&mut c);
 }
 
@@ -658,11 +662,7 @@ fn concurrency_limit_holds(iso: Iso) {
     assert!(sql_max.load(Ordering::SeqCst) <= 3);
     let slots: i64 = c.query_one("SELECT count(*) FROM jobq.slots", &[]).unwrap().get(0);
     assert_eq!(slots, 0, "every slot was given back, and a key no job uses leaves no row");
-    // Every level but SERIALIZABLE (whose checkouts may meet a conflict the retry is for),
-    // the workers of both paths side by side included.
-    if iso != Iso::Serializable {
-        assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
-    }
+    assert_no_needless_retries(iso, failures);
     assert_job_tables_consistent(&mut c);
 }
 
@@ -719,11 +719,7 @@ fn rate_limit_holds(iso: Iso) {
     }
     // The limit is used, not undershot: some 400 ms held 5 starts.
     assert!(started.windows(5).any(|w| w[4] - w[0] < 0.4), "never 5 starts within 400 ms: {started:?}");
-    // Every level but SERIALIZABLE (whose checkouts may meet a conflict the retry is for),
-    // the workers of both paths side by side included.
-    if iso != Iso::Serializable {
-        assert_eq!(failures, 0, "jobq raised no serialization failure a retry inside would have avoided");
-    }
+    assert_no_needless_retries(iso, failures);
     assert_job_tables_consistent(&mut c);
 }
 
