@@ -218,8 +218,19 @@ def test_admin_calls(jobq_admin: psycopg.Connection[Any], conn: psycopg.Connecti
     jobq.set_rate_limit(jobq_admin, key, None)
     assert admin.execute("SELECT count(*) AS n FROM jobq.rate_windows WHERE key = %s", (key,)).fetchone()["n"] == 0
 
-    reaped = jobq.reap(jobq_admin)
-    assert isinstance(reaped, jobq.ReapResult) and reaped.workers_reaped >= 0
+    # A worker dies holding two jobs and a lock, and a pass reaps it in the transaction that aged
+    # its heartbeat, out of sight of the background worker's passes; the pass before it takes any
+    # other dead worker, so that the counts are this worker's alone.
+    dead = jobq.register_worker(conn)
+    held = f"{queue}-reaped"
+    jobs = jobq.enqueue_batch(conn, held, [{}, {}])
+    assert sorted(j.id for j in jobq.checkout(conn, dead, [held], 2)) == jobs
+    assert jobq.acquire_lock(conn, held, dead) is True
+    with admin.transaction():
+        jobq.reap(admin)
+        admin.execute("UPDATE jobq.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = %s", (dead,))
+        assert jobq.reap(admin) == jobq.ReapResult(
+            workers_reaped=1, jobs_requeued=2, jobs_dead=0, locks_released=1, jobs_pruned=0)
     jobq.unregister_worker(conn, worker)
 
 
