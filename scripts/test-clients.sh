@@ -97,8 +97,13 @@ INI
 chmod 644 "$users" "$ini"; chmod 777 "$tmp"
 sudo -u postgres /usr/sbin/pgbouncer "$ini" >/dev/null 2>&1 &
 bouncer_pid=$!
-for _ in $(seq 100); do
+for try in $(seq 100); do
   psql -X -q -h 127.0.0.1 -p "$pooler_port" -U postgres -d jobq_python -c "SELECT 1" >/dev/null 2>&1 && break
+  if [ "$try" = 100 ]; then
+    echo "test-clients: PgBouncer is not up on 127.0.0.1:$pooler_port after 10 s; the end of its log:" >&2
+    tail -n 20 "$tmp/pgbouncer.log" >&2 || true
+    exit 1
+  fi
   sleep 0.1
 done
 
