@@ -216,11 +216,26 @@ describe('operator calls', () => {
     }
   });
 
-  test('reap returns its counts', async () => {
-    const r = await jobq.reap(admin);
-    for (const k of ['workersReaped', 'jobsRequeued', 'jobsDead', 'locksReleased', 'jobsPruned'] as const) {
-      assert.equal(typeof r[k], 'number', k);
+  test('reap returns the counts of its pass', async () => {
+    // A worker dies holding two jobs and a lock, and a pass reaps it in the transaction that
+    // aged its heartbeat, out of sight of the background worker's passes; the pass before it
+    // takes any other dead worker, so that the counts are this worker's alone.
+    const q = queueName('reap');
+    const worker = await jobq.registerWorker(app);
+    const ids = await jobq.enqueueBatch(app, q, [{}, {}]);
+    const held = await jobq.checkout(app, worker, { queues: [q], maxJobs: 2 });
+    assert.deepEqual(held.map((j) => j.id).sort(), ids.sort());
+    assert.equal(await jobq.acquireLock(app, q, worker), true);
+    let r: jobq.ReapResult;
+    await admin.query('BEGIN');
+    try {
+      await jobq.reap(admin);
+      await admin.query("UPDATE jobq.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [worker]);
+      r = await jobq.reap(admin);
+    } finally {
+      await admin.query('COMMIT');
     }
+    assert.deepEqual(r, { workersReaped: 1, jobsRequeued: 2, jobsDead: 0, locksReleased: 1, jobsPruned: 0 });
   });
 
   test('queueStats', async () => {
