@@ -619,7 +619,7 @@ async fn schedules_enqueue_their_ticks() {
 
 #[tokio::test]
 async fn reap_stats_and_heartbeat_timeout() {
-    let (app, admin) = (app().await, admin().await);
+    let (app, mut admin) = (app().await, admin().await);
     let queue = unique("stats");
     enqueue_batch(&app, &queue, &[json!({}), json!({})], BatchOptions::new())
         .await
@@ -650,9 +650,50 @@ async fn reap_stats_and_heartbeat_timeout() {
 
     unregister_worker(&app, worker).await.unwrap();
 
-    // A pass by hand (its counts are whatever the background worker, which runs the same pass
-    // every 200 ms here, left to do): its row reads, and the call is jobq_admin's alone.
-    reap(&admin).await.unwrap();
+    // A worker dies holding two jobs and a lock, and a pass reaps it in the transaction that
+    // aged its heartbeat, out of sight of the background worker's passes. The tests running
+    // alongside may leave dead workers of their own to the same pass: its counts are at least
+    // this worker's, whose jobs it put back. The call is jobq_admin's alone.
+    let dead = register(&app, "calls-reaped").await;
+    let held = unique("reaped");
+    let jobs = enqueue_batch(&app, &held, &[json!({}), json!({})], BatchOptions::new())
+        .await
+        .unwrap();
+    let mut got: Vec<i64> = checkout(
+        &app,
+        dead,
+        CheckoutOptions::new().queues([&held]).max_jobs(2),
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|j| j.id)
+    .collect();
+    got.sort();
+    assert_eq!(got, jobs);
+    assert!(acquire_lock(&app, &held, dead, None).await.unwrap());
+    let tx = admin.transaction().await.unwrap();
+    tx.execute(
+        "UPDATE jobq.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1",
+        &[&dead],
+    )
+    .await
+    .unwrap();
+    let r = reap(&tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        r.workers_reaped >= 1 && r.jobs_requeued >= 2 && r.locks_released >= 1,
+        "{r:?}"
+    );
+    let requeued: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM jobq.jobs WHERE id = ANY($1) AND state = 'ready' AND interrupted_at IS NOT NULL",
+            &[&jobs],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(requeued, 2);
     assert!(matches!(reap(&app).await, Err(Error::PermissionDenied(_))));
     assert_eq!(
         heartbeat_timeout(&app).await.unwrap(),
