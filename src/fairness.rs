@@ -152,6 +152,9 @@ struct Floor {
     start: i64,
     /// The keys whose rows are below `start`, passed for having no due job (at most [`STUCK`]).
     stuck: Vec<Key>,
+    /// How far past `start` the walk that found it went (the `served` of the last row it saw,
+    /// less `start`): the width of the next walk's first window ([`window`]).
+    reach: i64,
 }
 
 impl Floor {
@@ -172,14 +175,16 @@ impl Floor {
 /// The most keys with no due job a floor passes: beyond them, walks pass the rest.
 const STUCK: usize = 8;
 
-/// Window `i` of `served` that a walk from a floor reads (`Turns::each_turn`): 16 wide, then
-/// twice as wide at each one after the second, [`WINDOWS`] of them before the rest in one
-/// scan. `served` counts every key's moves to the back, so a window of 16 holds at most 16
-/// rows and dead versions of this queue: a walk that passes a few of them reads one window,
-/// and one that passes many (about 19 a claim at 16 clients, docs/performance.md, "Fair
-/// checkout") reads at most twice what it passed, and 16 more.
-fn window(i: u32) -> i64 {
-    16 << i.saturating_sub(1)
+/// Window `i` of `served` that a walk from a floor reads (`Turns::each_turn`): as wide as the
+/// last walk from the floor went (`reach`, at least 16), then twice as wide at each one after
+/// the second, [`WINDOWS`] of them before the rest in one scan. `served` counts every key's
+/// moves to the back, so a window of 16 holds at most 16 rows and dead versions of this queue.
+/// A floor lags the front by the moves made since its walk, most of them by other checkouts at
+/// 16 clients, whose old entries (killed once dead to all) fill the span between: each window
+/// is a descent of the index, and windows of 16 took 5.3 descents a claim (bench/fairness.sh's
+/// profile) where the next walk goes about as far as the last one did.
+fn window(i: u32, reach: i64) -> i64 {
+    reach.clamp(16, 1 << 20) << i.saturating_sub(1)
 }
 const WINDOWS: u32 = 10;
 
@@ -469,14 +474,14 @@ impl Turns {
     /// rest of the page's entries at every claim, dead versions of moved rows included. A
     /// window's upper bound ends the page's read where the window ends. From the front (no
     /// floor), there is no `served` to count from: one scan.
-    unsafe fn each_turn(&self, priority: i32, start: Option<i64>, snapshot: pg_sys::Snapshot, mut each: impl FnMut(pg_sys::HeapTuple, Key, i64) -> Step) {
+    unsafe fn each_turn(&self, priority: i32, start: Option<(i64, i64)>, snapshot: pg_sys::Snapshot, mut each: impl FnMut(pg_sys::HeapTuple, Key, i64) -> Step) {
         let oid = pg_sys::Oid::from;
         let (eq, ge, lt) = (pg_sys::BTEqualStrategyNumber as u16, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::BTLessStrategyNumber as u16);
         let coll = *(*self.by_turn).rd_indcollation;
-        let mut from = start.unwrap_or(i64::MIN);
+        let (mut from, reach) = start.unwrap_or((i64::MIN, 0));
         let windows = if start.is_some() { WINDOWS } else { 0 };
         for i in 0..=windows {
-            let to = (i < windows).then(|| from.saturating_add(window(i)));
+            let to = (i < windows).then(|| from.saturating_add(window(i, reach)));
             let mut keys: [pg_sys::ScanKeyData; 4] = std::mem::zeroed();
             pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), self.queue);
             pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
@@ -505,16 +510,17 @@ impl Turns {
     }
 
     /// This backend's floor of the queue at `priority` ([`TURNS_ADDED`]): where its walk may
-    /// start, and the keys passed below it for having no due job; None when there is none, or
+    /// start, how far the last walk from it went, and the keys passed below it for having no
+    /// due job; None when there is none, or
     /// when one of those keys has a due job now (its row is below the floor: the walk starts at
     /// the front).
-    unsafe fn floor(&self, c: &Claimer, priority: i32, snapshot: pg_sys::Snapshot) -> Option<(i64, Vec<Key>)> {
+    unsafe fn floor(&self, c: &Claimer, priority: i32, snapshot: pg_sys::Snapshot) -> Option<((i64, i64), Vec<Key>)> {
         let n = self.counts?.turns;
         let id = self.floor_id(priority);
         let (start, stuck) = FLOORS.with(|f| {
             let mut f = f.borrow_mut();
             let fl = f.iter_mut().find(|fl| fl.id == id)?;
-            fl.current(n).then(|| (fl.start, fl.stuck.clone()))
+            fl.current(n).then(|| ((fl.start, fl.reach), fl.stuck.clone()))
         })?;
         stuck.iter().all(|k| self.due(c, k.as_deref(), priority, snapshot).is_none()).then_some((start, stuck))
     }
@@ -525,7 +531,7 @@ impl Turns {
     }
 
     /// Keeps this backend's floor of the queue at `priority`.
-    unsafe fn keep_floor(&self, priority: i32, start: i64, stuck: Vec<Key>) {
+    unsafe fn keep_floor(&self, priority: i32, start: i64, reach: i64, stuck: Vec<Key>) {
         let Some(n) = self.counts.map(|c| c.turns) else { return };
         crate::xact::watch(); // forgotten at an abort
         let id = self.floor_id(priority);
@@ -535,7 +541,7 @@ impl Turns {
             if f.len() >= 64 {
                 f.remove(0);
             }
-            f.push(Floor { id, added: n, start, stuck });
+            f.push(Floor { id, added: n, start, stuck, reach });
         });
     }
 
@@ -759,9 +765,10 @@ impl Turns {
                 Some((start, stuck)) => (Some(start), stuck),
                 None => (None, Vec::new()),
             };
-            let mut new_start = None;
+            let (mut new_start, mut last) = (None, None);
             self.each_turn(p, start, snapshot, |row, key, at| {
                 any = true;
+                last = Some(at);
                 // A row another checkout holds is passed over without a look at its key's jobs
                 // (its header read as it is: a lock taken or released meanwhile is sorted out
                 // by the lock below, or by the look at the held keys after the walk); a key with
@@ -813,7 +820,7 @@ impl Turns {
                 }
             });
             if let Some(at) = new_start {
-                self.keep_floor(p, at, stuck);
+                self.keep_floor(p, at, last.map_or(0, |l| l.saturating_sub(at)), stuck);
             }
             match took {
                 Took::Started => {
