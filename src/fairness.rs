@@ -155,6 +155,13 @@ struct Floor {
     /// How far past `start` the walk that found it went (the `served` of the last row it saw,
     /// less `start`): the width of the next walk's first window ([`window`]).
     reach: i64,
+    /// The rows at or after `start` that the walk found with no due job, by `served` (a row's
+    /// `served` is its own: drawn from a sequence, kept by a move only within its key's turn).
+    /// The next walk passes their index entries without reading the rows while this backend
+    /// still remembers their keys as idle ([`IDLE`]): measured at 16 clients in
+    /// bench/fairness.sh, half the rows a walk read (6.6 of 13.4 a claim) were such keys,
+    /// whose rows keep their place at the front until the pass drops them.
+    idle: Vec<(i64, Key)>,
 }
 
 impl Floor {
@@ -174,6 +181,9 @@ impl Floor {
 
 /// The most keys with no due job a floor passes: beyond them, walks pass the rest.
 const STUCK: usize = 8;
+/// The most rows with no due job after a floor whose entries the next walk passes without
+/// reading them ([`Floor`]'s `idle`).
+const IDLE_KEPT: usize = 64;
 
 /// Window `i` of `served` that a walk from a floor reads (`Turns::each_turn`): as wide as the
 /// last walk from the floor went (`reach`, at least 16), then twice as wide at each one after
@@ -474,7 +484,17 @@ impl Turns {
     /// rest of the page's entries at every claim, dead versions of moved rows included. A
     /// window's upper bound ends the page's read where the window ends. From the front (no
     /// floor), there is no `served` to count from: one scan.
-    unsafe fn each_turn(&self, priority: i32, start: Option<(i64, i64)>, snapshot: pg_sys::Snapshot, mut each: impl FnMut(pg_sys::HeapTuple, Key, i64) -> Step) {
+    ///
+    /// An entry whose `served` `idle` names (with its key) is passed to `each` without its row
+    /// (None): a row this backend knows has no due job.
+    unsafe fn each_turn(
+        &self,
+        priority: i32,
+        start: Option<(i64, i64)>,
+        snapshot: pg_sys::Snapshot,
+        mut idle: impl FnMut(i64) -> Option<Key>,
+        mut each: impl FnMut(Option<pg_sys::HeapTuple>, Key, i64) -> Step,
+    ) {
         let oid = pg_sys::Oid::from;
         let (eq, ge, lt) = (pg_sys::BTEqualStrategyNumber as u16, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::BTLessStrategyNumber as u16);
         let coll = *(*self.by_turn).rd_indcollation;
@@ -494,12 +514,16 @@ impl Turns {
                 None => 3,
             };
             let mut stopped = false;
-            scan(self.rel, self.by_turn, snapshot, &mut keys[..n], |slot| {
-                let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
-                let desc = (*self.rel).rd_att;
-                let key = attr(t, desc, (self.key + 1) as i32).map(|d| text(d).to_vec());
-                let served = attr(t, desc, (self.served + 1) as i32).map_or(i64::MIN, |d| d.value() as i64);
-                stopped = matches!(each(t, key, served), Step::Stop);
+            scan_served(self.rel, self.by_turn, snapshot, &mut keys[..n], &mut idle, |slot, served| {
+                let step = match slot {
+                    Err(key) => each(None, key, served),
+                    Ok(slot) => {
+                        let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+                        let key = attr(t, (*self.rel).rd_att, (self.key + 1) as i32).map(|d| text(d).to_vec());
+                        each(Some(t), key, served)
+                    }
+                };
+                stopped = matches!(step, Step::Stop);
                 !stopped
             });
             match to {
@@ -514,15 +538,16 @@ impl Turns {
     /// due job; None when there is none, or
     /// when one of those keys has a due job now (its row is below the floor: the walk starts at
     /// the front).
-    unsafe fn floor(&self, c: &Claimer, priority: i32, snapshot: pg_sys::Snapshot) -> Option<((i64, i64), Vec<Key>)> {
+    #[allow(clippy::type_complexity)]
+    unsafe fn floor(&self, c: &Claimer, priority: i32, snapshot: pg_sys::Snapshot) -> Option<((i64, i64), Vec<Key>, Vec<(i64, Key)>)> {
         let n = self.counts?.turns;
         let id = self.floor_id(priority);
-        let (start, stuck) = FLOORS.with(|f| {
+        let (start, stuck, idle) = FLOORS.with(|f| {
             let mut f = f.borrow_mut();
             let fl = f.iter_mut().find(|fl| fl.id == id)?;
-            fl.current(n).then(|| ((fl.start, fl.reach), fl.stuck.clone()))
+            fl.current(n).then(|| ((fl.start, fl.reach), fl.stuck.clone(), std::mem::take(&mut fl.idle)))
         })?;
-        stuck.iter().all(|k| self.due(c, k.as_deref(), priority, snapshot).is_none()).then_some((start, stuck))
+        stuck.iter().all(|k| self.due(c, k.as_deref(), priority, snapshot).is_none()).then_some((start, stuck, idle))
     }
 
     /// Which floor: of this queue's turns at `priority` (and which top priority, from it on).
@@ -531,7 +556,7 @@ impl Turns {
     }
 
     /// Keeps this backend's floor of the queue at `priority`.
-    unsafe fn keep_floor(&self, priority: i32, start: i64, reach: i64, stuck: Vec<Key>) {
+    unsafe fn keep_floor(&self, priority: i32, start: i64, reach: i64, stuck: Vec<Key>, idle: Vec<(i64, Key)>) {
         let Some(n) = self.counts.map(|c| c.turns) else { return };
         crate::xact::watch(); // forgotten at an abort
         let id = self.floor_id(priority);
@@ -541,7 +566,7 @@ impl Turns {
             if f.len() >= 64 {
                 f.remove(0);
             }
-            f.push(Floor { id, added: n, start, stuck, reach });
+            f.push(Floor { id, added: n, start, stuck, reach, idle });
         });
     }
 
@@ -618,7 +643,7 @@ impl Turns {
     unsafe fn due(&self, c: &Claimer, key: Option<&[u8]>, priority: i32, snapshot: pg_sys::Snapshot) -> Option<pg_sys::ItemPointerData> {
         let ready = self.counts.map(|n| n.ready);
         let id = || (self.floor_id(priority), key.map(<[u8]>::to_vec));
-        if ready.is_some_and(|n| IDLE.with(|m| m.borrow().get(n, &id()).is_some_and(|until| c.now < until))) {
+        if self.idle(c.now, key, priority) {
             return None;
         }
         let (l, now) = (c.layout(), c.now);
@@ -641,6 +666,13 @@ impl Turns {
             IDLE.with(|m| m.borrow_mut().put(n, id(), until));
         }
         found
+    }
+
+    /// Whether this backend remembers key `key` at `priority` as having no due job ([`IDLE`]).
+    unsafe fn idle(&self, now: pg_sys::TimestampTz, key: Option<&[u8]>, priority: i32) -> bool {
+        let Some(n) = self.counts.map(|n| n.ready) else { return false };
+        let id = (self.floor_id(priority), key.map(<[u8]>::to_vec));
+        IDLE.with(|m| m.borrow().get(n, &id).is_some_and(|until| now < until))
     }
 
     /// The claim of the job whose ready row `tid` the look for a due job found first (the
@@ -761,14 +793,31 @@ impl Turns {
             let mut any = false;
             // From this backend's floor; the new floor is the first row not passed for having
             // no due job (those, up to STUCK, are kept with it).
-            let (start, mut stuck) = match self.floor(c, p, snapshot) {
-                Some((start, stuck)) => (Some(start), stuck),
-                None => (None, Vec::new()),
+            let (start, mut stuck, idle) = match self.floor(c, p, snapshot) {
+                Some((start, stuck, idle)) => (Some(start), stuck, idle),
+                None => (None, Vec::new(), Vec::new()),
             };
-            let (mut new_start, mut last) = (None, None);
-            self.each_turn(p, start, snapshot, |row, key, at| {
-                any = true;
+            let (mut new_start, mut last, mut new_idle) = (None, None, Vec::new());
+            // A row the last walk found with no due job, whose key this backend still
+            // remembers so: passed by its index entry.
+            let known = |served: i64| {
+                let (_, key) = idle.iter().find(|(s, _)| *s == served)?;
+                self.idle(now, key.as_deref(), p).then(|| key.clone())
+            };
+            self.each_turn(p, start, snapshot, known, |row, key, at| {
                 last = Some(at);
+                let Some(row) = row else {
+                    if new_start.is_none() && stuck.len() < STUCK && !stuck.contains(&key) {
+                        stuck.push(key);
+                    } else {
+                        new_start.get_or_insert(at);
+                        if new_idle.len() < IDLE_KEPT {
+                            new_idle.push((at, key));
+                        }
+                    }
+                    return Step::Pass;
+                };
+                any = true;
                 // A row another checkout holds is passed over without a look at its key's jobs
                 // (its header read as it is: a lock taken or released meanwhile is sorted out
                 // by the lock below, or by the look at the held keys after the walk); a key with
@@ -786,11 +835,12 @@ impl Turns {
                 } else {
                     Some(true)
                 };
-                if new_start.is_none() {
-                    if step == Some(true) && stuck.len() < STUCK && !stuck.contains(&key) {
-                        stuck.push(key.clone());
-                    } else {
-                        new_start = Some(at);
+                if new_start.is_none() && step == Some(true) && stuck.len() < STUCK && !stuck.contains(&key) {
+                    stuck.push(key.clone());
+                } else {
+                    new_start.get_or_insert(at);
+                    if step == Some(true) && new_idle.len() < IDLE_KEPT && self.idle(now, key.as_deref(), p) {
+                        new_idle.push((at, key.clone()));
                     }
                 }
                 if step.is_some() {
@@ -820,7 +870,7 @@ impl Turns {
                 }
             });
             if let Some(at) = new_start {
-                self.keep_floor(p, at, last.map_or(0, |l| l.saturating_sub(at)), stuck);
+                self.keep_floor(p, at, last.map_or(0, |l| l.saturating_sub(at)), stuck, new_idle);
             }
             match took {
                 Took::Started => {
@@ -845,7 +895,9 @@ impl Turns {
                 }
             }
             // Where no key has a row at p, the jobs without one are all there is, and take no
-            // turns: they are served, unless they yielded.
+            // turns: they are served, unless they yielded. (Where the walk read no row because
+            // every one it met was a known idle one, this looks for them too: none are due
+            // where the queue's jobs without a key have a row, which was passed as idle.)
             if !any && !skipped(skip, &None) {
                 match try_key(c, None, p) {
                     None => {}
@@ -899,6 +951,51 @@ pub unsafe fn claim(c: &mut Claimer, t: &Turns, max: i32) -> (i32, bool) {
         pg_sys::UpdateActiveSnapshotCommandId();
     }
     (n, false)
+}
+
+/// An index scan of `rel` through `index` with `keys`, as [`scan`], of an index whose third
+/// column is an int8 (`served`): each entry's value is read from the entry first, and `each`
+/// gets what `known` says of an entry it knows (Err), whose row is not read; the row's slot,
+/// when it is visible, for the others (Ok).
+unsafe fn scan_served<K>(
+    rel: pg_sys::Relation,
+    index: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    keys: &mut [pg_sys::ScanKeyData],
+    mut known: impl FnMut(i64) -> Option<K>,
+    mut each: impl FnMut(Result<*mut pg_sys::TupleTableSlot, K>, i64) -> bool,
+) {
+    #[cfg(not(feature = "pg18"))]
+    let s = pg_sys::index_beginscan(rel, index, snapshot, keys.len() as i32, 0);
+    #[cfg(feature = "pg18")]
+    let s = pg_sys::index_beginscan(rel, index, snapshot, null_mut(), keys.len() as i32, 0);
+    (*s).xs_want_itup = true;
+    pg_sys::index_rescan(s, keys.as_mut_ptr(), keys.len() as i32, null_mut(), 0);
+    let slot = pg_sys::table_slot_create(rel, null_mut());
+    loop {
+        if pg_sys::index_getnext_tid(s, pg_sys::ScanDirection::ForwardScanDirection).is_null() {
+            break;
+        }
+        let served = pg_sys::nocache_index_getattr((*s).xs_itup, 3, (*s).xs_itupdesc).value() as i64;
+        let more = if let Some(k) = known(served) {
+            each(Err(k), served)
+        } else {
+            // index_getnext_slot's fetch: the visible member of the entry's chain, if any.
+            let mut visible = false;
+            while !visible {
+                visible = pg_sys::index_fetch_heap(s, slot);
+                if !(*s).xs_heap_continue {
+                    break;
+                }
+            }
+            !visible || each(Ok(slot), served)
+        };
+        if !more {
+            break;
+        }
+    }
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::index_endscan(s);
 }
 
 /// An index scan of `rel` through `index` with `keys`, calling `each` with each row's slot

@@ -553,8 +553,27 @@ fn keys_that_arrive_by_replication_take_turns() {
 /// coming due, and one made ready by the checkout's own transaction are each served first.
 #[test]
 fn a_key_with_no_due_job_is_served_at_its_place_once_one_is_due() {
+    served_at_its_place_once_due(false);
+}
+
+/// The same, with the key behind one whose row another transaction holds all along: the
+/// extension's walks then start at the held row and pass the idle key's index entry without
+/// reading its row while they remember it had no due job (src/fairness.rs, `Floor::idle`).
+#[test]
+fn a_key_with_no_due_job_behind_a_held_one_is_served_at_its_place_once_one_is_due() {
+    served_at_its_place_once_due(true);
+}
+
+fn served_at_its_place_once_due(behind_held: bool) {
     let (cluster, db, mut c) = db();
     let w = register(&mut c);
+    let mut holder = cluster.connect(&db);
+    let mut hold = behind_held.then(|| {
+        enqueue(&mut c, "q", Some("h"), 1);
+        let mut t = holder.transaction().unwrap();
+        t.execute("SELECT 1 FROM jobq.fairness WHERE queue = 'q' AND fairness_key = 'h' FOR UPDATE", &[]).unwrap();
+        t
+    });
     enqueue(&mut c, "q", Some("x"), 1);
     for key in ["a", "b", "c"] {
         enqueue(&mut c, "q", Some(key), 10);
@@ -586,6 +605,10 @@ fn a_key_with_no_due_job_is_served_at_its_place_once_one_is_due() {
     let got = t.query_one("SELECT id, fairness_key FROM jobq_checkout($1, ARRAY['q'])", &[&w]).unwrap();
     assert_eq!((got.get::<_, i64>(0), got.get::<_, Option<String>>(1)), (own, k("x")), "a job made ready by its own transaction");
     t.commit().unwrap();
+    if let Some(t) = hold.take() {
+        t.rollback().unwrap();
+        assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("h"), "the held key, let go, at its place");
+    }
     assert_job_tables_consistent(&mut c);
 }
 
