@@ -185,16 +185,16 @@ const STUCK: usize = 8;
 /// reading them ([`Floor`]'s `idle`).
 const IDLE_KEPT: usize = 64;
 
-/// Window `i` of `served` that a walk from a floor reads (`Turns::each_turn`): as wide as the
-/// last walk from the floor went (`reach`, at least 16), then twice as wide at each one after
-/// the second, [`WINDOWS`] of them before the rest in one scan. `served` counts every key's
+/// Window `i` of `served` that a walk from a floor reads (`Turns::each_turn`): twice as wide as
+/// the last walk from the floor went (`reach`, at least 16), then twice as wide at each one
+/// after the second, [`WINDOWS`] of them before the rest in one scan. `served` counts every key's
 /// moves to the back, so a window of 16 holds at most 16 rows and dead versions of this queue.
 /// A floor lags the front by the moves made since its walk, most of them by other checkouts at
 /// 16 clients, whose old entries (killed once dead to all) fill the span between: each window
 /// is a descent of the index, and windows of 16 took 5.3 descents a claim (bench/fairness.sh's
-/// profile) where the next walk goes about as far as the last one did.
+/// profile), where the next walk goes as far as the last one did and the moves since.
 fn window(i: u32, reach: i64) -> i64 {
-    reach.clamp(16, 1 << 20) << i.saturating_sub(1)
+    (2 * reach).clamp(16, 1 << 20) << i.saturating_sub(1)
 }
 const WINDOWS: u32 = 10;
 
@@ -482,8 +482,9 @@ impl Turns {
     /// leaf page that its keys accept when it reaches the page (PostgreSQL 15's
     /// `_bt_readpage`), and a walk stops after a few rows, so an open-ended scan would test the
     /// rest of the page's entries at every claim, dead versions of moved rows included. A
-    /// window's upper bound ends the page's read where the window ends. From the front (no
-    /// floor), there is no `served` to count from: one scan.
+    /// window's upper bound ends the page's read where the window ends; a window with no entry
+    /// ends the windows (the rest in one scan). From the front (no floor), there is no
+    /// `served` to count from: one scan.
     ///
     /// An entry whose `served` `idle` names (with its key) is passed to `each` without its row
     /// (None): a row this backend knows has no due job.
@@ -499,8 +500,8 @@ impl Turns {
         let (eq, ge, lt) = (pg_sys::BTEqualStrategyNumber as u16, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::BTLessStrategyNumber as u16);
         let coll = *(*self.by_turn).rd_indcollation;
         let (mut from, reach) = start.unwrap_or((i64::MIN, 0));
-        let windows = if start.is_some() { WINDOWS } else { 0 };
-        for i in 0..=windows {
+        let mut windows = if start.is_some() { WINDOWS } else { 0 };
+        for i in 0.. {
             let to = (i < windows).then(|| from.saturating_add(window(i, reach)));
             let mut keys: [pg_sys::ScanKeyData; 4] = std::mem::zeroed();
             pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), self.queue);
@@ -514,7 +515,7 @@ impl Turns {
                 None => 3,
             };
             let mut stopped = false;
-            scan_served(self.rel, self.by_turn, snapshot, &mut keys[..n], &mut idle, |slot, served| {
+            let read = scan_served(self.rel, self.by_turn, snapshot, &mut keys[..n], &mut idle, |slot, served| {
                 let step = match slot {
                     Err(key) => each(None, key, served),
                     Ok(slot) => {
@@ -529,6 +530,11 @@ impl Turns {
             match to {
                 Some(to) if !stopped => from = to,
                 _ => return,
+            }
+            if read == 0 {
+                // Past the queue's last row, or a gap as wide: the rest in one scan (a walk
+                // that found no key to serve ran every window to the end).
+                windows = i + 1;
             }
         }
     }
@@ -956,7 +962,7 @@ pub unsafe fn claim(c: &mut Claimer, t: &Turns, max: i32) -> (i32, bool) {
 /// An index scan of `rel` through `index` with `keys`, as [`scan`], of an index whose third
 /// column is an int8 (`served`): each entry's value is read from the entry first, and `each`
 /// gets what `known` says of an entry it knows (Err), whose row is not read; the row's slot,
-/// when it is visible, for the others (Ok).
+/// when it is visible, for the others (Ok). Returns how many entries it read.
 unsafe fn scan_served<K>(
     rel: pg_sys::Relation,
     index: pg_sys::Relation,
@@ -964,7 +970,7 @@ unsafe fn scan_served<K>(
     keys: &mut [pg_sys::ScanKeyData],
     mut known: impl FnMut(i64) -> Option<K>,
     mut each: impl FnMut(Result<*mut pg_sys::TupleTableSlot, K>, i64) -> bool,
-) {
+) -> usize {
     #[cfg(not(feature = "pg18"))]
     let s = pg_sys::index_beginscan(rel, index, snapshot, keys.len() as i32, 0);
     #[cfg(feature = "pg18")]
@@ -972,10 +978,12 @@ unsafe fn scan_served<K>(
     (*s).xs_want_itup = true;
     pg_sys::index_rescan(s, keys.as_mut_ptr(), keys.len() as i32, null_mut(), 0);
     let slot = pg_sys::table_slot_create(rel, null_mut());
+    let mut read = 0;
     loop {
         if pg_sys::index_getnext_tid(s, pg_sys::ScanDirection::ForwardScanDirection).is_null() {
             break;
         }
+        read += 1;
         let served = pg_sys::nocache_index_getattr((*s).xs_itup, 3, (*s).xs_itupdesc).value() as i64;
         let more = if let Some(k) = known(served) {
             each(Err(k), served)
@@ -996,6 +1004,7 @@ unsafe fn scan_served<K>(
     }
     pg_sys::ExecDropSingleTupleTableSlot(slot);
     pg_sys::index_endscan(s);
+    read
 }
 
 /// An index scan of `rel` through `index` with `keys`, calling `each` with each row's slot
