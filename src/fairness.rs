@@ -108,6 +108,18 @@ unsafe impl PGRXSharedMemory for Adds {}
 /// remembers may come from its own transaction's claims and moves, which no count undoes: it
 /// is forgotten at any abort ([`forget`]).
 static READY_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_ready_added") };
+/// The last [`READIES_KEPT`] commits counted in [`READY_ADDED`]: each one's count (after it) and
+/// the lowest claim key (priority, run_at, id) of the rows it made ready, in any queue of any
+/// database, at that count modulo [`READIES_KEPT`]. Written with the count under the lock, so
+/// that a reader of a count sees its entry. [`START`] outlives the commits whose rows all sort
+/// after it: an enqueue's job, due now, sorts after every job of a backlog.
+static READIES: PgLwLock<Readies> = unsafe { PgLwLock::new(c"jobq_readies") };
+const READIES_KEPT: usize = 256;
+#[derive(Clone, Copy)]
+pub struct Readies {
+    at: [(u64, crate::floors::Key); READIES_KEPT],
+}
+unsafe impl PGRXSharedMemory for Readies {}
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Called from _PG_init while preloading.
@@ -115,6 +127,7 @@ pub fn init() {
     pg_shmem_init!(TURNS_ADDED);
     pg_shmem_init!(ADDS = Adds { at: [(0, i64::MIN); ADDS_KEPT] });
     pg_shmem_init!(READY_ADDED);
+    pg_shmem_init!(READIES = Readies { at: [(0, (i32::MIN, i64::MIN, i64::MIN)); READIES_KEPT] });
     ENABLED.store(true, Ordering::Relaxed);
 }
 
@@ -133,14 +146,17 @@ thread_local! {
     static TOP: RefCell<Memo<TopId, Option<i32>>> = RefCell::new(Memo::new(1024));
     /// Where the scans of a key's ready rows start ([`READY_ADDED`]): (jobq.fairness's oid,
     /// queue, priority, key) -> the (run_at, id) of the first row this backend's last scan of
-    /// the key returned, under one count of jobs made ready. Every entry of the key's index
-    /// before that row was one that scan's snapshot did not see: the claims' deleted rows (a
-    /// key's jobs are taken from the front, and the index keeps their entries until vacuum),
-    /// which no later snapshot sees either, or rows not yet committed, whose commit moves the
-    /// count. Measured in bench/fairness.sh, where the small tenants run out of jobs after
-    /// some 20 s and every checkout takes the large tenant's jobs: each look at its key read
-    /// from the front of its range, past the entries of every job taken since the run began.
-    static START: RefCell<Memo<IdleId, (i64, i64)>> = RefCell::new(Memo::new(4096));
+    /// the key returned, and the count of jobs made ready it holds under. Every entry of the
+    /// key's index before that row was one that scan's snapshot did not see: the claims'
+    /// deleted rows (a key's jobs are taken from the front, and the index keeps their entries
+    /// until vacuum), which no later snapshot sees either, or rows not yet committed, whose
+    /// commit moves the count. It holds under a later count while every commit counted since
+    /// made rows ready at or after it only ([`READIES`]). Measured in bench/fairness.sh, where
+    /// the small tenants run out of jobs after some 20 s and every checkout takes the large
+    /// tenant's jobs: each look at its key read from the front of its range, past the entries
+    /// of every job taken since the run began, and again at every new tenant's job (20 a
+    /// second) while the start was forgotten at every count.
+    static START: RefCell<HashMap<IdleId, (i64, i64, u64)>> = RefCell::new(HashMap::new());
 }
 
 /// A floor of the turns of (jobq.fairness's oid, queue, priority).
@@ -277,14 +293,30 @@ pub fn made_ready_here() {
 fn forget_memos() {
     IDLE.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
     TOP.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
-    START.with(|m| m.try_borrow_mut().map(|mut m| m.map.clear()).ok());
+    START.with(|m| m.try_borrow_mut().map(|mut m| m.clear()).ok());
 }
 
-/// Counts the commit of a transaction that made rows ready.
-pub fn made_ready() {
+/// Counts the commit of a transaction that made rows ready, the lowest of whose claim keys is
+/// `low`.
+pub fn made_ready(low: crate::floors::Key) {
     if ENABLED.load(Ordering::Relaxed) {
-        READY_ADDED.get().fetch_add(1, Ordering::AcqRel);
+        let mut readies = READIES.exclusive();
+        let n = READY_ADDED.get().fetch_add(1, Ordering::AcqRel) + 1;
+        readies.at[n as usize % READIES_KEPT] = (n, low);
     }
+}
+
+/// Whether every commit counted after count `from`, up to `to`, made rows ready at or after
+/// claim key `start` only.
+fn ready_after(from: u64, to: u64, start: crate::floors::Key) -> bool {
+    if to < from || to - from > READIES_KEPT as u64 {
+        return false;
+    }
+    let readies = READIES.share();
+    (from + 1..=to).all(|m| {
+        let (count, low) = readies.at[m as usize % READIES_KEPT];
+        count == m && low >= start
+    })
 }
 
 /// The counts of inserts of turns and of rows made ready, read before a walk's snapshot.
@@ -611,7 +643,19 @@ impl Turns {
         // From where this backend's last look at the key found its first row ([`START`]):
         // (run_at, id) >= that row's, a row comparison on the index's last two columns.
         let memo = self.counts.map(|c| (c.ready, (self.floor_id(priority), key.map(<[u8]>::to_vec))));
-        let start = memo.as_ref().and_then(|(c, id)| START.with(|m| m.borrow().get(*c, id)));
+        let start = memo.as_ref().and_then(|(n, id)| {
+            START.with(|m| {
+                let mut m = m.borrow_mut();
+                let e = m.get_mut(id)?;
+                if e.2 != *n {
+                    if !ready_after(e.2, *n, (priority, e.0, e.1)) {
+                        return None;
+                    }
+                    e.2 = *n;
+                }
+                Some((e.0, e.1))
+            })
+        });
         let mut row: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
         if let Some((run_at, id)) = start {
             let from = [(pg_sys::TIMESTAMPTZOID, pg_sys::F_TIMESTAMPTZ_CMP, pg_sys::Datum::from(run_at)), (pg_sys::INT8OID, pg_sys::F_BTINT8CMP, pg_sys::Datum::from(id))];
@@ -631,9 +675,16 @@ impl Turns {
             }
             !self.ours(ready, l, t) || each(slot)
         });
-        if let (Some((c, id)), Some(f)) = (memo, first) {
+        if let (Some((n, id)), Some(f)) = (memo, first) {
             if start != Some(f) {
-                START.with(|m| m.borrow_mut().put(c, id, f));
+                crate::xact::watch(); // forgotten at an abort
+                START.with(|m| {
+                    let mut m = m.borrow_mut();
+                    if m.len() >= 4096 {
+                        m.clear();
+                    }
+                    m.insert(id, (f.0, f.1, n));
+                });
             }
         }
     }

@@ -120,9 +120,9 @@ unsafe extern "C-unwind" fn at_end_of_transaction(event: pg_sys::XactEvent::Type
         pg_sys::XactEvent::XACT_EVENT_COMMIT => {
             // Nothing here may fail: the transaction has committed.
             let keys = floors::PENDING.with(Notes::take);
-            if !keys.is_empty() {
+            if let Some(low) = keys.iter().map(|(_, k)| *k).min() {
                 floors::apply_lowering(&keys);
-                fairness::made_ready(); // after the floors: the walks' memory of idle keys (src/fairness.rs)
+                fairness::made_ready(low); // after the floors: the walks' memory of idle keys (src/fairness.rs)
             }
             // This transaction's own waiter slot goes first, so that it cannot take a ring
             // (the rings go out in after_locks, below, after the floors applied here: a
