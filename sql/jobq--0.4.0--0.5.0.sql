@@ -294,9 +294,12 @@ BEGIN
         RAISE EXCEPTION 'jobq: weight must be between 1 and 100, got %', weight USING ERRCODE = '22023';
     END IF;
     PERFORM jobq._fair_keys(queue, NULL, ARRAY[fairness_key]);  -- the row that keeps the weight
+    -- The key's rows by fairness_by_key: `= fairness_key` or `IS NULL`, each a condition of the
+    -- index (`IS NOT DISTINCT FROM` is none: it read every row of the queue).
     UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
      WHERE f.queue = jobq_set_fairness_weight.queue
-       AND f.fairness_key IS NOT DISTINCT FROM jobq_set_fairness_weight.fairness_key;
+       AND (f.fairness_key = jobq_set_fairness_weight.fairness_key
+            OR f.fairness_key IS NULL AND jobq_set_fairness_weight.fairness_key IS NULL);
 END $$;
 
 CREATE FUNCTION jobq._fair_claim(worker uuid, queue text, now timestamptz, paused boolean,
@@ -430,7 +433,8 @@ BEGIN
                     BEGIN
                         v_rows := ARRAY(SELECT f.ctid FROM jobq.fairness f
                                          WHERE f.queue = _fair_claim.queue AND f.priority = v_p
-                                           AND f.fairness_key IS NOT DISTINCT FROM k.fairness_key
+                                           AND (f.fairness_key = k.fairness_key
+                                                OR f.fairness_key IS NULL AND k.fairness_key IS NULL)
                                            FOR UPDATE NOWAIT);
                     EXCEPTION WHEN serialization_failure OR lock_not_available THEN
                         NULL;  -- held, or moved by a transaction after our snapshot: it stays where that one put it

@@ -116,6 +116,24 @@ fn a_weight_gives_a_key_more_jobs_per_turn() {
     assert!(order[9..].iter().all(|x| x.is_none()), "{order:?}");
 }
 
+/// In REPEATABLE READ and SERIALIZABLE a key is picked without its row's lock, and its row is
+/// locked to be moved after (jobq._fair_claim): a key and the jobs without a key still take
+/// turns there.
+#[test]
+fn a_key_and_the_jobs_without_one_take_turns_in_repeatable_read_and_serializable() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    for (queue, isolation) in [("rr", "repeatable read"), ("sz", "serializable")] {
+        c.batch_execute(&format!("SET default_transaction_isolation = '{isolation}'")).unwrap();
+        enqueue(&mut c, queue, None, 3);
+        enqueue(&mut c, queue, Some("a"), 3);
+        // Which of the two goes first is the order their turns were added in; then each in turn.
+        let order = drain(&mut c, w, queue);
+        assert_eq!(order.len(), 6, "{isolation}: {order:?}");
+        assert!(order.windows(2).all(|p| p[0] != p[1]), "{isolation}: {order:?}");
+    }
+}
+
 #[test]
 fn priority_comes_first_and_several_queues_keep_their_order() {
     let (_, _, mut c) = db();
