@@ -82,16 +82,9 @@ pub mod jobq {
 /// every walk starts at the front. (A key with no due job keeps its place, and the floors with
 /// it, until its jobs come due or the pass drops the row of a key with none waiting.)
 static TURNS_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_turns_added") };
-/// The last [`ADDS_KEPT`] inserts of turns: each one's count (after it) and the lowest `served`
-/// it inserted (i64::MAX: none that take turns), at that count modulo [`ADDS_KEPT`]. Written
-/// with the count under the lock, so that a reader of a count sees its entry.
-static ADDS: PgLwLock<Adds> = unsafe { PgLwLock::new(c"jobq_turns_adds") };
-const ADDS_KEPT: usize = 64;
-#[derive(Clone, Copy)]
-pub struct Adds {
-    at: [(u64, i64); ADDS_KEPT],
-}
-unsafe impl PGRXSharedMemory for Adds {}
+/// The last 64 inserts of turns ([`Lows`]): the lowest `served` each inserted (i64::MAX: none
+/// that take turns).
+static ADDS: PgLwLock<Lows<i64, 64>> = unsafe { PgLwLock::new(c"jobq_turns_adds") };
 /// Whether a key has a due job is one descent of ready_fair (ready_by_queue for the jobs
 /// without a key). Measured at 16 clients, a walk made about nine of them a claim for keys
 /// with none: the queue's key of the jobs without one, and keys whose last job was taken, whose
@@ -108,26 +101,27 @@ unsafe impl PGRXSharedMemory for Adds {}
 /// remembers may come from its own transaction's claims and moves, which no count undoes: it
 /// is forgotten at any abort ([`forget`]).
 static READY_ADDED: PgAtomic<AtomicU64> = unsafe { PgAtomic::new(c"jobq_ready_added") };
-/// The last [`READIES_KEPT`] commits counted in [`READY_ADDED`]: each one's count (after it) and
-/// the lowest claim key (priority, run_at, id) of the rows it made ready, in any queue of any
-/// database, at that count modulo [`READIES_KEPT`]. Written with the count under the lock, so
-/// that a reader of a count sees its entry. [`START`] outlives the commits whose rows all sort
-/// after it: an enqueue's job, due now, sorts after every job of a backlog.
-static READIES: PgLwLock<Readies> = unsafe { PgLwLock::new(c"jobq_readies") };
-const READIES_KEPT: usize = 256;
+/// The last 256 commits counted in [`READY_ADDED`] ([`Lows`]): the lowest claim key (priority,
+/// run_at, id) of the rows each made ready, in any queue of any database. [`START`] outlives
+/// the commits whose rows all sort after it: an enqueue's job, due now, sorts after every job
+/// of a backlog.
+static READIES: PgLwLock<Lows<crate::floors::Key, 256>> = unsafe { PgLwLock::new(c"jobq_readies") };
+/// The last `N` events of a count in shared memory, each with its count (after it) and the
+/// lowest key it added, at that count modulo `N`: written with the count under the lock
+/// ([`count_low`]), so that a reader of a count sees its entry.
 #[derive(Clone, Copy)]
-pub struct Readies {
-    at: [(u64, crate::floors::Key); READIES_KEPT],
+pub struct Lows<T, const N: usize> {
+    at: [(u64, T); N],
 }
-unsafe impl PGRXSharedMemory for Readies {}
+unsafe impl<T, const N: usize> PGRXSharedMemory for Lows<T, N> {}
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Called from _PG_init while preloading.
 pub fn init() {
     pg_shmem_init!(TURNS_ADDED);
-    pg_shmem_init!(ADDS = Adds { at: [(0, i64::MIN); ADDS_KEPT] });
+    pg_shmem_init!(ADDS = Lows { at: [(0, i64::MIN); 64] });
     pg_shmem_init!(READY_ADDED);
-    pg_shmem_init!(READIES = Readies { at: [(0, (i32::MIN, i64::MIN, i64::MIN)); READIES_KEPT] });
+    pg_shmem_init!(READIES = Lows { at: [(0, (i32::MIN, i64::MIN, i64::MIN)); 256] });
     ENABLED.store(true, Ordering::Relaxed);
 }
 
@@ -186,12 +180,39 @@ impl Floor {
     /// looked at again until the count moves).
     fn current(&mut self, n: u64) -> bool {
         if self.added != n {
-            if !added_after(self.added, n, self.start) {
+            if !lows_after(&ADDS, self.added, n, self.start) {
                 return false;
             }
             self.added = n;
         }
         true
+    }
+}
+
+/// What a walk of the turns finds of the next [`Floor`]: the first row it did not pass for
+/// having no due job (`start`), the keys it passed so before that row (`stuck`, the last
+/// floor's first), the rows it passed so after it whose keys this backend remembers so
+/// (`idle`), and the last row it saw.
+struct NextFloor {
+    start: Option<i64>,
+    stuck: Vec<Key>,
+    idle: Vec<(i64, Key)>,
+    last: Option<i64>,
+}
+
+impl NextFloor {
+    /// The walk passed, or took from, the row at `at` of `key`: `idle` where it passed it for
+    /// having no due job, `remembered` whether this backend remembers the key so ([`IDLE`]).
+    fn saw(&mut self, key: &Key, at: i64, idle: bool, remembered: impl FnOnce() -> bool) {
+        self.last = Some(at);
+        if self.start.is_none() && idle && self.stuck.len() < STUCK && !self.stuck.contains(key) {
+            self.stuck.push(key.clone());
+        } else {
+            self.start.get_or_insert(at);
+            if idle && self.idle.len() < IDLE_KEPT && remembered() {
+                self.idle.push((at, key.clone()));
+            }
+        }
     }
 }
 
@@ -250,26 +271,31 @@ impl<K: Eq + Hash, V: Copy> Memo<K, V> {
     }
 }
 
-/// Counts an insert of turns (at the insert, and at its commit) whose lowest `served` is `low`.
-pub fn added(low: i64) {
+/// Counts one more event in `count`, the lowest key it added being `low` ([`Lows`]).
+fn count_low<T: Copy, const N: usize>(count: &PgAtomic<AtomicU64>, lows: &PgLwLock<Lows<T, N>>, low: T) {
     if ENABLED.load(Ordering::Relaxed) {
-        let mut adds = ADDS.exclusive();
-        let n = TURNS_ADDED.get().fetch_add(1, Ordering::AcqRel) + 1;
-        adds.at[n as usize % ADDS_KEPT] = (n, low);
+        let mut lows = lows.exclusive();
+        let n = count.get().fetch_add(1, Ordering::AcqRel) + 1;
+        lows.at[n as usize % N] = (n, low);
     }
 }
 
-/// Whether every insert of turns counted after count `from`, up to `to`, inserted rows at or
-/// after `served` `start` only (a walk from `start` meets them).
-fn added_after(from: u64, to: u64, start: i64) -> bool {
-    if to < from || to - from > ADDS_KEPT as u64 {
+/// Whether every event counted after count `from`, up to `to`, added keys at or after `start`
+/// only: false where `lows` no longer holds them all.
+fn lows_after<T: Copy + PartialOrd, const N: usize>(lows: &PgLwLock<Lows<T, N>>, from: u64, to: u64, start: T) -> bool {
+    if to < from || to - from > N as u64 {
         return false;
     }
-    let adds = ADDS.share();
+    let lows = lows.share();
     (from + 1..=to).all(|m| {
-        let (count, low) = adds.at[m as usize % ADDS_KEPT];
+        let (count, low) = lows.at[m as usize % N];
         count == m && low >= start
     })
+}
+
+/// Counts an insert of turns (at the insert, and at its commit) whose lowest `served` is `low`.
+pub fn added(low: i64) {
+    count_low(&TURNS_ADDED, &ADDS, low);
 }
 
 /// Forgets this backend's floors of the turns and what it remembered of idle keys, top
@@ -299,24 +325,7 @@ fn forget_memos() {
 /// Counts the commit of a transaction that made rows ready, the lowest of whose claim keys is
 /// `low`.
 pub fn made_ready(low: crate::floors::Key) {
-    if ENABLED.load(Ordering::Relaxed) {
-        let mut readies = READIES.exclusive();
-        let n = READY_ADDED.get().fetch_add(1, Ordering::AcqRel) + 1;
-        readies.at[n as usize % READIES_KEPT] = (n, low);
-    }
-}
-
-/// Whether every commit counted after count `from`, up to `to`, made rows ready at or after
-/// claim key `start` only.
-fn ready_after(from: u64, to: u64, start: crate::floors::Key) -> bool {
-    if to < from || to - from > READIES_KEPT as u64 {
-        return false;
-    }
-    let readies = READIES.share();
-    (from + 1..=to).all(|m| {
-        let (count, low) = readies.at[m as usize % READIES_KEPT];
-        count == m && low >= start
-    })
+    count_low(&READY_ADDED, &READIES, low);
 }
 
 /// The counts of inserts of turns and of rows made ready, read before a walk's snapshot.
@@ -593,9 +602,11 @@ impl Turns {
         ((*self.rel).rd_id, text(self.queue).to_vec(), priority)
     }
 
-    /// Keeps this backend's floor of the queue at `priority`.
-    unsafe fn keep_floor(&self, priority: i32, start: i64, reach: i64, stuck: Vec<Key>, idle: Vec<(i64, Key)>) {
-        let Some(n) = self.counts.map(|c| c.turns) else { return };
+    /// Keeps this backend's floor of the queue at `priority`, where the walk found one.
+    unsafe fn keep_floor(&self, priority: i32, next: NextFloor) {
+        let (Some(n), Some(start)) = (self.counts.map(|c| c.turns), next.start) else { return };
+        let NextFloor { stuck, idle, last, .. } = next;
+        let reach = last.map_or(0, |l| l.saturating_sub(start));
         crate::xact::watch(); // forgotten at an abort
         let id = self.floor_id(priority);
         FLOORS.with(|f| {
@@ -648,7 +659,7 @@ impl Turns {
                 let mut m = m.borrow_mut();
                 let e = m.get_mut(id)?;
                 if e.2 != *n {
-                    if !ready_after(e.2, *n, (priority, e.0, e.1)) {
+                    if !lows_after(&READIES, e.2, *n, (priority, e.0, e.1)) {
                         return None;
                     }
                     e.2 = *n;
@@ -850,11 +861,11 @@ impl Turns {
             let mut any = false;
             // From this backend's floor; the new floor is the first row not passed for having
             // no due job (those, up to STUCK, are kept with it).
-            let (start, mut stuck, idle) = match self.floor(c, p, snapshot) {
+            let (start, stuck, idle) = match self.floor(c, p, snapshot) {
                 Some((start, stuck, idle)) => (Some(start), stuck, idle),
                 None => (None, Vec::new(), Vec::new()),
             };
-            let (mut new_start, mut last, mut new_idle) = (None, None, Vec::new());
+            let mut next = NextFloor { start: None, stuck, idle: Vec::new(), last: None };
             // A row the last walk found with no due job, whose key this backend still
             // remembers so: passed by its index entry.
             let known = |served: i64| {
@@ -862,16 +873,8 @@ impl Turns {
                 self.idle(now, key.as_deref(), p).then(|| key.clone())
             };
             self.each_turn(p, start, snapshot, known, |row, key, at| {
-                last = Some(at);
                 let Some(row) = row else {
-                    if new_start.is_none() && stuck.len() < STUCK && !stuck.contains(&key) {
-                        stuck.push(key);
-                    } else {
-                        new_start.get_or_insert(at);
-                        if new_idle.len() < IDLE_KEPT {
-                            new_idle.push((at, key));
-                        }
-                    }
+                    next.saw(&key, at, true, || true);
                     return Step::Pass;
                 };
                 any = true;
@@ -892,14 +895,7 @@ impl Turns {
                 } else {
                     Some(true)
                 };
-                if new_start.is_none() && step == Some(true) && stuck.len() < STUCK && !stuck.contains(&key) {
-                    stuck.push(key.clone());
-                } else {
-                    new_start.get_or_insert(at);
-                    if step == Some(true) && new_idle.len() < IDLE_KEPT && self.idle(now, key.as_deref(), p) {
-                        new_idle.push((at, key.clone()));
-                    }
-                }
+                next.saw(&key, at, step == Some(true), || self.idle(now, key.as_deref(), p));
                 if step.is_some() {
                     return Step::Pass;
                 }
@@ -926,9 +922,7 @@ impl Turns {
                     _ => Step::Pass,
                 }
             });
-            if let Some(at) = new_start {
-                self.keep_floor(p, at, last.map_or(0, |l| l.saturating_sub(at)), stuck, new_idle);
-            }
+            self.keep_floor(p, next);
             match took {
                 Took::Started => {
                     if let Some(row) = served {
