@@ -385,11 +385,7 @@ unsafe fn walk(c: &mut Claimer, queues: &Queues, max: i32, snapshot: pg_sys::Sna
         pg_sys::Datum::from(now),
     );
     nkeys += 2;
-    #[cfg(not(feature = "pg18"))]
-    let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, nkeys as i32, 0);
-    #[cfg(feature = "pg18")]
-    let scan = pg_sys::index_beginscan(r.ready, r.index, snapshot, null_mut(), nkeys as i32, 0);
-    pg_sys::index_rescan(scan, keys.as_mut_ptr(), nkeys as i32, null_mut(), 0);
+    let scan = crate::rows::begin_index_scan(r.ready, r.index, snapshot, &mut keys[..nkeys], false);
     let slot = pg_sys::table_slot_create(r.ready, null_mut());
     let (mut n, mut rest) = (0, false);
     while n < max && pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot) {

@@ -1016,12 +1016,7 @@ unsafe fn scan_served<K>(
     mut known: impl FnMut(i64) -> Option<K>,
     mut each: impl FnMut(Result<*mut pg_sys::TupleTableSlot, K>, i64) -> bool,
 ) -> usize {
-    #[cfg(not(feature = "pg18"))]
-    let s = pg_sys::index_beginscan(rel, index, snapshot, keys.len() as i32, 0);
-    #[cfg(feature = "pg18")]
-    let s = pg_sys::index_beginscan(rel, index, snapshot, null_mut(), keys.len() as i32, 0);
-    (*s).xs_want_itup = true;
-    pg_sys::index_rescan(s, keys.as_mut_ptr(), keys.len() as i32, null_mut(), 0);
+    let s = crate::rows::begin_index_scan(rel, index, snapshot, keys, true);
     let slot = pg_sys::table_slot_create(rel, null_mut());
     let mut read = 0;
     loop {
@@ -1055,11 +1050,7 @@ unsafe fn scan_served<K>(
 /// An index scan of `rel` through `index` with `keys`, calling `each` with each row's slot
 /// until it returns false.
 unsafe fn scan(rel: pg_sys::Relation, index: pg_sys::Relation, snapshot: pg_sys::Snapshot, keys: &mut [pg_sys::ScanKeyData], mut each: impl FnMut(*mut pg_sys::TupleTableSlot) -> bool) {
-    #[cfg(not(feature = "pg18"))]
-    let s = pg_sys::index_beginscan(rel, index, snapshot, keys.len() as i32, 0);
-    #[cfg(feature = "pg18")]
-    let s = pg_sys::index_beginscan(rel, index, snapshot, null_mut(), keys.len() as i32, 0);
-    pg_sys::index_rescan(s, keys.as_mut_ptr(), keys.len() as i32, null_mut(), 0);
+    let s = crate::rows::begin_index_scan(rel, index, snapshot, keys, false);
     let slot = pg_sys::table_slot_create(rel, null_mut());
     while pg_sys::index_getnext_slot(s, pg_sys::ScanDirection::ForwardScanDirection, slot) {
         if !each(slot) {

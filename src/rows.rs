@@ -5,6 +5,26 @@
 use pgrx::pg_sys;
 use std::ffi::CStr;
 
+/// An index scan of `rel` through `index` in `snapshot`, with `keys`; with `want_itup`, each
+/// entry read is given in `xs_itup` too (set before the rescan, which sizes B-tree's buffer
+/// for them). PostgreSQL 18's `index_beginscan` takes the scan's instrumentation as well.
+pub unsafe fn begin_index_scan(
+    rel: pg_sys::Relation,
+    index: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    keys: &mut [pg_sys::ScanKeyData],
+    want_itup: bool,
+) -> pg_sys::IndexScanDesc {
+    let n = keys.len() as i32;
+    #[cfg(not(feature = "pg18"))]
+    let scan = pg_sys::index_beginscan(rel, index, snapshot, n, 0);
+    #[cfg(feature = "pg18")]
+    let scan = pg_sys::index_beginscan(rel, index, snapshot, std::ptr::null_mut(), n, 0);
+    (*scan).xs_want_itup = want_itup;
+    pg_sys::index_rescan(scan, keys.as_mut_ptr(), n, std::ptr::null_mut(), 0);
+    scan
+}
+
 /// The first row of `rel` whose column `attno` equals `key` (`eq`: the equality function of
 /// its type), through its primary key, in `snapshot`; a copy. None when there is none.
 pub unsafe fn fetch(

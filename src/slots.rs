@@ -140,11 +140,7 @@ impl Slots {
         } else {
             2
         };
-        #[cfg(not(feature = "pg18"))]
-        let scan = pg_sys::index_beginscan(self.rel, self.pk, snapshot, n, 0);
-        #[cfg(feature = "pg18")]
-        let scan = pg_sys::index_beginscan(self.rel, self.pk, snapshot, null_mut(), n, 0);
-        pg_sys::index_rescan(scan, keys.as_mut_ptr(), n, null_mut(), 0);
+        let scan = crate::rows::begin_index_scan(self.rel, self.pk, snapshot, &mut keys[..n], false);
         let ts = pg_sys::table_slot_create(self.rel, null_mut());
         while pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, ts) {
             let t = pg_sys::ExecFetchSlotHeapTuple(ts, false, null_mut());
