@@ -18,7 +18,8 @@
 #   d  backlog: the same mixed workload (so the backlog stays put) at 16 clients over 10k, 1M and
 #      --big-backlog (default 10M) ready jobs, one fill and --runs runs per size
 #   e  enqueue-to-checkout latency, p50/p99, a worker waiting with LISTEN (bench/latency.py)
-#   f  jobq with keys: enqueue with a unique key vs plain, checkout+complete of jobs with
+#   f  jobq with keys: enqueue with a unique key, and with one of 1,000 fairness keys, vs plain,
+#      checkout+complete of jobs with
 #      concurrency keys (100 keys, limit 5), with while_executing keys (100 keys) and with rate keys (100 keys, limits of
 #      1,000 starts/s that 16 clients do not reach) vs plain, 16 clients (jobq only: the
 #      others' keys are other features)
@@ -213,21 +214,22 @@ fi
 
 # --- f: jobq with keys ---------------------------------------------------------------------------------
 if has f && [[ " $SYSTEMS " == *" jobq "* ]]; then
-  { echo "## f. jobq with uniqueness, concurrency and rate keys, 16 clients"; echo; header
-    echo "| enqueue | enqueue, unique key | ratio | checkout+complete | checkout+complete, concurrency keys | ratio | checkout+complete, while_executing keys | ratio | checkout+complete, rate keys | ratio |"
-    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"; } > "$PARTS/f.md"
+  { echo "## f. jobq with uniqueness, fairness, concurrency and rate keys, 16 clients"; echo; header
+    echo "| enqueue | enqueue, unique key | ratio | enqueue, fairness key | ratio | checkout+complete | checkout+complete, concurrency keys | ratio | checkout+complete, while_executing keys | ratio | checkout+complete, rate keys | ratio |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"; } > "$PARTS/f.md"
   declare -A f=()
   for _ in $(seq "$RUNS"); do
     jobq_reset 0; f[ep]="${f[ep]:-} $(run jobq jobq_enqueue.sql 16 "$SECS")"
     jobq_reset 0; f[eu]="${f[eu]:-} $(run jobq jobq_enqueue_unique.sql 16 "$SECS")"
+    jobq_reset 0; f[ef]="${f[ef]:-} $(run jobq jobq_enqueue_fair.sql 16 "$SECS")"
     jobq_reset 100000; f[cp]="${f[cp]:-} $(run jobq jobq_checkout_complete.sql 16 "$SECS")"
     jobq_reset 100000 ckey; f[ck]="${f[ck]:-} $(run jobq jobq_checkout_complete.sql 16 "$SECS")"
     jobq_reset 100000 wkey; f[wk]="${f[wk]:-} $(run jobq jobq_checkout_complete.sql 16 "$SECS")"
     jobq_reset 100000 rkey; f[rk]="${f[rk]:-} $(run jobq jobq_checkout_complete.sql 16 "$SECS")"
   done
-  for k in ep eu cp ck wk rk; do f[$k]=$(echo "${f[$k]}" | median); done
+  for k in ep eu ef cp ck wk rk; do f[$k]=$(echo "${f[$k]}" | median); done
   log "f ${f[*]}"
-  echo "| ${f[ep]} | ${f[eu]} | $(ratio "${f[eu]}" "${f[ep]}") | ${f[cp]} | ${f[ck]} | $(ratio "${f[ck]}" "${f[cp]}") | ${f[wk]} | $(ratio "${f[wk]}" "${f[cp]}") | ${f[rk]} | $(ratio "${f[rk]}" "${f[cp]}") |" >> "$PARTS/f.md"
+  echo "| ${f[ep]} | ${f[eu]} | $(ratio "${f[eu]}" "${f[ep]}") | ${f[ef]} | $(ratio "${f[ef]}" "${f[ep]}") | ${f[cp]} | ${f[ck]} | $(ratio "${f[ck]}" "${f[cp]}") | ${f[wk]} | $(ratio "${f[wk]}" "${f[cp]}") | ${f[rk]} | $(ratio "${f[rk]}" "${f[cp]}") |" >> "$PARTS/f.md"
 fi
 
 # --- the results file: every part there is, newest run of each ------------------------------------------

@@ -256,12 +256,26 @@ END $$;
 CREATE FUNCTION jobq._fair_keys(queue text, priority integer, keys text[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_rc boolean := current_setting('transaction_isolation') = 'read committed';
+    v_rc      boolean := current_setting('transaction_isolation') = 'read committed';
+    v_missing text[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
     -- A key's rows are looked up by `fairness_key = k` or `IS NULL`, each a condition of
     -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue, and the
     -- old versions of every claim's move).
+    v_missing := ARRAY(
+        SELECT k FROM unnest(keys || CASE WHEN _fair_keys.priority IS NOT NULL THEN ARRAY[NULL::text] END) k
+         WHERE NOT v_rc
+            OR NOT CASE WHEN k IS NULL
+                        THEN EXISTS (SELECT 1 FROM jobq.fairness f
+                                      WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NULL
+                                        AND f.priority IS NOT DISTINCT FROM _fair_keys.priority)
+                        ELSE EXISTS (SELECT 1 FROM jobq.fairness f
+                                      WHERE f.queue = _fair_keys.queue AND f.fairness_key = k
+                                        AND f.priority IS NOT DISTINCT FROM _fair_keys.priority) END);
+    IF cardinality(v_missing) = 0 THEN
+        RETURN;
+    END IF;
     INSERT INTO jobq.fairness (queue, fairness_key, priority, weight)
     SELECT _fair_keys.queue, k, _fair_keys.priority,
            coalesce(CASE WHEN k IS NULL
@@ -269,15 +283,7 @@ BEGIN
                                 WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NULL)
                          ELSE (SELECT max(g.weight) FROM jobq.fairness g
                                 WHERE g.queue = _fair_keys.queue AND g.fairness_key = k) END, 1)
-      FROM unnest(keys || CASE WHEN _fair_keys.priority IS NOT NULL THEN ARRAY[NULL::text] END) k
-     WHERE NOT v_rc
-        OR NOT CASE WHEN k IS NULL
-                    THEN EXISTS (SELECT 1 FROM jobq.fairness f
-                                  WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NULL
-                                    AND f.priority IS NOT DISTINCT FROM _fair_keys.priority)
-                    ELSE EXISTS (SELECT 1 FROM jobq.fairness f
-                                  WHERE f.queue = _fair_keys.queue AND f.fairness_key = k
-                                    AND f.priority IS NOT DISTINCT FROM _fair_keys.priority) END;
+      FROM unnest(v_missing) k;
 END $$;
 
 CREATE FUNCTION jobq_set_fairness_weight(queue text, fairness_key text, weight integer) RETURNS void

@@ -14,6 +14,11 @@
 //! exactly as `jobq._insert_job` does them. The same rows, the same WAL, the same locks as the
 //! SQL.
 //!
+//! A job with a fairness key is written here too, with its key in both rows; its key's rows of
+//! `jobq.fairness` (its turns) are looked for as `jobq._fair_keys` looks (src/fairness.rs,
+//! `has_turns`), and only when one is missing is the SQL's own `jobq._fair_keys` called, which
+//! inserts it, as `jobq._enter_ready` calls it (src/sql/fairness.sql).
+//!
 //! Everything else goes to `jobq._enqueue`, the SQL that serves every case, before anything
 //! was changed here: an argument the SQL refuses (it raises the documented error) or one out of
 //! the common case (a NULL where the SQL has a default, a unique key whose taking failed: a
@@ -95,6 +100,8 @@ struct Columns {
     concurrency_limit: usize,
     rate_key: usize,
     checkpoints: usize,
+    /// None in 0.4's tables, whose SQL takes no fairness key.
+    fairness_key: Option<usize>,
     // jobq.ready
     r_queue: usize,
     r_priority: usize,
@@ -107,6 +114,7 @@ struct Columns {
     r_while: usize,
     r_rate: usize,
     r_queue_hash: usize,
+    r_fairness_key: Option<usize>,
 }
 
 thread_local! {
@@ -202,13 +210,12 @@ unsafe fn common(args: &[Option<pg_sys::Datum>; ARGS]) -> Option<Job> {
     let (priority, max_attempts, climit) = (args[PRIORITY]?, args[MAX_ATTEMPTS]?, args[CONCURRENCY_LIMIT]?);
     args[PAYLOAD]?;
     let (strategy, on_conflict) = (name(UNIQUE_STRATEGY)?, name(ON_CONFLICT)?);
-    // A job with dependencies is the SQL's (src/sql/workflows.sql), as is one with a fairness
-    // key (src/sql/fairness.sql) and a policy it refuses.
-    if args[DEPENDS_ON].is_some() || args[FAIRNESS_KEY].is_some() || !matches!(name(ON_PARENT_FAILURE)?, b"cancel" | b"run") {
+    // A job with dependencies is the SQL's (src/sql/workflows.sql), as is a policy it refuses.
+    if args[DEPENDS_ON].is_some() || !matches!(name(ON_PARENT_FAILURE)?, b"cancel" | b"run") {
         return None;
     }
     let (unique_key, ckey, rate_key) = (name(UNIQUE_KEY), name(CONCURRENCY_KEY), name(RATE_KEY));
-    if !fits(Some(queue)) || !fits(unique_key) || !fits(ckey) || !fits(rate_key) || name(KIND).is_some_and(|k| k.len() > 1000) {
+    if !fits(Some(queue)) || !fits(unique_key) || !fits(ckey) || !fits(rate_key) || !fits(name(FAIRNESS_KEY)) || name(KIND).is_some_and(|k| k.len() > 1000) {
         return None;
     }
     let (priority, max_attempts, climit) = (priority.value() as i32, max_attempts.value() as i32, climit.value() as i32);
@@ -267,6 +274,7 @@ unsafe fn fast(job: &Job) -> Option<i64> {
     let ready = pg_sys::table_open(ready_id, pg_sys::RowExclusiveLock as i32);
     let live = pg_sys::table_open(live_id, pg_sys::RowExclusiveLock as i32);
     let cols = if (*live).trigdesc.is_null() && (*ready).trigdesc.is_null() { columns(live, ready) } else { None };
+    let cols = cols.filter(|c| job.args[FAIRNESS_KEY].is_none() || c.fairness_key.is_some() && c.r_fairness_key.is_some());
     if let Some(cols) = cols {
         // As a statement of a volatile function would: see what this transaction did so far.
         pg_sys::CommandCounterIncrement();
@@ -277,17 +285,34 @@ unsafe fn fast(job: &Job) -> Option<i64> {
     pg_sys::table_close(live, pg_sys::NoLock as i32);
     pg_sys::table_close(ready, pg_sys::NoLock as i32);
     if cols.is_none() {
-        // Tables that are not the expected ones: the SQL's own insert, with this id.
-        return sql(
-            "SELECT jobq._insert_job($15, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12)",
-            &job.args[..FAIRNESS_KEY],
-            Some(id),
-        );
+        // Tables that are not the expected ones: the SQL's own insert, with this id (and the
+        // fairness key only when there is one, as every_case passes it).
+        return if job.args[FAIRNESS_KEY].is_some() {
+            sql(
+                "SELECT jobq._insert_job($16, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12, fairness_key => $15)",
+                &job.args,
+                Some(id),
+            )
+        } else {
+            sql(
+                "SELECT jobq._insert_job($15, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12)",
+                &job.args[..FAIRNESS_KEY],
+                Some(id),
+            )
+        };
     }
     // What jobq._insert_job does after its rows: the claim floors and the waiting checkouts,
-    // at commit (src/floors.rs, src/waits.rs); the dashboard's counter; the listeners.
+    // at commit (src/floors.rs, src/waits.rs); a fairness key's turns, by the SQL's own
+    // jobq._fair_keys (src/sql/fairness.sql); the dashboard's counter; the listeners.
     crate::floors::lower(ready_id, &job.queue, (job.priority, job.run_at, id));
     crate::waits::wake_at_commit(Some(job.queue.as_bytes()), job.run_at, 1);
+    if let Some(key) = job.args[FAIRNESS_KEY] {
+        // Its rows looked for here, as jobq._fair_keys looks; the SQL inserts what is missing.
+        if !crate::fairness::has_turns(nsp, job.args[QUEUE].unwrap(), job.priority, key) {
+            let args = [QUEUE, PRIORITY, FAIRNESS_KEY].map(|n| DatumWithOid::new(job.args[n].unwrap(), TYPES[n]));
+            kept::<bool>("SELECT jobq._fair_keys($1, $2, ARRAY[$3]) IS NULL", &[TYPES[QUEUE], TYPES[PRIORITY], TYPES[FAIRNESS_KEY]], &args);
+        }
+    }
     if let Ok(at) = TimestampWithTimeZone::try_from(job.now) {
         tally(&job.queue, "enqueued", None, at);
     }
@@ -347,6 +372,9 @@ unsafe fn write(live: pg_sys::Relation, ready: pg_sys::Relation, c: &Columns, jo
     row.set(c.concurrency_limit, a[CONCURRENCY_KEY].and(a[CONCURRENCY_LIMIT]));
     row.set(c.rate_key, a[RATE_KEY]);
     row.set(c.checkpoints, Some(empty_object()));
+    if let Some(f) = c.fairness_key {
+        row.set(f, a[FAIRNESS_KEY]);
+    }
     insert(live, row.form(live), cid);
 
     let mut row = NewRow::of(ready);
@@ -361,6 +389,9 @@ unsafe fn write(live: pg_sys::Relation, ready: pg_sys::Relation, c: &Columns, jo
     row.set(c.r_while, job.while_key);
     row.set(c.r_rate, a[RATE_KEY]);
     row.set(c.r_queue_hash, Some(hashtext(a[QUEUE].unwrap()))); // the generated column
+    if let Some(f) = c.r_fairness_key {
+        row.set(f, a[FAIRNESS_KEY]); // in ready_fair, not ready_by_queue (partial indexes)
+    }
     insert(ready, row.form(ready), cid);
 }
 
@@ -378,7 +409,6 @@ unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Col
         ("interrupted_at", TS), ("cancel_requested_at", TS), ("concurrency_slot", I), ("last_error", J), ("result", J),
         ("rate_key", T), ("errors", J), ("depends_on", LA), ("checkpoints", J), ("fairness_key", T),
     ];
-    // fairness_key: left NULL, as this path writes only jobs without one.
     const READY: [(&str, pg_sys::Oid); 12] = [
         ("queue", T), ("priority", I), ("run_at", TS), ("id", L), ("kind", T), ("keyed", B), ("concurrency_key", T),
         ("concurrency_limit", I), ("while_key", T), ("rate_key", T), ("queue_hash", I), ("fairness_key", T),
@@ -408,6 +438,7 @@ unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Col
         concurrency_limit: column(l, "concurrency_limit")?,
         rate_key: column(l, "rate_key")?,
         checkpoints: column(l, "checkpoints")?,
+        fairness_key: column(l, "fairness_key"),
         r_queue: column(r, "queue")?,
         r_priority: column(r, "priority")?,
         r_run_at: column(r, "run_at")?,
@@ -419,6 +450,7 @@ unsafe fn columns(live: pg_sys::Relation, ready: pg_sys::Relation) -> Option<Col
         r_while: column(r, "while_key")?,
         r_rate: column(r, "rate_key")?,
         r_queue_hash: column(r, "queue_hash")?,
+        r_fairness_key: column(r, "fairness_key"),
     };
     COLUMNS.set(Some(c));
     Some(c)

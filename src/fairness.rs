@@ -2,7 +2,8 @@
 //! takes turns (rows of `jobq.fairness`, src/sql/fairness.sql) claimed in its turns ([`Turns`],
 //! [`claim`]), the floors its walks of the turns start at, and whether any queue of this
 //! database takes turns (a checkout of several queues or of every queue goes to the SQL while
-//! one does). A database that never wrote a turn skips the table (src/written.rs).
+//! one does). A database that never wrote a turn skips the table (src/written.rs). And the
+//! enqueue's look for a fairness key's turns ([`has_turns`], src/enqueue.rs).
 use crate::checkout::{lock, Claimer, Layout, Took};
 use crate::xact::Notes;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic, PgLwLock};
@@ -16,6 +17,72 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::ffi::CStr;
 use std::ptr::null_mut;
+
+/// Whether fairness key `key` of queue `queue` (text datums), and the queue's jobs without a
+/// key, have their rows of `jobq.fairness` at `priority`: what `jobq._fair_keys` looks for under
+/// READ COMMITTED before it inserts anything (src/sql/fairness.sql), under the same shared
+/// advisory lock on the queue (taken here and held to the end of the transaction) and with a
+/// snapshot taken after it. False when a row is missing, or when the table or its index is not
+/// the expected one: then `jobq._fair_keys` looks again and inserts what is missing. The look
+/// is one descent of fairness_by_key per row (a call of `jobq._fair_keys` cost an enqueue of a
+/// known key 54 us against 8 for the enqueue itself).
+pub unsafe fn has_turns(nsp: pg_sys::Oid, queue: pg_sys::Datum, priority: i32, key: pg_sys::Datum) -> bool {
+    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let (rel_id, ix_id) = (relid(c"fairness"), relid(c"fairness_by_key"));
+    if rel_id == pg_sys::InvalidOid || ix_id == pg_sys::InvalidOid {
+        return false;
+    }
+    // pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue)), as the SQL.
+    let name = [b"fairness:".as_slice(), text(queue)].concat();
+    let name = pg_sys::cstring_to_text_with_len(name.as_ptr().cast(), name.len() as i32);
+    let hash = crate::rows::hashtext(pg_sys::Datum::from(name));
+    pg_sys::DirectFunctionCall2Coll(Some(sql_fn::pg_advisory_xact_lock_shared_int4), pg_sys::InvalidOid, pg_sys::Datum::from(crate::slots::CLASS), hash);
+    let share = pg_sys::AccessShareLock as i32;
+    let rel = pg_sys::table_open(rel_id, share);
+    let ix = pg_sys::index_open(ix_id, share);
+    let desc = (*rel).rd_att;
+    let col = |name, typ| column(desc, name).filter(|&i| (*tupdesc_attr(desc, i)).atttypid == typ).map(|i| (i + 1) as i16);
+    let want = [col("queue", pg_sys::TEXTOID), col("fairness_key", pg_sys::TEXTOID), col("priority", pg_sys::INT4OID)];
+    let i = (*ix).rd_index;
+    let fits = want.iter().all(Option::is_some)
+        && (*i).indnkeyatts == 3
+        && (*i).indkey.values.as_slice(3) == want.map(Option::unwrap)
+        && (*ix).rd_indexprs.is_null()
+        && (*ix).rd_indpred.is_null();
+    let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+    let coll = *(*ix).rd_indcollation;
+    let oid = pg_sys::Oid::from;
+    let eq = pg_sys::BTEqualStrategyNumber as u16;
+    let found = fits
+        && [Some(key), None].into_iter().all(|k| {
+            let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+            pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), queue);
+            match k {
+                Some(k) => pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), k),
+                None => pg_sys::ScanKeyEntryInitialize(
+                    &mut keys[1],
+                    (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNULL) as i32,
+                    2,
+                    0, // InvalidStrategy: IS NULL
+                    pg_sys::InvalidOid,
+                    pg_sys::InvalidOid,
+                    pg_sys::InvalidOid,
+                    pg_sys::Datum::from(0usize),
+                ),
+            }
+            pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, 3, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
+            let mut any = false;
+            scan(rel, ix, snapshot, &mut keys, |_| {
+                any = true;
+                false
+            });
+            any
+        });
+    pg_sys::UnregisterSnapshot(snapshot);
+    pg_sys::index_close(ix, pg_sys::NoLock as i32);
+    pg_sys::table_close(rel, pg_sys::NoLock as i32);
+    found
+}
 
 /// Whether `jobq.fairness` has a row in `snapshot` (`snapshot` None: whether it may have one,
 /// from its size alone, without reading it: every claim leaves a dead version there, and a

@@ -330,6 +330,7 @@ pub mod sql_fn {
     unsafe extern "C-unwind" {
         pub fn hashtext(fcinfo: FunctionCallInfo) -> Datum;
         pub fn pg_try_advisory_xact_lock_int4(fcinfo: FunctionCallInfo) -> Datum;
+        pub fn pg_advisory_xact_lock_shared_int4(fcinfo: FunctionCallInfo) -> Datum;
         pub fn regprocedurein(fcinfo: FunctionCallInfo) -> Datum;
         pub fn nextval_oid(fcinfo: FunctionCallInfo) -> Datum;
         pub fn jsonb_in(fcinfo: FunctionCallInfo) -> Datum;

@@ -31,8 +31,9 @@ pub struct Slots {
     entries: Option<IndexEntries>,
 }
 
-/// The advisory lock class of slot takers (0x6a6f6271, 'jobq'), as in jobq._take_slot.
-const CLASS: i32 = 1785684593;
+/// The advisory lock class of slot takers (0x6a6f6271, 'jobq'), as in jobq._take_slot, and of
+/// the takers of a queue's turns (src/fairness.rs, jobq._fair_keys).
+pub const CLASS: i32 = 1785684593;
 
 impl Slots {
     /// None when jobq.slots is not (ns "char", key text, slot integer, job_id bigint) with
