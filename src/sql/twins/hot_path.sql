@@ -30,18 +30,20 @@ DECLARE
     v_run_at  timestamptz;
     v_id      bigint;
 BEGIN
-    -- The twin of src/enqueue.rs's fast path: a job with no key of any kind, no parents and
-    -- arguments jobq._enqueue accepts, under READ COMMITTED where no queue grant limits a role,
-    -- is written here, as jobq._insert_job and jobq._enter_ready write it (the ready row first:
-    -- the hot tables' one lock order), without their three function layers and the start-up of
-    -- their general statements, which cost such a job half as much again (docs/performance.md,
-    -- "The SQL edition"). This edition has no claim floors to lower, and it rings its waiting
+    -- The twin of src/enqueue.rs's fast path: a job with no key of any kind but a fairness key,
+    -- no parents and arguments jobq._enqueue accepts, under READ COMMITTED where no queue grant
+    -- limits a role, is written here, as jobq._insert_job and jobq._enter_ready write it (the
+    -- ready row first: the hot tables' one lock order; a fairness key's turns by
+    -- jobq._fair_keys), without their three function layers and the start-up of their general
+    -- statements, which cost such a job half as much again (docs/performance.md, "The SQL
+    -- edition"). This edition has no claim floors to lower, and it rings its waiting
     -- checkouts from a trigger on jobq.ready (src/sql/twins/edition.sql). Anything else, and
     -- any argument the SQL refuses, goes to jobq._enqueue; tests/lifecycle.rs holds the two
     -- paths' rows equal. The arguments such a job does not use are served here at their
     -- defaults only: jobq._enqueue alone knows which other values are valid.
     IF unique_key IS NULL AND concurrency_key IS NULL AND rate_key IS NULL AND depends_on IS NULL
-       AND fairness_key IS NULL AND queue <> '' AND octet_length(queue) <= 1000 AND payload IS NOT NULL
+       AND (fairness_key IS NULL OR fairness_key <> '' AND octet_length(fairness_key) <= 1000)
+       AND queue <> '' AND octet_length(queue) <= 1000 AND payload IS NOT NULL
        AND priority IS NOT NULL AND (kind IS NULL OR octet_length(kind) <= 1000) AND max_attempts >= 1
        AND (run_at IS NULL OR isfinite(run_at))
        AND unique_strategy = 'until_executed' AND on_conflict = 'reject' AND concurrency_limit = 1
@@ -51,10 +53,14 @@ BEGIN
         v_now := clock_timestamp();
         v_run_at := coalesce(run_at, v_now);
         v_id := nextval('jobq.jobs_id_seq');
-        INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed)
-        VALUES (queue, priority, v_run_at, v_id, kind, false);
-        INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts)
-        VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts);
+        INSERT INTO jobq.ready (queue, priority, run_at, id, kind, keyed, fairness_key)
+        VALUES (queue, priority, v_run_at, v_id, kind, false, fairness_key);
+        INSERT INTO jobq.live_jobs (id, queue, kind, payload, priority, run_at, enqueued_at, state, max_attempts,
+                                    fairness_key)
+        VALUES (v_id, queue, kind, payload, priority, v_run_at, v_now, 'ready', max_attempts, fairness_key);
+        IF fairness_key IS NOT NULL THEN
+            PERFORM jobq._fair_keys(queue, priority, ARRAY[fairness_key]);  -- src/sql/fairness.sql
+        END IF;
         INSERT INTO jobq.tallies SELECT * FROM jobq._tally_row(queue, 1::smallint, NULL, v_now);  -- src/sql/twins/counters.sql
         IF v_run_at <= v_now THEN
             PERFORM jobq._notify(queue);
