@@ -17,6 +17,7 @@ CREATE INDEX ready_any ON jobq.ready (priority, run_at, id) WHERE fairness_key I
 CREATE INDEX ready_fair ON jobq.ready (queue_hash, priority, fairness_key, run_at, id) WHERE fairness_key IS NOT NULL;
 ALTER TYPE jobq.job ADD ATTRIBUTE fairness_key text;
 CREATE SEQUENCE jobq.fairness_turns AS bigint;
+CREATE SEQUENCE jobq.fairness_pruned AS bigint;
 CREATE TABLE jobq.fairness (
     queue         text NOT NULL,
     fairness_key  text,
@@ -260,6 +261,12 @@ DECLARE
     v_missing text[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
+    IF NOT v_rc THEN
+        -- (Read after the lock: a pass that prunes this queue from now on waits for this
+        -- transaction; one that pruned it since the snapshot set its id before.)
+        v_rc := pg_visible_in_snapshot(coalesce(pg_sequence_last_value('jobq.fairness_pruned'), 1)::text::xid8,
+                                       pg_current_snapshot());
+    END IF;
     -- A key's rows are looked up by `fairness_key = k` or `IS NULL`, each a condition of
     -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue, and the
     -- old versions of every claim's move).
@@ -692,13 +699,17 @@ END $$;
 CREATE FUNCTION jobq._prune_fairness() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    q  text;
+    q       text;
+    v_set   bigint;
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RETURN;
+    IF current_setting('transaction_isolation') <> 'read committed'
+       OR NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:prune')) THEN
+        RETURN;  -- (another pass is pruning)
     END IF;
     FOR q IN SELECT jobq._fair_queues() LOOP
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:' || q));
+        -- Before any deletion (an assignment, not PERFORM: no plan started).
+        v_set := coalesce(v_set, setval('jobq.fairness_pruned', pg_current_xact_id()::text::bigint));
         -- One statement, one snapshot. A key's look for a waiting job at its row's priority is
         -- one probe of ready_fair by its leading columns, a subquery per row (not NOT EXISTS:
         -- the planner made that an anti-join that read the queue's whole backlog).

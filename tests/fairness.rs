@@ -134,6 +134,35 @@ fn a_key_and_the_jobs_without_one_take_turns_in_repeatable_read_and_serializable
     }
 }
 
+/// An enqueue under REPEATABLE READ or SERIALIZABLE makes a key's turns once, as under READ
+/// COMMITTED: jobs enqueued one at a time, each in a transaction of its own, leave one row per
+/// key and the keys alternate. A transaction whose snapshot predates a pass that pruned the
+/// key's row makes it again, and its job is served.
+#[test]
+fn an_enqueue_in_repeatable_read_or_serializable_makes_a_keys_turns_once() {
+    let (cluster, name, mut c) = db();
+    let w = register(&mut c);
+    for (queue, isolation) in [("rr", "repeatable read"), ("sz", "serializable")] {
+        let mut e = cluster.connect(&name);
+        e.batch_execute(&format!("SET default_transaction_isolation = '{isolation}'")).unwrap();
+        enqueue(&mut e, queue, Some("a"), 4);
+        enqueue(&mut e, queue, Some("b"), 4);
+        let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE queue = $1", &[&queue]).unwrap().get(0);
+        assert_eq!(rows, 3, "{isolation}: the rows of a, of b and of the jobs without a key");
+        assert_eq!(drain(&mut c, w, queue), (0..4).flat_map(|_| [k("a"), k("b")]).collect::<Vec<_>>(), "{isolation}");
+
+        // The snapshot first, then a pass that prunes every row of the queue (no job waits).
+        let mut t = e.transaction().unwrap();
+        t.query_one("SELECT 1", &[]).unwrap();
+        c.query("SELECT * FROM jobq_reap()", &[]).unwrap();
+        let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE queue = $1", &[&queue]).unwrap().get(0);
+        assert_eq!(rows, 0, "{isolation}: pruned");
+        let job: i64 = t.query_one("SELECT jobq_enqueue($1, fairness_key => 'a')", &[&queue]).unwrap().get(0);
+        t.commit().unwrap();
+        assert_eq!(take(&mut c, w, Some(&[queue])), Some((job, k("a"))), "{isolation}: served");
+    }
+}
+
 #[test]
 fn priority_comes_first_and_several_queues_keep_their_order() {
     let (_, _, mut c) = db();

@@ -34,6 +34,12 @@
 
 -- When each key was last moved to the back of the line.
 CREATE SEQUENCE jobq.fairness_turns AS bigint;
+-- The transaction id of the last pass that pruned turns (jobq._prune_fairness), set before it
+-- deletes a row, while it holds the prune's lock (one pass prunes at a time, to its commit): a
+-- sequence, read outside any snapshot. An enqueue under REPEATABLE READ or SERIALIZABLE whose
+-- snapshot sees that transaction over (jobq._fair_keys) sees every deletion of turns made so
+-- far. Not dumped: a value from another cluster is at worst taken for a pass not yet seen.
+CREATE SEQUENCE jobq.fairness_pruned AS bigint;
 
 -- One row per (queue, fairness key, priority) that has waiting jobs, and one with priority NULL
 -- per key given a weight (kept while the key has no job); fairness_key NULL: the queue's jobs
@@ -106,9 +112,11 @@ ALTER TABLE jobq.fairness ENABLE REPLICA TRIGGER fairness_replicated;
 -- at is never being removed under a job about to need it, and a row it inserts is never pruned
 -- before its job commits. The lock is the two-integer form with class 'jobq', as
 -- jobq._take_slot's.
--- Under READ COMMITTED the look for a missing row is taken after the lock; a transaction
--- snapshot may predate a pass that removed the row since, so there the rows are inserted
--- whatever it sees (the pass keeps one).
+-- Under READ COMMITTED the look for a missing row is taken after the lock. A transaction
+-- snapshot (REPEATABLE READ, SERIALIZABLE) may predate a pass that removed the row since: its
+-- look is trusted when it sees the last pruning pass over (jobq.fairness_pruned), as it nearly
+-- always does (a pass a second); otherwise the rows are inserted whatever it sees (the pass
+-- keeps one), where each such enqueue gave its key one more turn in each round until the pass.
 -- The INSERT runs only when a row is missing: its statement trigger (fairness_written) fires
 -- even for no row, and cost each enqueue of a known key more than its look (5,000 enqueues of
 -- 1,000 known keys in one transaction: 105 us a call with it, 37 without).
@@ -119,6 +127,12 @@ DECLARE
     v_missing text[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue));
+    IF NOT v_rc THEN
+        -- (Read after the lock: a pass that prunes this queue from now on waits for this
+        -- transaction; one that pruned it since the snapshot set its id before.)
+        v_rc := pg_visible_in_snapshot(coalesce(pg_sequence_last_value('jobq.fairness_pruned'), 1)::text::xid8,
+                                       pg_current_snapshot());
+    END IF;
     -- A key's rows are looked up by `fairness_key = k` or `IS NULL`, each a condition of
     -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue, and the
     -- old versions of every claim's move).
@@ -608,16 +622,23 @@ END $$;
 -- held until the pass commits: an enqueue that looks for a key's row after the prune waits for
 -- the deletions to commit, and then inserts the row again. Only under READ COMMITTED, where
 -- each statement's snapshot is taken after the lock. Rows a checkout holds are passed over.
+-- One pass prunes at a time (another skips its prune): the last one's id in
+-- jobq.fairness_pruned then tells a transaction snapshot that sees it over that it sees every
+-- deletion of turns made so far (jobq._fair_keys).
 CREATE FUNCTION jobq._prune_fairness() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    q  text;
+    q       text;
+    v_set   bigint;
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RETURN;
+    IF current_setting('transaction_isolation') <> 'read committed'
+       OR NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:prune')) THEN
+        RETURN;  -- (another pass is pruning)
     END IF;
     FOR q IN SELECT jobq._fair_queues() LOOP
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:' || q));
+        -- Before any deletion (an assignment, not PERFORM: no plan started).
+        v_set := coalesce(v_set, setval('jobq.fairness_pruned', pg_current_xact_id()::text::bigint));
         -- One statement, one snapshot. A key's look for a waiting job at its row's priority is
         -- one probe of ready_fair by its leading columns, a subquery per row (not NOT EXISTS:
         -- the planner made that an anti-join that read the queue's whole backlog).
