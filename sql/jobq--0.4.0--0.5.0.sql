@@ -270,16 +270,18 @@ BEGIN
     -- A key's rows are looked up by `fairness_key = k` or `IS NULL`, each a condition of
     -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue, and the
     -- old versions of every claim's move).
+    -- Each look a subquery with LIMIT, not EXISTS: the planner made that a hashed subplan that
+    -- read every row of the queue at each call (5 ms with 16,000 keys).
     v_missing := ARRAY(
         SELECT k FROM unnest(keys || CASE WHEN _fair_keys.priority IS NOT NULL THEN ARRAY[NULL::text] END) k
          WHERE NOT v_rc
-            OR NOT CASE WHEN k IS NULL
-                        THEN EXISTS (SELECT 1 FROM jobq.fairness f
-                                      WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NULL
-                                        AND f.priority IS NOT DISTINCT FROM _fair_keys.priority)
-                        ELSE EXISTS (SELECT 1 FROM jobq.fairness f
-                                      WHERE f.queue = _fair_keys.queue AND f.fairness_key = k
-                                        AND f.priority IS NOT DISTINCT FROM _fair_keys.priority) END);
+            OR CASE WHEN k IS NULL
+                    THEN (SELECT true FROM jobq.fairness f
+                           WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NULL
+                             AND f.priority IS NOT DISTINCT FROM _fair_keys.priority LIMIT 1)
+                    ELSE (SELECT true FROM jobq.fairness f
+                           WHERE f.queue = _fair_keys.queue AND f.fairness_key = k
+                             AND f.priority IS NOT DISTINCT FROM _fair_keys.priority LIMIT 1) END IS NULL);
     IF cardinality(v_missing) = 0 THEN
         RETURN;
     END IF;
