@@ -59,6 +59,11 @@ const ARGS: usize = 15;
 const EVERY_CASE: &str = "SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 /// The same with the fifteenth, the fairness key.
 const FAIR_CASE: &str = "SELECT jobq._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, fairness_key => $15)";
+/// The SQL's own insert of a job whose id was drawn here (after the arguments), without and
+/// with the fairness key, as above.
+const INSERT: &str = "SELECT jobq._insert_job($15, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12)";
+const FAIR_INSERT: &str =
+    "SELECT jobq._insert_job($16, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12, fairness_key => $15)";
 const TYPES: [pg_sys::Oid; ARGS] = [
     pg_sys::TEXTOID,
     pg_sys::JSONBOID,
@@ -288,17 +293,9 @@ unsafe fn fast(job: &Job) -> Option<i64> {
         // Tables that are not the expected ones: the SQL's own insert, with this id (and the
         // fairness key only when there is one, as every_case passes it).
         return if job.args[FAIRNESS_KEY].is_some() {
-            sql(
-                "SELECT jobq._insert_job($16, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12, fairness_key => $15)",
-                &job.args,
-                Some(id),
-            )
+            sql(FAIR_INSERT, &job.args, Some(id))
         } else {
-            sql(
-                "SELECT jobq._insert_job($15, $1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $10, $11, $12)",
-                &job.args[..FAIRNESS_KEY],
-                Some(id),
-            )
+            sql(INSERT, &job.args[..FAIRNESS_KEY], Some(id))
         };
     }
     // What jobq._insert_job does after its rows: the claim floors and the waiting checkouts,

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::rows::{attr, column, sql_fn, text, tupdesc_attr, IndexEntries};
+use crate::rows::{attr, column, sql_fn, text, text_datum, tupdesc_attr, IndexEntries};
 use crate::written::{look, note, Table};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -33,22 +33,15 @@ pub unsafe fn has_turns(nsp: pg_sys::Oid, queue: pg_sys::Datum, priority: i32, k
         return false;
     }
     // pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue)), as the SQL.
-    let name = [b"fairness:".as_slice(), text(queue)].concat();
-    let name = pg_sys::cstring_to_text_with_len(name.as_ptr().cast(), name.len() as i32);
-    let hash = crate::rows::hashtext(pg_sys::Datum::from(name));
+    let hash = crate::rows::hashtext(text_datum(&[b"fairness:".as_slice(), text(queue)].concat()));
     pg_sys::DirectFunctionCall2Coll(Some(sql_fn::pg_advisory_xact_lock_shared_int4), pg_sys::InvalidOid, pg_sys::Datum::from(crate::slots::CLASS), hash);
     let share = pg_sys::AccessShareLock as i32;
     let rel = pg_sys::table_open(rel_id, share);
     let ix = pg_sys::index_open(ix_id, share);
     let desc = (*rel).rd_att;
-    let col = |name, typ| column(desc, name).filter(|&i| (*tupdesc_attr(desc, i)).atttypid == typ).map(|i| (i + 1) as i16);
-    let want = [col("queue", pg_sys::TEXTOID), col("fairness_key", pg_sys::TEXTOID), col("priority", pg_sys::INT4OID)];
-    let i = (*ix).rd_index;
-    let fits = want.iter().all(Option::is_some)
-        && (*i).indnkeyatts == 3
-        && (*i).indkey.values.as_slice(3) == want.map(Option::unwrap)
-        && (*ix).rd_indexprs.is_null()
-        && (*ix).rd_indpred.is_null();
+    let want = [("queue", pg_sys::TEXTOID), ("fairness_key", pg_sys::TEXTOID), ("priority", pg_sys::INT4OID)]
+        .map(|(name, typ)| column_of(desc, name, typ).map(|i| (i + 1) as i16));
+    let fits = want.iter().all(Option::is_some) && keys_are(ix, &want.map(Option::unwrap)) && (*ix).rd_indpred.is_null();
     let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
     let coll = *(*ix).rd_indcollation;
     let oid = pg_sys::Oid::from;
@@ -82,6 +75,17 @@ pub unsafe fn has_turns(nsp: pg_sys::Oid, queue: pg_sys::Datum, priority: i32, k
     pg_sys::index_close(ix, pg_sys::NoLock as i32);
     pg_sys::table_close(rel, pg_sys::NoLock as i32);
     found
+}
+
+/// Column `name` of `desc`, 0-based, when it is of type `typ`.
+unsafe fn column_of(desc: pg_sys::TupleDesc, name: &str, typ: pg_sys::Oid) -> Option<usize> {
+    column(desc, name).filter(|&i| (*tupdesc_attr(desc, i)).atttypid == typ)
+}
+
+/// Whether index `ix`'s keys are the columns `want` (1-based), no expression among them.
+unsafe fn keys_are(ix: pg_sys::Relation, want: &[i16]) -> bool {
+    let i = (*ix).rd_index;
+    (*i).indnkeyatts as usize == want.len() && (*i).indkey.values.as_slice(want.len()) == want && (*ix).rd_indexprs.is_null()
 }
 
 /// Whether `jobq.fairness` has a row in `snapshot` (`snapshot` None: whether it may have one,
@@ -495,7 +499,7 @@ impl Turns {
             pg_sys::table_close(rel, no);
         };
         let desc = (*rel).rd_att;
-        let col = |name, typ| column(desc, name).filter(|&i| (*tupdesc_attr(desc, i)).atttypid == typ);
+        let col = |name, typ| column_of(desc, name, typ);
         let cols = (|| {
             Some([
                 col("queue", pg_sys::TEXTOID)?,
@@ -507,10 +511,6 @@ impl Turns {
             ])
         })();
         let r_key = column((*ready).rd_att, "fairness_key").map(|i| (i + 1) as i16);
-        let keys_are = |ix: pg_sys::Relation, want: &[i16]| {
-            let i = (*ix).rd_index;
-            (*i).indnkeyatts as usize == want.len() && (*i).indkey.values.as_slice(want.len()) == want && (*ix).rd_indexprs.is_null()
-        };
         let trig = (*rel).trigdesc;
         let updated = !trig.is_null()
             && ((*trig).trig_update_before_row || (*trig).trig_update_after_row || (*trig).trig_update_instead_row
@@ -711,7 +711,7 @@ impl Turns {
             None => self.by_queue,
             Some(k) => {
                 let coll = *(*self.fair).rd_indcollation.add(2);
-                let k = pg_sys::Datum::from(pg_sys::cstring_to_text_with_len(k.as_ptr() as *const std::ffi::c_char, k.len() as i32));
+                let k = text_datum(k);
                 pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, 3, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), k);
                 at = 4;
                 self.fair

@@ -337,6 +337,11 @@ pub mod sql_fn {
     }
 }
 
+/// A text datum of `bytes`.
+pub unsafe fn text_datum(bytes: &[u8]) -> pg_sys::Datum {
+    pg_sys::Datum::from(pg_sys::cstring_to_text_with_len(bytes.as_ptr().cast(), bytes.len() as i32))
+}
+
 /// hashtext(t) under the database's default collation, as SQL's `hashtext(text)` computes it
 /// (the advisory locks of src/slots.rs, jobq.ready's `queue_hash`).
 pub unsafe fn hashtext(t: pg_sys::Datum) -> pg_sys::Datum {

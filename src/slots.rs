@@ -19,9 +19,8 @@
 //! Where the SQL gives up for this call when a row committed since its snapshot holds the slot
 //! it chose, this looks at the next lower one: either way a key never has more rows than
 //! numbers, which is the guarantee.
-use crate::rows::{attr, column, tupdesc_attr, IndexEntries};
+use crate::rows::{attr, column, text_datum, tupdesc_attr, IndexEntries};
 use pgrx::pg_sys;
-use std::ffi::c_char;
 use std::ptr::null_mut;
 
 /// jobq.slots, opened for writing until the end of the transaction.
@@ -150,10 +149,6 @@ impl Slots {
         pg_sys::ExecDropSingleTupleTableSlot(ts);
         pg_sys::index_endscan(scan);
     }
-}
-
-unsafe fn text_datum(bytes: &[u8]) -> pg_sys::Datum {
-    pg_sys::Datum::from(pg_sys::cstring_to_text_with_len(bytes.as_ptr() as *const c_char, bytes.len() as i32))
 }
 
 /// jobq._take_slot's advisory lock on slot `slot` of (ns, key), tried without waiting and
