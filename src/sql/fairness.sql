@@ -116,7 +116,7 @@ ALTER TABLE jobq.fairness ENABLE REPLICA TRIGGER fairness_replicated;
 -- snapshot (REPEATABLE READ, SERIALIZABLE) may predate a pass that removed the row since: its
 -- look is trusted when it sees the last pruning pass over (jobq.fairness_pruned), as it nearly
 -- always does (a pass a second); otherwise the rows are inserted whatever it sees (the pass
--- keeps one), where each such enqueue gave its key one more turn in each round until the pass.
+-- keeps one).
 -- The INSERT runs only when a row is missing: its statement trigger (fairness_written) fires
 -- even for no row, and cost each enqueue of a known key more than its look (5,000 enqueues of
 -- 1,000 known keys in one transaction: 105 us a call with it, 37 without).
