@@ -87,6 +87,29 @@ module Jobq
     )
   end
 
+  # What Jobq::Worker (and Jobq::Testing.drain) reports with jobq_fail, {"type", "message"}:
+  # for a job whose kind (or queue) has no handler;
+  def self.no_handler_error(job)
+    what = job.kind ? "kind #{job.kind.inspect}" : "queue #{job.queue.inspect} (the job has no kind)"
+    { "type" => "NoHandler", "message" => "no handler for #{what}" }
+  end
+
+  # for a handler's exception (Jobq::RetryIn and Jobq::Discard: their #cause's, when they have one);
+  def self.handler_error(e)
+    if (e.is_a?(RetryIn) || e.is_a?(Discard)) && (cause = e.cause)
+      { "type" => cause.class.name, "message" => cause.message }
+    elsif e.is_a?(RetryIn) || e.is_a?(Discard)
+      { "type" => e.class.name.split("::").last, "message" => e.message }
+    else
+      { "type" => e.class.name, "message" => e.message }
+    end
+  end
+
+  # for a handler's result that JSON.generate refused with e.
+  def self.result_error(e)
+    { "type" => e.class.name, "message" => "the handler's result is not JSON: #{e.message}" }
+  end
+
   # Raised by a handler to fail its job and have it retried after delay seconds (jobq_fail's
   # retry_in; dead when no attempt remains). The error recorded is the exception's #cause if
   # any ({"type", "message"}), else {"type" => "RetryIn", "message" => message}:

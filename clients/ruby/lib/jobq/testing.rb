@@ -185,27 +185,24 @@ module Jobq
     end
 
     # What a handler's run comes to: [result, error, retry_in, discard, exception], the
-    # arguments of jobq_complete or jobq_fail, as Jobq::Worker#run_handler makes them.
+    # arguments of jobq_complete or jobq_fail, as Jobq::Worker#run_handler makes them (the errors
+    # described by the same Jobq.no_handler_error, handler_error and result_error).
     def run(handler, job)
-      if handler.nil?
-        what = job.kind ? "kind #{job.kind.inspect}" : "queue #{job.queue.inspect} (the job has no kind)"
-        return [nil, { "type" => "NoHandler", "message" => "no handler for #{what}" }, nil, true, nil]
-      end
+      return [nil, Jobq.no_handler_error(job), nil, true, nil] if handler.nil?
+
       begin
         result = handler.call(job)
       rescue RetryIn, Discard => e
-        cause = e.cause
-        described = cause ? { "type" => cause.class.name, "message" => cause.message } : { "type" => e.class.name.split("::").last, "message" => e.message }
-        return [nil, described, e.is_a?(RetryIn) ? e.delay : nil, e.is_a?(Discard), e]
+        return [nil, Jobq.handler_error(e), e.is_a?(RetryIn) ? e.delay : nil, e.is_a?(Discard), e]
       rescue Exception => e # rubocop:disable Lint/RescueException -- every error fails the job, as in Jobq::Worker
         raise if e.is_a?(SystemExit) || e.is_a?(NoMemoryError)
 
-        return [nil, { "type" => e.class.name, "message" => e.message }, nil, false, e]
+        return [nil, Jobq.handler_error(e), nil, false, e]
       end
       begin
         JSON.generate(result) unless result.nil?
       rescue StandardError => e
-        return [nil, { "type" => e.class.name, "message" => "the handler's result is not JSON: #{e.message}" }, nil, false, e]
+        return [nil, Jobq.result_error(e), nil, false, e]
       end
       [result, nil, nil, false, nil]
     end

@@ -363,10 +363,8 @@ module Jobq
     def run_handler(slot)
       job = slot.job
       handler = @handlers[job.kind || job.queue] || @fallback
-      if handler.nil?
-        what = job.kind ? "kind #{job.kind.inspect}" : "queue #{job.queue.inspect} (the job has no kind)"
-        return failure(slot, { "type" => "NoHandler", "message" => "no handler for #{what}" }, nil, true)
-      end
+      return failure(slot, Jobq.no_handler_error(job), nil, true) if handler.nil?
+
       begin
         result = @around ? @around.call(job) { handler.call(job) } : handler.call(job)
       rescue Suspended => e
@@ -375,13 +373,11 @@ module Jobq
         @log.debug("jobq worker #{@name}: job #{job.id} suspended: #{e.message}")
         return
       rescue RetryIn, Discard => e
-        cause = e.cause
-        described = cause ? { "type" => cause.class.name, "message" => cause.message } : { "type" => e.class.name.split("::").last, "message" => e.message }
-        return e.is_a?(Discard) ? failure(slot, described, nil, true) : failure(slot, described, e.delay)
+        return e.is_a?(Discard) ? failure(slot, Jobq.handler_error(e), nil, true) : failure(slot, Jobq.handler_error(e), e.delay)
       rescue Exception => e # rubocop:disable Lint/RescueException -- every error fails the job
         raise if e.is_a?(SystemExit) || e.is_a?(NoMemoryError)
 
-        return failure(slot, { "type" => e.class.name, "message" => e.message }, nil)
+        return failure(slot, Jobq.handler_error(e), nil)
       end
       success(slot, result)
     end
@@ -392,7 +388,7 @@ module Jobq
         begin
           encoded = Calls::Encoded.new(JSON.generate(result))
         rescue StandardError => e
-          return failure(slot, { "type" => e.class.name, "message" => "the handler's result is not JSON: #{e.message}" }, nil)
+          return failure(slot, Jobq.result_error(e), nil)
         end
       end
       @lock.synchronize do
