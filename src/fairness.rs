@@ -1031,19 +1031,26 @@ impl Turns {
     }
 
     /// The key of `row` (locked by this transaction) had one more job in its turn: to the back
-    /// once it had its weight's.
+    /// once it had its weight's, unless it is there already (jobq._fair_claim's rule: its
+    /// `served` is the last the sequence gave, so no row is behind it, and a row added later
+    /// comes behind it either way). A key served alone keeps its row, its weight 1 unwritten.
     unsafe fn served(&self, row: pg_sys::HeapTuple, cid: pg_sys::CommandId) {
         let desc = (*self.rel).rd_att;
         let natts = (*desc).natts as usize;
         let mut values = vec![pg_sys::Datum::from(0usize); natts];
         let mut nulls = vec![false; natts];
         pg_sys::heap_deform_tuple(row, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
-        let taken = values[self.taken].value() as i32 + 1;
-        if taken >= values[self.weight].value() as i32 {
+        let was = values[self.taken].value() as i32;
+        if was + 1 >= values[self.weight].value() as i32 {
             values[self.taken] = pg_sys::Datum::from(0i32);
-            values[self.served] = pg_sys::DirectFunctionCall1Coll(Some(sql_fn::nextval_oid), pg_sys::InvalidOid, pg_sys::Datum::from(self.turns));
+            let served = values[self.served].value() as i64;
+            if crate::rows::sequence_last_value(self.turns) != Some(served) {
+                values[self.served] = pg_sys::DirectFunctionCall1Coll(Some(sql_fn::nextval_oid), pg_sys::InvalidOid, pg_sys::Datum::from(self.turns));
+            } else if was == 0 {
+                return; // nothing changes
+            }
         } else {
-            values[self.taken] = pg_sys::Datum::from(taken);
+            values[self.taken] = pg_sys::Datum::from(was + 1);
         }
         let new = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
         if !self.entries.update(self.rel, &mut (*row).t_self, new, cid) {

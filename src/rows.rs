@@ -333,8 +333,22 @@ pub mod sql_fn {
         pub fn pg_advisory_xact_lock_shared_int4(fcinfo: FunctionCallInfo) -> Datum;
         pub fn regprocedurein(fcinfo: FunctionCallInfo) -> Datum;
         pub fn nextval_oid(fcinfo: FunctionCallInfo) -> Datum;
+        pub fn pg_sequence_last_value(fcinfo: FunctionCallInfo) -> Datum;
         pub fn jsonb_in(fcinfo: FunctionCallInfo) -> Datum;
     }
+}
+
+/// `pg_sequence_last_value(seq)`: the last value sequence `seq` handed out to any session,
+/// read outside any snapshot; None before its first.
+pub unsafe fn sequence_last_value(seq: pg_sys::Oid) -> Option<i64> {
+    let size = std::mem::size_of::<pg_sys::FunctionCallInfoBaseData>() + std::mem::size_of::<pg_sys::NullableDatum>();
+    let fcinfo = pg_sys::palloc0(size) as pg_sys::FunctionCallInfo;
+    (*fcinfo).nargs = 1;
+    (*fcinfo).args.as_mut_slice(1)[0] = pg_sys::NullableDatum { value: pg_sys::Datum::from(seq), isnull: false };
+    let last = sql_fn::pg_sequence_last_value(fcinfo);
+    let got = (!(*fcinfo).isnull).then(|| last.value() as i64);
+    pg_sys::pfree(fcinfo.cast());
+    got
 }
 
 /// A text datum of `bytes`.

@@ -570,6 +570,31 @@ fn a_new_key_joins_the_turns_at_the_back() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// A key at the back of the turns (its `served` the last the sequence gave) stays there when it
+/// is served: its row is not written while it is served alone, and a key that joins behind it
+/// is served after one more of its jobs, as if it had moved at each claim.
+#[test]
+fn a_key_served_alone_keeps_its_row_until_another_joins() {
+    let (_cluster, _db, mut c) = db();
+    let w = register(&mut c);
+    enqueue(&mut c, "q", Some("solo"), 6);
+    assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("solo"));
+    let row = |c: &mut Client, key: &str| -> (String, i64) {
+        let r = c.query_one("SELECT ctid::text, served FROM jobq.fairness WHERE queue = 'q' AND fairness_key = $1", &[&key]).unwrap();
+        (r.get(0), r.get(1))
+    };
+    let before = row(&mut c, "solo");
+    for _ in 0..2 {
+        assert_eq!(take(&mut c, w, Some(&["q"])).unwrap().1, k("solo"));
+    }
+    assert_eq!(row(&mut c, "solo"), before, "a key alone at the back is not written");
+    enqueue(&mut c, "q", Some("late"), 1);
+    let order: Vec<Option<String>> = (0..3).map(|_| take(&mut c, w, Some(&["q"])).unwrap().1).collect();
+    assert_eq!(order, ["solo", "late", "solo"].map(k), "the key that joined is served after one more job");
+    assert!(row(&mut c, "solo").1 > row(&mut c, "late").1, "moved behind the key that joined");
+    assert_job_tables_consistent(&mut c);
+}
+
 /// Keys whose jobs and rows arrive by a logical replication subscription, whose apply fires row
 /// triggers only (fairness_replicated, src/sql/fairness.sql), take turns in a database whose
 /// checkouts had found no turns before (noted in shared memory: src/written.rs).

@@ -8,7 +8,8 @@
 -- jobs without a key form one key of their own (the rows whose fairness_key is NULL). A claim
 -- takes the key with the lowest `served` that has a due job at the queue's top due priority,
 -- takes that key's oldest due job (by run_at, then id), and, once the key has had `weight`
--- jobs, moves it to the back (`served` from a sequence). A key is thus served again only after
+-- jobs, moves it to the back (`served` from a sequence) unless it is there already (its
+-- `served` the sequence's last: a key served alone is not written). A key is thus served again only after
 -- every key that was ahead of it, whatever the order and volume of the enqueues and whatever
 -- run_at says (a key's turn is not fixed when its jobs are enqueued, so a burst of scheduled
 -- jobs coming due does not jump the line).
@@ -209,6 +210,7 @@ DECLARE
     c          record;
     v_blocked  "char";
     v_rows     tid[];                    -- the key's rows to move to the back
+    v_last     bigint;                   -- the last turn jobq.fairness_turns gave
     v_skip_c   text[] := '{}';           -- as jobq._checkout's: the keys of jobs that could
     v_skip_l   integer[] := '{}';        -- not start in this claim
     v_skip_u   text[] := '{}';
@@ -336,10 +338,16 @@ BEGIN
                         NULL;  -- held, or moved by a transaction after our snapshot: it stays where that one put it
                     END;
                 END IF;
+                v_last := pg_sequence_last_value('jobq.fairness_turns');
+                -- A key already at the back stays there: its `served` is the last the
+                -- sequence gave, so no row is behind it, and a row added later comes behind it
+                -- either way. A key served alone is then not written at all (weight 1).
                 UPDATE jobq.fairness f
                    SET taken = CASE WHEN f.taken + 1 >= f.weight THEN 0 ELSE f.taken + 1 END,
-                       served = CASE WHEN f.taken + 1 >= f.weight THEN nextval('jobq.fairness_turns') ELSE f.served END
-                 WHERE f.ctid = ANY (v_rows);
+                       served = CASE WHEN f.taken + 1 >= f.weight AND f.served IS DISTINCT FROM v_last
+                                     THEN nextval('jobq.fairness_turns') ELSE f.served END
+                 WHERE f.ctid = ANY (v_rows)
+                   AND (f.taken + 1 < f.weight OR f.taken <> 0 OR f.served IS DISTINCT FROM v_last);
                 job := c.id;
                 RETURN;
             END IF;
