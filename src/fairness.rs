@@ -10,7 +10,7 @@ use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic, PgLwLock};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use crate::rows::{attr, column, sql_fn, text, text_datum, tupdesc_attr, IndexEntries};
 use crate::written::{look, note, Table};
 use pgrx::pg_sys;
@@ -185,6 +185,11 @@ pub struct Lows<T, const N: usize> {
     at: [(u64, T); N],
 }
 unsafe impl<T, const N: usize> PGRXSharedMemory for Lows<T, N> {}
+/// The `served` the last fair claim on this server left its key's row at, moved or not: a key
+/// served alone keeps it from claim to claim, and only a key that has it may be at the back of
+/// its turns, which [`Turns::served`] then confirms from the sequence (keys that take turns
+/// change it at every claim, and are moved without that read).
+static LAST_SERVED: PgAtomic<AtomicI64> = unsafe { PgAtomic::new(c"jobq_last_served") };
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Called from _PG_init while preloading.
@@ -193,6 +198,7 @@ pub fn init() {
     pg_shmem_init!(ADDS = Lows { at: [(0, i64::MIN); 64] });
     pg_shmem_init!(READY_ADDED);
     pg_shmem_init!(READIES = Lows { at: [(0, (i32::MIN, i64::MIN, i64::MIN)); 256] });
+    pg_shmem_init!(LAST_SERVED);
     ENABLED.store(true, Ordering::Relaxed);
 }
 
@@ -1034,6 +1040,8 @@ impl Turns {
     /// once it had its weight's, unless it is there already (jobq._fair_claim's rule: its
     /// `served` is the last the sequence gave, so no row is behind it, and a row added later
     /// comes behind it either way). A key served alone keeps its row, its weight 1 unwritten.
+    /// The sequence is read only for a key whose `served` the last claim left ([`LAST_SERVED`];
+    /// without the preload, never: every key is moved).
     unsafe fn served(&self, row: pg_sys::HeapTuple, cid: pg_sys::CommandId) {
         let desc = (*self.rel).rd_att;
         let natts = (*desc).natts as usize;
@@ -1044,9 +1052,15 @@ impl Turns {
         if was + 1 >= values[self.weight].value() as i32 {
             values[self.taken] = pg_sys::Datum::from(0i32);
             let served = values[self.served].value() as i64;
-            if crate::rows::sequence_last_value(self.turns) != Some(served) {
+            let enabled = ENABLED.load(Ordering::Relaxed);
+            let at_back = enabled && LAST_SERVED.get().load(Ordering::Relaxed) == served && crate::rows::sequence_last_value(self.turns) == Some(served);
+            if !at_back {
                 values[self.served] = pg_sys::DirectFunctionCall1Coll(Some(sql_fn::nextval_oid), pg_sys::InvalidOid, pg_sys::Datum::from(self.turns));
-            } else if was == 0 {
+            }
+            if enabled {
+                LAST_SERVED.get().store(values[self.served].value() as i64, Ordering::Relaxed);
+            }
+            if at_back && was == 0 {
                 return; // nothing changes
             }
         } else {
