@@ -427,7 +427,7 @@ pub fn counts() -> Option<Counts> {
 /// (bench/results/fairness-profile.md), and tests/fairness.rs checks that the two agree.
 pub struct Turns {
     rel: pg_sys::Relation,      // jobq.fairness
-    by_turn: pg_sys::Relation,  // fairness_by_turn (queue, priority, served)
+    by_turn: pg_sys::Relation,  // fairness_by_turn (queue_hash, priority, served)
     fair: pg_sys::Relation,     // ready_fair (queue_hash, priority, fairness_key, run_at, id)
     by_queue: pg_sys::Relation, // ready_by_queue (queue_hash, priority, run_at, id)
     entries: IndexEntries,      // of a row moved to the back
@@ -436,6 +436,7 @@ pub struct Turns {
     hash: pg_sys::Datum,
     counts: Option<Counts>, // read before this call's snapshot
     // jobq.fairness, 0-based
+    queue_col: usize,
     key: usize,
     weight: usize,
     served: usize,
@@ -514,6 +515,7 @@ impl Turns {
                 col("weight", pg_sys::INT4OID)?,
                 col("served", pg_sys::INT8OID)?,
                 col("taken", pg_sys::INT4OID)?,
+                col("queue_hash", pg_sys::INT4OID)?,
             ])
         })();
         let r_key = column((*ready).rd_att, "fairness_key").map(|i| (i + 1) as i16);
@@ -525,7 +527,7 @@ impl Turns {
             (Some(c), Some(rk)) => {
                 let a = |i: usize| (c[i] + 1) as i16;
                 !updated
-                    && keys_are(by_turn, &[a(0), a(2), a(4)])
+                    && keys_are(by_turn, &[a(6), a(2), a(4)])
                     && keys_are(by_key, &[a(0), a(1), a(2)])
                     && keys_are(fair, &[l.r_queue_hash, l.r_priority, rk, l.r_run_at, l.r_id])
                     && keys_are(by_queue, &[l.r_queue_hash, l.r_priority, l.r_run_at, l.r_id])
@@ -548,6 +550,7 @@ impl Turns {
             queue,
             hash: crate::rows::hashtext(queue),
             counts,
+            queue_col: c[0],
             key: c[1],
             weight: c[3],
             served: c[4],
@@ -612,13 +615,12 @@ impl Turns {
     ) {
         let oid = pg_sys::Oid::from;
         let (eq, ge, lt) = (pg_sys::BTEqualStrategyNumber as u16, pg_sys::BTGreaterEqualStrategyNumber as u16, pg_sys::BTLessStrategyNumber as u16);
-        let coll = *(*self.by_turn).rd_indcollation;
         let (mut from, reach) = start.unwrap_or((i64::MIN, 0));
         let mut windows = if start.is_some() { WINDOWS } else { 0 };
         for i in 0.. {
             let to = (i < windows).then(|| from.saturating_add(window(i, reach)));
             let mut keys: [pg_sys::ScanKeyData; 4] = std::mem::zeroed();
-            pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), self.queue);
+            pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), self.hash);
             pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
             pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, 3, ge, pg_sys::INT8OID, pg_sys::InvalidOid, oid(pg_sys::F_INT8GE), pg_sys::Datum::from(from));
             let n = match to {
@@ -634,6 +636,9 @@ impl Turns {
                     Err(key) => each(None, key, served),
                     Ok(slot) => {
                         let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
+                        if !self.ours_turn(t) {
+                            return true; // another queue's, whose name has the same hash
+                        }
                         let key = attr(t, (*self.rel).rd_att, (self.key + 1) as i32).map(|d| text(d).to_vec());
                         each(Some(t), key, served)
                     }
@@ -771,6 +776,12 @@ impl Turns {
                 });
             }
         }
+    }
+
+    /// Whether `row` of jobq.fairness is this queue's (fairness_by_turn leads with the name's
+    /// hash, which another queue's name may share).
+    unsafe fn ours_turn(&self, row: pg_sys::HeapTuple) -> bool {
+        attr(row, (*self.rel).rd_att, (self.queue_col + 1) as i32).is_some_and(|d| text(d) == text(self.queue))
     }
 
     /// Whether the ready row `t` is of this queue (two queues may share a hash).

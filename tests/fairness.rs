@@ -521,6 +521,43 @@ fn the_fast_path_takes_the_turns_the_sql_takes() {
     assert_job_tables_consistent(&mut c);
 }
 
+/// Two fair queues whose names have the same hashtext, fairness_by_turn's leading column
+/// (src/sql/fairness.sql): their keys' rows sit in one run of the index, interleaved, and the
+/// checkouts of each, in the fast path (one queue) and in the SQL (the same queue named twice),
+/// taken in alternation, walk past the other's rows (of keys of the same names) and serve their
+/// own keys in turn.
+#[test]
+fn fair_queues_that_share_a_hash_keep_their_own_turns() {
+    let (_, _, mut c) = db();
+    let w = register(&mut c);
+    let (a, b) = ("q22137", "q190411");
+    let same: bool = c.query_one("SELECT hashtext($1) = hashtext($2)", &[&a, &b]).unwrap().get(0);
+    assert!(same, "{a} and {b} no longer share a hash: choose two names that do");
+    // Each key's first job in both queues in alternation, b's first, so that the two queues'
+    // rows interleave in turn order, each of a's keys behind b's row of the same name (which a
+    // walk of a's turns that took it for a's would serve and move instead of a's own); then the
+    // backlog of key big in each.
+    for key in ["big", "a", "b"] {
+        enqueue(&mut c, b, Some(key), 1);
+        enqueue(&mut c, a, Some(key), 1);
+    }
+    enqueue(&mut c, a, Some("big"), 4);
+    enqueue(&mut c, b, Some("big"), 4);
+    let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
+    loop {
+        let got_a = take(&mut c, w, Some(&[a]));
+        let got_b = take(&mut c, w, Some(&[b, b]));
+        if got_a.is_none() && got_b.is_none() {
+            break;
+        }
+        from_a.extend(got_a.map(|(_, key)| key.unwrap()));
+        from_b.extend(got_b.map(|(_, key)| key.unwrap()));
+    }
+    assert_eq!(from_a, ["big", "a", "b", "big", "big", "big", "big"]);
+    assert_eq!(from_b, from_a);
+    assert_job_tables_consistent(&mut c);
+}
+
 /// A key added while the turns go round takes its place (the first, its row being the oldest)
 /// once its enqueue commits, though checkouts meanwhile moved every other key past it: the
 /// extension's walks start at a floor of the turns they saw, and an insert of turns, counted

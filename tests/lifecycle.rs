@@ -993,7 +993,8 @@ fn written(c: &mut Client, id: i64) -> Value {
                         FROM jobq.ready r WHERE r.id = $1),
             'due', (SELECT j.run_at <= j.enqueued_at FROM jobq.live_jobs j WHERE j.id = $1),
             'lock', (SELECT to_jsonb(l) - 'job_id' - 'acquired_at' FROM jobq.locks l WHERE l.job_id = $1),
-            'turns', (SELECT jsonb_agg(to_jsonb(f) - 'served' ORDER BY f.fairness_key NULLS FIRST)
+            'turns', (SELECT jsonb_agg(to_jsonb(f) - 'served' || jsonb_build_object('queue_hash', f.queue_hash = hashtext(f.queue))
+                                ORDER BY f.fairness_key NULLS FIRST)
                         FROM jobq.live_jobs j JOIN jobq.fairness f ON f.queue = j.queue AND f.priority = j.priority
                        WHERE j.id = $1 AND j.fairness_key IS NOT NULL
                          AND (f.fairness_key = j.fairness_key OR f.fairness_key IS NULL)))",

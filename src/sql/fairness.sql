@@ -59,21 +59,26 @@ CREATE TABLE jobq.fairness (
     priority      integer,                      -- the turns of this priority; NULL: the weight only
     weight        integer NOT NULL DEFAULT 1,   -- jobs per turn (jobq_set_fairness_weight)
     served        bigint NOT NULL DEFAULT nextval('jobq.fairness_turns'),
-    taken         integer NOT NULL DEFAULT 0    -- jobs taken since `served` last moved
+    taken         integer NOT NULL DEFAULT 0,   -- jobs taken since `served` last moved
+    queue_hash    integer NOT NULL GENERATED ALWAYS AS (pg_catalog.hashtext(queue)) STORED  -- fairness_by_turn
 )
 -- Every claim moves its key's row (a new version, and a new entry of fairness_by_turn): vacuumed
 -- after a fixed number of them, as jobq.ready is (src/sql/schema.sql), so the walk of a queue's
 -- keys does not pass the dead entries of every claim since the last visit.
 WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
       autovacuum_vacuum_cost_delay = 0);
--- The claim's walk: a queue's keys at one priority, least recently served first.
-CREATE INDEX fairness_by_turn ON jobq.fairness (queue, priority, served);
+-- The claim's walk: a queue's keys at one priority, least recently served first. It leads with
+-- the queue name's hash, as jobq.ready's indexes do: each entry a walk passes is then compared
+-- as integers and read at fixed offsets, where a leading name was compared through its
+-- collation and put every later column at an offset computed entry by entry (a fair job's
+-- instructions, docs/performance.md). Names may share a hash: a walk checks each row's queue.
+CREATE INDEX fairness_by_turn ON jobq.fairness (queue_hash, priority, served);
 -- A key's rows (jobq._fair_keys, jobq_set_fairness_weight, the pass).
 CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key, priority);
 -- Statements here keep a generic plan, which estimates `queue = $1` as 1 / (the distinct queues
 -- ANALYZE saw): with one fair queue, every row, and a look for a queue with no turns read the
 -- whole table. A fixed estimate of many queues keeps them on the indexes (as jobq.ready's).
-ALTER TABLE jobq.fairness ALTER COLUMN queue SET (n_distinct = 1000);
+ALTER TABLE jobq.fairness ALTER COLUMN queue SET (n_distinct = 1000), ALTER COLUMN queue_hash SET (n_distinct = 1000);
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
 
@@ -236,7 +241,7 @@ BEGIN
             k := NULL;
             IF locked THEN
                 SELECT f.ctid AS fid, f.fairness_key INTO k FROM jobq.fairness f
-                 WHERE f.queue = _fair_claim.queue AND f.priority = v_p
+                 WHERE f.queue_hash = v_hash AND f.queue = _fair_claim.queue AND f.priority = v_p
                    AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND f.xmax <> ALL (ARRAY(SELECT pg_catalog.xid(x) FROM pg_catalog.pg_snapshot_xip(pg_catalog.pg_current_snapshot()) x))
                    AND CASE WHEN f.fairness_key IS NULL
@@ -255,7 +260,7 @@ BEGIN
             END IF;
             IF k IS NULL THEN
                 SELECT NULL::tid AS fid, f.fairness_key INTO k FROM jobq.fairness f
-                 WHERE f.queue = _fair_claim.queue AND f.priority = v_p
+                 WHERE f.queue_hash = v_hash AND f.queue = _fair_claim.queue AND f.priority = v_p
                    AND jobq._fair_skip_entry(v_p, _fair_claim.queue, f.fairness_key) <> ALL (skip)
                    AND jobq._fair_due(v_hash, _fair_claim.queue, f.fairness_key, v_p, now, paused)
                  ORDER BY f.served
@@ -264,7 +269,7 @@ BEGIN
                     -- No key's turn at v_p. Where no key has a job there, the jobs without one
                     -- are all there is, and take no turns: they are served, unless they yielded.
                     EXIT WHEN EXISTS (SELECT 1 FROM jobq.fairness f
-                                       WHERE f.queue = _fair_claim.queue AND f.priority = v_p)
+                                       WHERE f.queue_hash = v_hash AND f.queue = _fair_claim.queue AND f.priority = v_p)
                            OR jobq._fair_skip_entry(v_p, _fair_claim.queue, NULL) = ANY (skip);
                     SELECT NULL::tid AS fid, NULL::text AS fairness_key INTO k;
                 END IF;
@@ -330,7 +335,7 @@ BEGIN
                 IF k.fid IS NULL AND NOT locked THEN
                     BEGIN
                         v_rows := ARRAY(SELECT f.ctid FROM jobq.fairness f
-                                         WHERE f.queue = _fair_claim.queue AND f.priority = v_p
+                                         WHERE f.queue_hash = v_hash AND f.queue = _fair_claim.queue AND f.priority = v_p
                                            AND (f.fairness_key = k.fairness_key
                                                 OR f.fairness_key IS NULL AND k.fairness_key IS NULL)
                                            FOR UPDATE NOWAIT);
@@ -574,7 +579,7 @@ BEGIN
             RETURN;
         END IF;
         SELECT f.fairness_key INTO v_key FROM jobq.fairness f
-         WHERE f.queue = _fair_next.queue AND f.priority = v_p
+         WHERE f.queue_hash = v_hash AND f.queue = _fair_next.queue AND f.priority = v_p
            AND jobq._fair_skip_entry(v_p, _fair_next.queue, f.fairness_key) <> ALL (skip)
            AND jobq._fair_due(v_hash, _fair_next.queue, f.fairness_key, v_p, now, paused)
          ORDER BY f.served
@@ -582,7 +587,7 @@ BEGIN
         IF NOT FOUND THEN
             -- (As jobq._fair_claim: where no key has a job at v_p, those without one.)
             v_key := NULL;
-            FOUND := NOT EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue = _fair_next.queue AND f.priority = v_p)
+            FOUND := NOT EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue_hash = v_hash AND f.queue = _fair_next.queue AND f.priority = v_p)
                      AND jobq._fair_skip_entry(v_p, _fair_next.queue, NULL) <> ALL (skip)
                      AND jobq._fair_due(v_hash, _fair_next.queue, NULL, v_p, now, paused);
         END IF;
