@@ -636,7 +636,7 @@ impl Turns {
                     Err(key) => each(None, key, served),
                     Ok(slot) => {
                         let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
-                        if !self.ours_turn(t) {
+                        if !self.ours(self.rel, (self.queue_col + 1) as i16, t) {
                             return true; // another queue's, whose name has the same hash
                         }
                         let key = attr(t, (*self.rel).rd_att, (self.key + 1) as i32).map(|d| text(d).to_vec());
@@ -762,7 +762,7 @@ impl Turns {
                 let get = |attno: i16| attr(t, (*ready).rd_att, attno as i32).map_or(i64::MIN, |d| d.value() as i64);
                 first = Some((get(l.r_run_at), get(l.r_id)));
             }
-            !self.ours(ready, l, t) || each(slot)
+            !self.ours(ready, l.r_queue, t) || each(slot)
         });
         if let (Some((n, id)), Some(f)) = (memo, first) {
             if start != Some(f) {
@@ -778,15 +778,11 @@ impl Turns {
         }
     }
 
-    /// Whether `row` of jobq.fairness is this queue's (fairness_by_turn leads with the name's
-    /// hash, which another queue's name may share).
-    unsafe fn ours_turn(&self, row: pg_sys::HeapTuple) -> bool {
-        attr(row, (*self.rel).rd_att, (self.queue_col + 1) as i32).is_some_and(|d| text(d) == text(self.queue))
-    }
-
-    /// Whether the ready row `t` is of this queue (two queues may share a hash).
-    unsafe fn ours(&self, ready: pg_sys::Relation, l: &Layout, t: pg_sys::HeapTuple) -> bool {
-        attr(t, (*ready).rd_att, l.r_queue as i32).is_some_and(|d| text(d) == text(self.queue))
+    /// Whether row `t` of `rel`, whose queue name is attribute `attno`, is this queue's: the
+    /// indexes of jobq.ready and fairness_by_turn lead with the name's hash, which another
+    /// queue's name may share.
+    unsafe fn ours(&self, rel: pg_sys::Relation, attno: i16, t: pg_sys::HeapTuple) -> bool {
+        attr(t, (*rel).rd_att, attno as i32).is_some_and(|d| text(d) == text(self.queue))
     }
 
     /// The ready row of key `key`'s oldest due job at `priority` that no pause holds back, when
@@ -898,7 +894,7 @@ impl Turns {
         let mut found = None;
         scan(ready, index, snapshot, &mut keys[..n], |slot| {
             let t = pg_sys::ExecFetchSlotHeapTuple(slot, false, null_mut());
-            if !self.ours(ready, l, t) {
+            if !self.ours(ready, l.r_queue, t) {
                 return true;
             }
             let get = |attno: i16| attr(t, (*ready).rd_att, attno as i32).map(|d| d.value() as i64);

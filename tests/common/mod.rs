@@ -371,6 +371,15 @@ pub fn sqlstate(e: &postgres::Error) -> String {
     e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("no db error: {e}"))
 }
 
+/// Two queue names with the same hashtext, the leading column of jobq.ready's indexes and of
+/// fairness_by_turn: for the tests of queues kept apart where their entries interleave.
+pub fn queues_sharing_a_hash(c: &mut Client) -> (&'static str, &'static str) {
+    let (a, b) = ("q22137", "q190411");
+    let same: bool = c.query_one("SELECT hashtext($1) = hashtext($2)", &[&a, &b]).unwrap().get(0);
+    assert!(same, "{a} and {b} no longer share a hash: choose two names that do");
+    (a, b)
+}
+
 pub fn register(c: &mut Client) -> uuid::Uuid {
     c.query_one("SELECT jobq_register_worker()", &[]).unwrap().get(0)
 }
