@@ -6,7 +6,8 @@
 # suite, covers what is the edition's own: its install, a second run, a failing run, its catalog
 # against the extension's, pg_dump and restore, the whole pass, pg_cron.
 #   scripts/test-sql-edition.sh [VERSION]     PostgreSQL 15 (default), 17 or 18
-# Extra arguments go to cargo test.
+# Extra arguments go to cargo test: a name filters the tests; `--test SUITE` (once or more) runs
+# those suites instead of every one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 v=${1:-15}
@@ -52,7 +53,10 @@ skip=(
   a_slot_freed_during_a_look_sends_exactly_one_waiter_to_look_again
 )
 args=()
-for s in "${suites[@]}"; do args+=(--test "$s"); done
+case " $* " in
+  *" --test "*) ;;
+  *) for s in "${suites[@]}"; do args+=(--test "$s"); done ;;
+esac
 skips=()
 for s in "${skip[@]}"; do skips+=(--skip "$s"); done
 cargo test "${features[@]}" "${args[@]}" "$@" -- "${skips[@]}"
