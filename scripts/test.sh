@@ -20,7 +20,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export JOBQ_PG_VERSIONS=${JOBQ_PG_VERSIONS:-15 17 18}
+# Each step's name, with the seconds the run has taken so far (where a slow run spends them).
+phase() { echo "test: $* (at ${SECONDS} s)"; }
+phase "set-up"
 ./scripts/setup.sh
+phase "clippy, the docs' links, the upgrade script"
 # No clippy warning anywhere in the workspace (PostgreSQL 15's build of each member).
 cargo clippy --workspace --all-targets -- -D warnings
 # Every relative link and anchor of README.md, CHANGELOG.md and docs/ resolves (the docs' SQL
@@ -32,11 +36,11 @@ python3 scripts/sync-upgrade.py --check
 # lives under /tmp so that postgres can reach it whatever the permissions above the clone.
 PGDATA_PARENT=/tmp/jobq-pgrx-test
 for v in $JOBQ_PG_VERSIONS; do
-  echo "test: PostgreSQL $v"
+  phase "PostgreSQL $v"
   rm -rf "$PGDATA_PARENT"
   install -d -o postgres -g postgres "$PGDATA_PARENT"
   cargo pgrx test "pg$v" --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
-  echo "test: jobq-proxy (PostgreSQL $v, PL/Proxy)"
+  phase "jobq-proxy (PostgreSQL $v, PL/Proxy)"
   if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "pg$v"); fi
   ./scripts/install-proxy.sh "$pgc"
   cargo test -p jobq-proxy "${feature[@]}"
@@ -45,27 +49,28 @@ for v in $JOBQ_PG_VERSIONS; do
   # The suites of the guarantees again, against the SQL edition (jobq-sql--V.sql installed by a
   # role that is no superuser, no library), on the oldest and the newest version.
   if [ "$v" = 15 ] || [ "$v" = 18 ]; then
-    echo "test: the SQL edition (PostgreSQL $v)"
+    phase "the SQL edition (PostgreSQL $v)"
     ./scripts/test-sql-edition.sh "$v"
   fi
 done
-echo "test: the Debian packages (PostgreSQL 15)"
+phase "the Debian packages (PostgreSQL 15)"
 ./scripts/package.sh 15
 ./scripts/test-package.sh 15
-echo "test: docs/getting-started.md, run as written on Debian's cluster 15/main"
+phase "docs/getting-started.md, run as written on Debian's cluster 15/main"
 ./scripts/test-getting-started.py
-echo "test: jobq-dash (PostgreSQL 15)"
+phase "jobq-dash (PostgreSQL 15)"
 cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
 cargo test -p jobq-dash
-echo "test: jobq-dash on the SQL edition (PostgreSQL 15)"
+phase "jobq-dash on the SQL edition (PostgreSQL 15)"
 python3 scripts/build-sql-edition.py >/dev/null
 JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) cargo test -p jobq-dash
-echo "test: the client libraries (PostgreSQL 15)"
+phase "the client libraries (PostgreSQL 15)"
 ./scripts/test-clients.sh python node rust ruby
-echo "test: the client libraries on the SQL edition (PostgreSQL 15)"
+phase "the client libraries on the SQL edition (PostgreSQL 15)"
 JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) ./scripts/test-clients.sh python node rust ruby
 # Each typed as its ecosystem checks it, and packaged as its registry expects, with the
 # project's version (the workspace's, which the Debian packages also carry).
+phase "the client libraries' versions, types and packages"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 for manifest in dash/Cargo.toml proxy/Cargo.toml clients/rust/Cargo.toml clients/python/pyproject.toml; do
   grep -q "^version = \"$version\"$" "$manifest" || { echo "test: $manifest is not at version $version" >&2; exit 1; }
@@ -79,3 +84,4 @@ mkdir -p target/clients
 cargo package -q -p jobq-client --allow-dirty
 (cd clients/ruby && gem build -q jobq.gemspec --output "../../target/clients/jobq-$version.gem" >/dev/null 2>&1)
 ls "target/clients/jobq-$version.gem" "target/clients/python/jobq-$version-py3-none-any.whl" "target/clients/python/jobq-$version.tar.gz" "target/clients/jobq-$version.tgz" "target/package/jobq-client-$version.crate"
+phase "done"
