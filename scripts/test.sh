@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: set-up and clippy,
-# then for each PostgreSQL version `cargo pgrx test pgNN`, which runs the #[pg_test] unit
-# tests in src/ and every integration test in tests/ (those start their own clusters, of the
-# version under test), and on 15 and 18 the same suites against the SQL edition
-# (scripts/test-sql-edition.sh). Everything runs as root except PostgreSQL itself, which runs as
-# `postgres`.
+# then for each PostgreSQL version `cargo pgrx test pgNN` (in the `suite` profile: Cargo.toml
+# says why), which runs the #[pg_test] unit tests in src/ and every integration test in tests/
+# (those start their own clusters, of the version under test), and on 15 and 18 the same suites
+# against the SQL edition (scripts/test-sql-edition.sh). Everything runs as root except
+# PostgreSQL itself, which runs as `postgres`.
 #   scripts/test.sh                        PostgreSQL 15, 17 and 18
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
 # After each version's suite, the scale-out tests (proxy/: jobq_proxy over three node clusters
@@ -39,18 +39,18 @@ for v in $JOBQ_PG_VERSIONS; do
   phase "PostgreSQL $v"
   rm -rf "$PGDATA_PARENT"
   install -d -o postgres -g postgres "$PGDATA_PARENT"
-  cargo pgrx test "pg$v" --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
+  cargo pgrx test "pg$v" --profile suite --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
   phase "jobq-proxy (PostgreSQL $v, PL/Proxy)"
   if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "pg$v"); fi
   ./scripts/install-proxy.sh "$pgc"
-  cargo test -p jobq-proxy "${feature[@]}"
+  cargo test -p jobq-proxy --profile suite "${feature[@]}"
   # The SQL edition's cron twin answers as the extension's Rust (src/sql/twins/schedules.sql).
   [ "$v" != 15 ] || ./scripts/check-cron-twin.sh
   # The suites of the guarantees again, against the SQL edition (jobq-sql--V.sql installed by a
   # role that is no superuser, no library), on the oldest and the newest version.
   if [ "$v" = 15 ] || [ "$v" = 18 ]; then
     phase "the SQL edition (PostgreSQL $v)"
-    ./scripts/test-sql-edition.sh "$v"
+    ./scripts/test-sql-edition.sh "$v" --profile suite
   fi
 done
 phase "the Debian packages (PostgreSQL 15)"
@@ -59,11 +59,11 @@ phase "the Debian packages (PostgreSQL 15)"
 phase "docs/getting-started.md, run as written on Debian's cluster 15/main"
 ./scripts/test-getting-started.py
 phase "jobq-dash (PostgreSQL 15)"
-cargo pgrx install --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
-cargo test -p jobq-dash
+cargo pgrx install --profile suite --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
+cargo test -p jobq-dash --profile suite
 phase "jobq-dash on the SQL edition (PostgreSQL 15)"
 python3 scripts/build-sql-edition.py >/dev/null
-JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) cargo test -p jobq-dash
+JOBQ_SQL_EDITION=$(ls "$PWD"/target/sql-edition/jobq-sql--*.sql) cargo test -p jobq-dash --profile suite
 phase "the client libraries (PostgreSQL 15)"
 ./scripts/test-clients.sh python node rust ruby
 phase "the client libraries on the SQL edition (PostgreSQL 15)"
