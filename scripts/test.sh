@@ -16,7 +16,8 @@
 # pytest, node --test, cargo test, minitest, through scripts/test-clients.sh), mypy --strict (the
 # Python library and its tests), and their packages (wheel and sdist, npm pack, cargo package,
 # gem build). Python is .venv/bin/python, the virtual environment scripts/setup.sh makes.
-# Extra arguments go to cargo pgrx test (e.g. a test name filter).
+# Extra arguments go to cargo pgrx test (e.g. a test name filter; not --release: the profile is
+# suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export JOBQ_PG_VERSIONS=${JOBQ_PG_VERSIONS:-15 17 18}
@@ -41,7 +42,7 @@ for v in $JOBQ_PG_VERSIONS; do
   install -d -o postgres -g postgres "$PGDATA_PARENT"
   cargo pgrx test "pg$v" --profile suite --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
   phase "jobq-proxy (PostgreSQL $v, PL/Proxy)"
-  if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "pg$v"); fi
+  if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "jobq-proxy/pg$v"); fi
   ./scripts/install-proxy.sh "$pgc"
   cargo test -p jobq-proxy --profile suite "${feature[@]}"
   # The SQL edition's cron twin answers as the extension's Rust (src/sql/twins/schedules.sql).
