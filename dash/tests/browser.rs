@@ -202,6 +202,9 @@ async fn one(
 async fn seed_long_names() -> LongNames {
     let c = cluster();
     let db = c.fresh_db().await;
+    // Its worker does not heartbeat either, and must not be found dead while the suite runs
+    // (the SQL edition's setting is the database's: seed's does not reach this one).
+    c.set_jobq(&db, &[("heartbeat_timeout", "1h")]).await;
     let s = c.connect(&db, "postgres").await;
     let [queue, kind, unique, concurrency, rate, lock, schedule, worker] = [
         "queue",
