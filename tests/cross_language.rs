@@ -324,12 +324,15 @@ fn a_job_of_a_killed_worker_is_completed_by_another() {
     ] {
         let mut c = cluster().connect(DB);
         let mut v = Worker::start(victim, queue);
-        // Long enough that the victim is surely mid-job when it dies (it is killed at once).
-        let job_id = enqueue(Lang::Python, queue, 1, r#"{"sleep_ms": 2000}"#)[0];
+        // Long enough that the victim is surely mid-job when it dies: it is killed as soon as it
+        // has started the job. Enqueued here rather than by an example program, whose exit after
+        // its commit can take seconds on a loaded machine while the job runs; the rescuer,
+        // whose start can too, starts after the kill.
+        let job_id: i64 = c.query_one("SELECT jobq_enqueue($1, '{\"sleep_ms\": 2000}')", &[&queue]).unwrap().get(0);
         wait_until("the victim to start the job", PATIENCE, || v.saw("started", job_id));
-        let r = Worker::start(rescuer, queue);
         assert_eq!(unsafe { libc::kill(v.child.id() as i32, libc::SIGKILL) }, 0);
         v.child.wait().unwrap();
+        let r = Worker::start(rescuer, queue);
 
         wait_until("another worker to complete the job", PATIENCE, || completed(&mut c, job_id));
         assert_eq!(
@@ -355,8 +358,9 @@ fn every_example_worker_heartbeats_with_what_it_holds() {
         let mut c = cluster().connect(DB);
         let w = Worker::start_env(lang, queue, dsn(), cluster().url(DB), &[("JOBQ_CONCURRENCY", "1")]);
         let wid = w.registration(&mut c).unwrap();
-        // Three and a half heartbeats long.
-        let long = enqueue(Lang::Python, queue, 1, r#"{"sleep_ms": 3500}"#)[0];
+        // Three and a half heartbeats long; enqueued here, as above, so that the wait for its
+        // start begins at its commit.
+        let long: i64 = c.query_one("SELECT jobq_enqueue($1, '{\"sleep_ms\": 3500}')", &[&queue]).unwrap().get(0);
         wait_until("the worker to start the long job", PATIENCE, || w.saw("started", long));
         // The superuser may act for any worker: it checks out a job of another queue under
         // this worker's id, a claim whose reply the worker never sees.

@@ -22,7 +22,7 @@ fn cluster() -> &'static Cluster {
     C.get_or_init(|| {
         // Its workers never heartbeat (nor does any test here age one): they must outlive a
         // slow machine's whole file, as on the shared cluster (tests/common, `shared`).
-        let c = Cluster::start("floors", &["jobq.database = 'floors'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '10min'"]);
+        let c = Cluster::start("floors", &["jobq.database = 'floors'", "jobq.reap_interval = '200ms'"]);
         c.connect("postgres").batch_execute(&format!("CREATE DATABASE {DB}")).unwrap();
         c.connect(DB).batch_execute("SET client_min_messages = error; CREATE EXTENSION jobq").unwrap();
         c

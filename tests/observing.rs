@@ -275,7 +275,7 @@ fn counters_count_what_committed_per_queue_and_minute_with_wait_and_run_times() 
 #[test]
 fn counters_stay_exact_while_many_sessions_move_jobs_and_passes_flush() {
     // Its 8 workers never heartbeat: they must outlive a slow machine's run of the hammer.
-    let cluster = Cluster::start("counters_hammer", &["jobq.reap_interval = '50ms'", "jobq.heartbeat_timeout = '10min'"]);
+    let cluster = Cluster::start("counters_hammer", &["jobq.reap_interval = '50ms'"]);
     cluster.connect("postgres").batch_execute("CREATE DATABASE cnth").unwrap();
     let mut su = cluster.connect("cnth");
     su.batch_execute("CREATE EXTENSION jobq").unwrap();

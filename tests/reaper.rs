@@ -152,7 +152,7 @@ fn a_worker_bound_to_a_session_dies_with_it() {
     let w: Uuid = bound.query_one("SELECT jobq_register_worker(bind_to_session => true)", &[]).unwrap().get(0);
     let pid: i32 = bound.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     bound.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap();
-    // Alive while the session is; the default 30 s heartbeat timeout is far away.
+    // Alive while the session is; the cluster's heartbeat timeout (tests/common) is far away.
     assert_eq!(reap(&mut c), (0, 0, 0, 0, 0));
     c.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
     wait_until("the session to be gone", PATIENCE, || {

@@ -732,7 +732,8 @@ fn a_roles_own_settings_never_hasten_what_happens_to_others() {
     let done: i64 = su.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
     su.query("SELECT jobq_checkout($1, '{q}')", &[&victim]).unwrap();
     assert!(su.query_one("SELECT jobq_complete($1, $2)", &[&done, &victim]).unwrap().get::<_, bool>(0));
-    // The victim's last heartbeat, 10 s ago: alive by the default 30 s; any pass is due.
+    // The victim's last heartbeat, 10 s ago: alive by the server's setting (tests/common: 10 min);
+    // any pass is due.
     su.batch_execute(&format!(
         "UPDATE jobq.workers SET heartbeat_at = clock_timestamp() - interval '10 s' WHERE id = '{victim}';
          UPDATE jobq.last_pass SET ended_at = clock_timestamp() - interval '1 hour'"

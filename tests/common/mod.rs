@@ -122,6 +122,11 @@ impl Cluster {
             if sql_edition().is_some() { "shared_preload_libraries = ''" } else { "shared_preload_libraries = 'jobq'" }.to_string(),
             "max_connections = 200".to_string(),
             "fsync = off".to_string(),
+            // The tests' workers do not heartbeat, and a test that shares the machine with
+            // another suite can outlast the default 30 s, after which every call of its workers
+            // would get JQ001. Tests of expiry set their own (in `conf`, which comes after, or
+            // SET in the session).
+            "jobq.heartbeat_timeout = '10min'".to_string(),
         ];
         lines.extend(conf.iter().map(|s| s.to_string()));
         append_conf(&data, &lines);
@@ -272,13 +277,10 @@ pub fn append_conf(data: &Path, lines: &[String]) {
 /// One cluster shared by the tests of a test binary (they use separate databases). Its
 /// background worker serves database postgres only: the tests call jobq_reap() themselves
 /// and count what a pass did, so no reaper may run in their databases.
-/// Its workers stay alive for 10 minutes without a heartbeat: the tests' workers do not
-/// heartbeat, and on a slow machine a test of many connections can outlast the default 30 s,
-/// after which every call of its workers would get JQ001. Tests of expiry set their own
-/// jobq.heartbeat_timeout (SET in the session, or a cluster of their own).
+/// Like every test cluster's, its workers stay alive for 10 minutes without a heartbeat.
 pub fn shared() -> &'static Cluster {
     static SHARED: OnceLock<Cluster> = OnceLock::new();
-    SHARED.get_or_init(|| Cluster::start("shared", &["jobq.database = 'postgres'", "jobq.heartbeat_timeout = '10min'"]))
+    SHARED.get_or_init(|| Cluster::start("shared", &["jobq.database = 'postgres'"]))
 }
 
 /// A fresh database on the shared cluster and a connection to it.
