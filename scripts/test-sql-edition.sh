@@ -6,8 +6,10 @@
 # suite, covers what is the edition's own: its install, a second run, a failing run, its catalog
 # against the extension's, pg_dump and restore, the whole pass, pg_cron.
 #   scripts/test-sql-edition.sh [VERSION]     PostgreSQL 15 (default), 17 or 18
-# Extra arguments go to cargo test: a name filters the tests; `--test SUITE` (once or more) runs
-# those suites instead of every one.
+# Extra arguments: `--test SUITE` (once or more) runs those suites instead of every one;
+# `--profile NAME` builds in that profile; any other goes to the suites' binaries (a test name
+# filter). The suites run two at a time (scripts/run-suites.py), built with the features of the
+# extension's suite (cargo pgrx test's), so that after it nothing is built again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 v=${1:-15}
@@ -16,7 +18,7 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 file=$PWD/target/sql-edition/jobq-sql--$version.sql
 python3 scripts/build-sql-edition.py "$file" >/dev/null
 export JOBQ_SQL_EDITION=$file
-if [ "$v" = 15 ]; then features=(); else features=(--no-default-features --features "pg$v"); fi
+features=(--no-default-features --features "pg_test pg$v")
 # Every suite of a guarantee of the edition: exactly once, fencing, keys, slots, rate limits,
 # locks, schedules, workflows, privileges and search-path pinning, crash recovery, every
 # isolation level (in each), fair checkout, the waiting checkout, and the example workers of four languages
@@ -52,11 +54,16 @@ skip=(
   a_waiting_checkout_wakes_at_the_commit_of_a_job_for_it_and_holds_no_snapshot
   a_slot_freed_during_a_look_sends_exactly_one_waiter_to_look_again
 )
-args=()
-case " $* " in
+cargo_args=() test_args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --test|--profile) cargo_args+=("$1" "$2"); shift 2 ;;
+    *) test_args+=("$1"); shift ;;
+  esac
+done
+case " ${cargo_args[*]} " in
   *" --test "*) ;;
-  *) for s in "${suites[@]}"; do args+=(--test "$s"); done ;;
+  *) for s in "${suites[@]}"; do cargo_args+=(--test "$s"); done ;;
 esac
-skips=()
-for s in "${skip[@]}"; do skips+=(--skip "$s"); done
-cargo test "${features[@]}" "${args[@]}" "$@" -- "${skips[@]}"
+for s in "${skip[@]}"; do test_args+=(--skip "$s"); done
+./scripts/run-suites.py "${features[@]}" "${cargo_args[@]}" -- "${test_args[@]}"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: set-up and clippy,
 # then for each PostgreSQL version `cargo pgrx test pgNN` (in the `suite` profile: Cargo.toml
-# says why), which runs the #[pg_test] unit tests in src/ and every integration test in tests/
-# (those start their own clusters, of the version under test), and on 15 and 18 the same suites
-# against the SQL edition (scripts/test-sql-edition.sh). Everything runs as root except
+# says why), which runs the #[pg_test] unit tests in src/, and every integration suite in tests/
+# (those start their own clusters, of the version under test; scripts/run-suites.py runs them two
+# at a time), and on 15 and 18 the same suites against the SQL edition
+# (scripts/test-sql-edition.sh). Everything runs as root except
 # PostgreSQL itself, which runs as `postgres`.
 #   scripts/test.sh                        PostgreSQL 15, 17 and 18
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
@@ -16,8 +17,7 @@
 # pytest, node --test, cargo test, minitest, through scripts/test-clients.sh), mypy --strict (the
 # Python library and its tests), and their packages (wheel and sdist, npm pack, cargo package,
 # gem build). Python is .venv/bin/python, the virtual environment scripts/setup.sh makes.
-# Extra arguments go to cargo pgrx test (e.g. a test name filter; not --release: the profile is
-# suite).
+# Extra arguments go to the integration suites' binaries (a test name filter, --skip NAME).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export JOBQ_PG_VERSIONS=${JOBQ_PG_VERSIONS:-15 17 18}
@@ -40,7 +40,11 @@ for v in $JOBQ_PG_VERSIONS; do
   phase "PostgreSQL $v"
   rm -rf "$PGDATA_PARENT"
   install -d -o postgres -g postgres "$PGDATA_PARENT"
-  cargo pgrx test "pg$v" --profile suite --runas postgres --pgdata "$PGDATA_PARENT/data" "$@"
+  # The unit tests (#[pg_test] in the server cargo pgrx starts, and plain #[test]), whose names
+  # are all in a module (tests::, unit::) where the integration tests' are not; the integration
+  # suites' binaries are built by the same command, and then run two at a time.
+  cargo pgrx test "pg$v" --profile suite --runas postgres --pgdata "$PGDATA_PARENT/data" "::"
+  ./scripts/run-suites.py --profile suite --no-default-features --features "pg_test pg$v" -- "$@"
   phase "jobq-proxy (PostgreSQL $v, PL/Proxy)"
   if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "jobq-proxy/pg$v"); fi
   ./scripts/install-proxy.sh "$pgc"
