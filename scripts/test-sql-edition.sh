@@ -58,6 +58,7 @@ cargo_args=() test_args=()
 while [ $# -gt 0 ]; do
   case $1 in
     --test|--profile) cargo_args+=("$1" "$2"); shift 2 ;;
+    --test=*|--profile=*) cargo_args+=("${1%%=*}" "${1#*=}"); shift ;;
     *) test_args+=("$1"); shift ;;
   esac
 done
