@@ -20,8 +20,8 @@ const DB: &str = "floors";
 fn cluster() -> &'static Cluster {
     static C: OnceLock<Cluster> = OnceLock::new();
     C.get_or_init(|| {
-        // Its workers never heartbeat (nor does any test here age one): they must outlive a
-        // slow machine's whole file, as on the shared cluster (tests/common, `shared`).
+        // Its workers never heartbeat (nor does any test here age one): they outlive a slow
+        // machine's whole file by every test cluster's 10-minute timeout (tests/common).
         let c = Cluster::start("floors", &["jobq.database = 'floors'", "jobq.reap_interval = '200ms'"]);
         c.connect("postgres").batch_execute(&format!("CREATE DATABASE {DB}")).unwrap();
         c.connect(DB).batch_execute("SET client_min_messages = error; CREATE EXTENSION jobq").unwrap();

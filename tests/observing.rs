@@ -274,7 +274,8 @@ fn counters_count_what_committed_per_queue_and_minute_with_wait_and_run_times() 
 /// the background worker's; the totals equal what the job tables say happened.
 #[test]
 fn counters_stay_exact_while_many_sessions_move_jobs_and_passes_flush() {
-    // Its 8 workers never heartbeat: they must outlive a slow machine's run of the hammer.
+    // Its 8 workers never heartbeat: they outlive a slow machine's run of the hammer by every
+    // test cluster's 10-minute timeout (tests/common).
     let cluster = Cluster::start("counters_hammer", &["jobq.reap_interval = '50ms'"]);
     cluster.connect("postgres").batch_execute("CREATE DATABASE cnth").unwrap();
     let mut su = cluster.connect("cnth");
