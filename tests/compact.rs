@@ -278,7 +278,9 @@ fn a_compaction_waits_for_its_lock_as_long_as_it_is_told_up_to_half_of_deadlock_
     let got: Option<bool> = k.query_one("SELECT jobq._compact(0, '1 min')", &[]).unwrap().get(0);
     assert_eq!(got, None);
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(400) && waited < Duration::from_secs(3), "waited {waited:?}, told a minute, capped at 500 ms");
+    // At least its 500 ms (less a timer's slack), and far below the minute it was told, on
+    // any machine.
+    assert!(waited >= Duration::from_millis(400) && waited < Duration::from_secs(30), "waited {waited:?}, told a minute, capped at 500 ms");
     c.batch_execute("SELECT pg_advisory_unlock(4242)").unwrap();
     reader.join().unwrap();
     assert_job_tables_consistent(&mut c);

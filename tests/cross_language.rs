@@ -324,14 +324,15 @@ fn a_job_of_a_killed_worker_is_completed_by_another() {
     ] {
         let mut c = cluster().connect(DB);
         let mut v = Worker::start(victim, queue);
-        // Long enough that the victim is surely mid-job when it dies: it is killed as soon as it
-        // has started the job. Enqueued here rather than by an example program, whose exit after
-        // its commit can take seconds on a loaded machine while the job runs; the rescuer,
-        // whose start can too, starts after the kill.
-        let job_id: i64 = c.query_one("SELECT jobq_enqueue($1, '{\"sleep_ms\": 2000}')", &[&queue]).unwrap().get(0);
+        // A job of a minute, so that the victim is mid-job when it dies however slow the
+        // machine: it is killed once it has started the job.
+        let job_id: i64 = c.query_one("SELECT jobq_enqueue($1, '{\"sleep_ms\": 60000}')", &[&queue]).unwrap().get(0);
         wait_until("the victim to start the job", PATIENCE, || v.saw("started", job_id));
         assert_eq!(unsafe { libc::kill(v.child.id() as i32, libc::SIGKILL) }, 0);
         v.child.wait().unwrap();
+        // The second attempt needs no minute: the payload it will be handed is made empty
+        // (the test's superuser writes the row), before any rescuer runs.
+        assert_eq!(c.execute("UPDATE jobq.live_jobs SET payload = '{}' WHERE id = $1", &[&job_id]).unwrap(), 1);
         let r = Worker::start(rescuer, queue);
 
         wait_until("another worker to complete the job", PATIENCE, || completed(&mut c, job_id));
@@ -358,9 +359,9 @@ fn every_example_worker_heartbeats_with_what_it_holds() {
         let mut c = cluster().connect(DB);
         let w = Worker::start_env(lang, queue, dsn(), cluster().url(DB), &[("JOBQ_CONCURRENCY", "1")]);
         let wid = w.registration(&mut c).unwrap();
-        // Three and a half heartbeats long; enqueued here, as above, so that the wait for its
-        // start begins at its commit.
-        let long: i64 = c.query_one("SELECT jobq_enqueue($1, '{\"sleep_ms\": 3500}')", &[&queue]).unwrap().get(0);
+        // A job of a minute, many heartbeats long: it is still running at every check below,
+        // however slow the machine, and cancelled at the end.
+        let long: i64 = c.query_one("SELECT jobq_enqueue($1, '{\"sleep_ms\": 60000}')", &[&queue]).unwrap().get(0);
         wait_until("the worker to start the long job", PATIENCE, || w.saw("started", long));
         // The superuser may act for any worker: it checks out a job of another queue under
         // this worker's id, a claim whose reply the worker never sees.
@@ -373,13 +374,27 @@ fn every_example_worker_heartbeats_with_what_it_holds() {
                 .unwrap()
                 .get::<_, bool>(0)
         });
-        assert!(!completed(&mut c, long), "{lang:?}: put back while the long job still ran");
-        wait_until("the long job to complete", PATIENCE, || completed(&mut c, long));
+        // Two heartbeats more, then the job in hand is still the worker's first attempt, never
+        // cut off.
+        let beat = |c: &mut Client| -> std::time::SystemTime {
+            c.query_one("SELECT heartbeat_at FROM jobq.workers WHERE id = $1", &[&wid]).unwrap().get(0)
+        };
+        for _ in 0..2 {
+            let last = beat(&mut c);
+            wait_until("the worker's next heartbeat", PATIENCE, || beat(&mut c) > last);
+        }
+        let in_hand = "SELECT state, attempt, interrupted_at IS NOT NULL, worker_id FROM jobq.jobs WHERE id = $1";
+        let r = c.query_one(in_hand, &[&long]).unwrap();
         assert_eq!(
-            job(&mut c, long),
-            ("completed".to_string(), 1, false, Some(w.name.clone()), Some(lang.name().to_string())),
+            (r.get::<_, String>(0), r.get::<_, i32>(1), r.get::<_, bool>(2), r.get::<_, uuid::Uuid>(3)),
+            ("executing".to_string(), 1, false, wid),
             "{lang:?}: the job in hand was never put back"
         );
+        // Cancelled: the worker sees the request at a heartbeat and ends the job's sleep.
+        assert_eq!(c.query_one("SELECT jobq_cancel($1)", &[&long]).unwrap().get::<_, String>(0), "executing");
+        wait_until("the long job to be cancelled", PATIENCE, || job(&mut c, long).0 == "cancelled");
+        let r = c.query_one(in_hand, &[&long]).unwrap();
+        assert_eq!((r.get::<_, i32>(1), r.get::<_, bool>(2)), (1, false), "{lang:?}: cancelled in its first attempt");
         w.stop();
     }
 }
