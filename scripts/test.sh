@@ -10,7 +10,8 @@
 #   JOBQ_PG_VERSIONS=17 scripts/test.sh    one version (or any list: "15 18")
 # After each version's suite, the scale-out tests (proxy/: jobq_proxy over three node clusters
 # and a proxy cluster of that version, with the jobq the suite installed). Then the Debian
-# packages of PostgreSQL 15, built and installed (scripts/package.sh, scripts/test-package.sh),
+# packages of PostgreSQL 15, built and installed (scripts/package.sh, scripts/test-package.sh,
+# which also holds the SQL edition's cron twin to the packaged extension's Rust),
 # docs/getting-started.md run block by block as a reader would (scripts/test-getting-started.py),
 # and the dashboard's tests (dash/: handlers over HTTP, and the browser suite in headless
 # Chromium), against PostgreSQL 15 with jobq installed; last the client libraries (clients/:
@@ -49,8 +50,6 @@ for v in $JOBQ_PG_VERSIONS; do
   if [ "$v" = 15 ]; then pgc=/usr/lib/postgresql/15/bin/pg_config; feature=(); else pgc=/opt/jobq-pg/$v/bin/pg_config; feature=(--features "jobq-proxy/pg$v"); fi
   ./scripts/install-proxy.sh "$pgc"
   cargo test -p jobq-proxy --profile suite "${feature[@]}"
-  # The SQL edition's cron twin answers as the extension's Rust (src/sql/twins/schedules.sql).
-  [ "$v" != 15 ] || ./scripts/check-cron-twin.sh
   # The suites of the guarantees again, against the SQL edition (jobq-sql--V.sql installed by a
   # role that is no superuser, no library), on the oldest and the newest version.
   if [ "$v" = 15 ] || [ "$v" = 18 ]; then
