@@ -315,7 +315,8 @@ for half in 0 1; do
 SET client_min_messages = warning;
 SET TimeZone = 'UTC';
 INSERT INTO cmp.results (grp, fn, cron, tz, ts, n, rust, twin)
-SELECT c.*, cmp.rust(c.fn, c.cron, c.tz, c.ts), cmp.twin(c.fn, c.cron, c.tz, c.ts) FROM cmp.cases c WHERE c.n % 2 = :half;
+SELECT c.grp, c.fn, c.cron, c.tz, c.ts, c.n, cmp.rust(c.fn, c.cron, c.tz, c.ts), cmp.twin(c.fn, c.cron, c.tz, c.ts)
+  FROM cmp.cases c WHERE c.n % 2 = :half;
 SQL
   pids+=($!)
 done
