@@ -5,7 +5,8 @@
 //! - a call which waited for it sees the rows it wrote back (READ COMMITTED);
 //! - a REPEATABLE READ transaction whose snapshot predates it gets 40001, not a wrong answer;
 //! - it waits for its conditions, and never runs beside pg_dump;
-//! - it waits for its lock as long as it is told, but never longer than half of deadlock_timeout;
+//! - it waits for its lock as long as it is told, but never longer than half of deadlock_timeout,
+//!   the locks its TRUNCATE takes of the tables' TOAST tables included;
 //! - the calls that write the hot tables lock jobq.ready first, as it does, so it never
 //!   deadlocks with them;
 //! - a waiting checkout does not hold it off;
@@ -242,6 +243,35 @@ fn reader_holding_ready(cluster: &'static Cluster, name: &str, c: &mut Client) -
     });
     wait_until("the reader to hold jobq.ready", Duration::from_secs(30), || waiting(c, pid));
     t
+}
+
+/// TRUNCATE also locks what the compaction's LOCK TABLE cannot name: each table's TOAST table
+/// and indexes (autovacuum takes a TOAST table's lock on its own). A transaction holding one of
+/// those makes the compaction give up within its time, as when the tables themselves were held:
+/// NULL, the rows and files as they were; it compacts once that transaction ends.
+#[test]
+fn a_compaction_that_cannot_lock_a_toast_table_in_time_gives_up_and_changes_nothing() {
+    let (cluster, name, mut c) = db();
+    varied_jobs(&mut c);
+    let before = fingerprint(&mut c);
+    let (_, live_file, slots_file) = size_and_files(&mut c);
+    // A superuser may read a TOAST table directly: this transaction locks jobq.live_jobs' TOAST
+    // table, and not jobq.live_jobs.
+    let mut h = cluster.connect(&name);
+    let toast: String = h
+        .query_one("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'jobq.live_jobs'::regclass", &[])
+        .unwrap()
+        .get(0);
+    h.batch_execute(&format!("BEGIN; SELECT count(*) FROM {toast}")).unwrap();
+    assert_eq!(compact_now(&mut c), None, "its TOAST table held: not now");
+    assert_eq!(fingerprint(&mut c), before);
+    assert_eq!(size_and_files(&mut c).1, live_file, "jobq.live_jobs not truncated");
+    h.batch_execute("COMMIT").unwrap();
+    assert_eq!(compact_now(&mut c), Some(true));
+    assert_eq!(fingerprint(&mut c), before);
+    let (_, live_after, slots_after) = size_and_files(&mut c);
+    assert!(live_after != live_file && slots_after != slots_file, "the tables were truncated this time");
+    assert_job_tables_consistent(&mut c);
 }
 
 #[test]
