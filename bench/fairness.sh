@@ -16,11 +16,18 @@
 # during the run after it, writing tens of thousands of buffers under one run and not the other.
 # RUNS pairs of runs (plain then fair, each on a fresh backlog) are made, the table shows every
 # run, and fair / plain is the ratio of the two medians.
-#   bench/fairness.sh [--sql] [SECONDS (default 30)] [RUNS (default 3)]
+#   bench/fairness.sh [--sql | --ab] [SECONDS (default 30)] [RUNS (default 3)]
 # With --sql, the same runs against jobq's SQL edition (bench/systems/jobq_sql.sh), whose passes
 # one more client runs as a worker of a client library would: `SELECT jobq_reap()` at 1 a second
 # on average (jobq.reap_interval; `pgbench -R 1` spaces its starts at random around that rate).
 # Output: bench/results/fairness-sql.md.
+# With --ab, the rates only, in slices: each of RUNS builds both backlogs afresh in one cluster
+# (plain in database bench, fair in bench_fair, each vacuumed, analysed and checkpointed; the
+# background worker serves both), then runs the 16 clients for 5 s at a time, plain and fair in
+# turn, SECONDS / 5 slices of each, the new tenants' client beside each slice. The machine's
+# speed, which moves by tens of percent from one minute to the next here, reaches both alike:
+# each run's fair / plain is the sum of its fair slices over the sum of its plain ones.
+# Output: bench/results/fairness-ab.md.
 # Output: bench/results/fairness.md. With FAIRNESS_PROFILE=1, the same runs with pg_stat_statements
 # (track = all; it slows them) and where a fair checkout's time goes, the statements it runs that
 # took the most of it, to bench/results/fairness-profile.md instead. BENCH_CONF (bench/lib.sh)
@@ -28,6 +35,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SQL_EDITION=0; [ "${1:-}" = --sql ] && SQL_EDITION=1 && shift
+AB=0; [ "${1:-}" = --ab ] && AB=1 && shift
 SECONDS_RUN=${1:-30}
 RUNS=${2:-3}
 . bench/lib.sh
@@ -42,6 +50,12 @@ if [ $SQL_EDITION = 1 ]; then
   OUT=bench/results/fairness-sql.md
 fi
 [ -n "${BENCH_CONF:-}" ] && CMD="BENCH_CONF=\"$BENCH_CONF\" $CMD"
+if [ $AB = 1 ]; then
+  CMD="bench/fairness.sh --ab $SECONDS_RUN $RUNS"
+  OUT=bench/results/fairness-ab.md
+  BENCH_CONF="${BENCH_CONF:-}
+jobq.database = ''"  # the background worker serves bench_fair too
+fi
 if [ "$PROFILE" = 1 ]; then
   CMD="FAIRNESS_PROFILE=1 $CMD"
   OUT=bench/results/fairness-profile.md
@@ -57,26 +71,90 @@ rates() {  # the 16 clients' run: its jobs/s, then the rate of each 5 s of it (p
     | awk '/^tps = /{tps = int($3)} /^progress: /{every = every (n++ ? ", " : "") int($4)} END{print tps, every}'
 }
 
-run() {  # run plain|fair: one row of the table
-  local mode=$1 key="NULL" small="NULL"
-  [ "$mode" = fair ] && key="'big'" && small="'t' || t"
-  if [ $SQL_EDITION = 1 ]; then jobq_sql_reset 0; else reset_jobq >/dev/null; fi
-  "${PSQL[@]}" -d bench >/dev/null <<SQL
+# backlog DB plain|fair: a fresh jobq in database DB with the backlog of a run, vacuumed,
+# analysed and checkpointed.
+backlog() {
+  local db=$1 key="NULL" small="NULL"
+  [ "$2" = fair ] && key="'big'" && small="'t' || t"
+  if [ $SQL_EDITION = 1 ]; then jobq_sql_reset 0; else reset_jobq "$db" >/dev/null; fi
+  "${PSQL[@]}" -d "$db" >/dev/null <<SQL
 SELECT count(*) FROM jobq_enqueue_batch('bench', array_fill('{"t": 0}'::jsonb, ARRAY[900000]), fairness_key => $key);
 SELECT count(*) FROM generate_series(1, 999) t,
        LATERAL jobq_enqueue_batch('bench', array_fill(jsonb_build_object('t', t), ARRAY[100]), fairness_key => $small);
 VACUUM ANALYZE;
 CHECKPOINT;
 SQL
+}
+
+# probe_script plain|fair: the name of a pgbench script (a temporary file) that enqueues a job
+# for a new tenant.
+probe_script() {
   local probe
   probe=$(mktemp)
   echo "\\set n random(1, 1000000000)" >"$probe"
-  if [ "$mode" = fair ]; then
+  if [ "$1" = fair ]; then
     echo "SELECT jobq_enqueue('bench', '{}', kind => 'probe', fairness_key => 'new' || :n);" >>"$probe"
   else
     echo "SELECT jobq_enqueue('bench', '{}', kind => 'probe');" >>"$probe"
   fi
   chmod 644 "$probe"
+  echo "$probe"
+}
+
+# slice plain|fair DB: the 16 clients' jobs/s over 5 s in database DB, the new tenants' client beside.
+slice() {
+  local probe rate
+  probe=$(probe_script "$1")
+  pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 20 -T 5 -f "$probe" "$2" >/dev/null 2>&1 &
+  rate=$(BENCH_DB=$2 tps jobq_checkout_complete.sql 16 5)
+  wait $!
+  rm -f "$probe"
+  echo "${rate:-0}"
+}
+
+if [ $AB = 1 ]; then
+  [ $SQL_EDITION = 0 ] || { echo "fairness.sh: --ab runs the extension only" >&2; exit 2; }
+  "${PSQL[@]}" -d postgres -c "CREATE DATABASE bench_fair TEMPLATE bench"  # with bench_worker()
+  rows=() ratios=()
+  for i in $(seq 1 "$RUNS"); do
+    backlog bench plain
+    backlog bench_fair fair
+    plains=() fairs=()
+    for _ in $(seq 1 $((SECONDS_RUN / 5))); do
+      plains+=("$(slice plain bench)")
+      fairs+=("$(slice fair bench_fair)")
+    done
+    sum_p=$(IFS=+; echo $((${plains[*]})))
+    sum_f=$(IFS=+; echo $((${fairs[*]})))
+    ratios+=("$(ratio "$sum_f" "$sum_p")")
+    rows+=("| $i | $(IFS=,; echo "${plains[*]}" | sed 's/,/, /g') | $(IFS=,; echo "${fairs[*]}" | sed 's/,/, /g') | ${ratios[-1]} |")
+  done
+  {
+    echo "# Fair checkout against plain, in interleaved slices"
+    echo
+    echo "\`$CMD\`, $(date -u +%F), $(machine), $(jobq_version). The backlog of bench/fairness.sh (1,000,000"
+    echo "jobs, 900,000 of one tenant enqueued first, then 100 for each of 999 others) twice in one cluster:"
+    echo "without fairness keys in one database, with them (1,000 keys) in another, each fresh and from a"
+    echo "checkpoint. Then 16 clients check out and complete for 5 s at a time, plain and fair in turn,"
+    echo "$((SECONDS_RUN / 5)) slices of each, while one more client enqueues a job for a new tenant 20 times a"
+    echo "second. Jobs/s of each slice; a run's fair / plain is the sum of its fair slices over the sum of its"
+    echo "plain ones."
+    echo
+    echo "| run | plain: jobs/s in each slice | fair: jobs/s in each slice | fair / plain |"
+    echo "| ---: | --- | --- | ---: |"
+    printf '%s\n' "${rows[@]}"
+    echo
+    echo "fair / plain: $(echo "${ratios[*]}" | median) (median of the runs; each run: $(IFS=,; echo "${ratios[*]}" | sed 's/,/, /g'))"
+  } >"$OUT"
+  cat "$OUT"
+  exit 0
+fi
+
+run() {  # run plain|fair: one row of the table
+  local mode=$1
+  backlog bench "$mode"
+  local probe
+  probe=$(probe_script "$mode")
   [ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
   local start
   start=$("${PSQL[@]}" -d bench -c "SELECT clock_timestamp()")

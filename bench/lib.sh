@@ -66,10 +66,11 @@ UPDATE jobq.workers x SET id = bench_worker(b.client), heartbeat_at = clock_time
 UPDATE bench_workers SET w = bench_worker(client);
 ALTER TABLE bench_workers ADD PRIMARY KEY (client);"
 
-# A fresh jobq with one registered worker per pgbench client (table bench_workers). The SQL
-# edition (bench/systems/jobq_sql.sh), if a run installed it, goes first.
+# reset_jobq [DB]: a fresh jobq in database DB (default bench) with one registered worker per
+# pgbench client (table bench_workers). The SQL edition (bench/systems/jobq_sql.sh), if a run
+# installed it, goes first.
 reset_jobq() {
-  "${PSQL[@]}" -d bench <<SQL
+  "${PSQL[@]}" -d "${1:-bench}" <<SQL
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS jobq CASCADE; DROP TABLE IF EXISTS bench_workers;
 SELECT bench_uninstall_jobq_sql();
@@ -79,10 +80,11 @@ SQL
 }
 
 # pgbench_run SCRIPT CLIENTS SECONDS [PGBENCH ARGS...]: the output of one pgbench run of
-# bench/scripts/SCRIPT. Prints nothing (and the output on stderr) if any client failed.
+# bench/scripts/SCRIPT, in database BENCH_DB (default bench). Prints nothing (and the output on
+# stderr) if any client failed.
 pgbench_run() {
   local out
-  out=$(pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c "$2" -j "$2" -T "$3" "${@:4}" -f "bench/scripts/$1" bench 2>&1) || true
+  out=$(pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c "$2" -j "$2" -T "$3" "${@:4}" -f "bench/scripts/$1" "${BENCH_DB:-bench}" 2>&1) || true
   if echo "$out" | grep -qE 'aborted|ERROR|^number of failed transactions: [1-9]'; then echo "$out" >&2; return 0; fi
   echo "$out"
 }
