@@ -86,9 +86,9 @@ CHECKPOINT;
 SQL
 }
 
-# probe_script plain|fair: the name of a pgbench script (a temporary file) that enqueues a job
-# for a new tenant.
-probe_script() {
+# prober plain|fair DB SECONDS: one client that enqueues a job for a new tenant 20 times a second
+# in database DB, for SECONDS (callers run it beside the 16 clients, in the background).
+prober() {
   local probe
   probe=$(mktemp)
   echo "\\set n random(1, 1000000000)" >"$probe"
@@ -98,19 +98,20 @@ probe_script() {
     echo "SELECT jobq_enqueue('bench', '{}', kind => 'probe');" >>"$probe"
   fi
   chmod 644 "$probe"
-  echo "$probe"
+  pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 20 -T "$3" -f "$probe" "$2" >/dev/null 2>&1
+  rm -f "$probe"
 }
 
 # slice plain|fair DB: the 16 clients' jobs/s over 5 s in database DB, the new tenants' client beside.
 slice() {
-  local probe rate
-  probe=$(probe_script "$1")
-  pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 20 -T 5 -f "$probe" "$2" >/dev/null 2>&1 &
+  local rate
+  prober "$1" "$2" 5 &
   rate=$(BENCH_DB=$2 tps jobq_checkout_complete.sql 16 5)
   wait $!
-  rm -f "$probe"
   echo "${rate:-0}"
 }
+
+listed() { local IFS=,; echo "$*" | sed 's/,/, /g'; }  # listed A B C: "A, B, C"
 
 if [ $AB = 1 ]; then
   [ $SQL_EDITION = 0 ] || { echo "fairness.sh: --ab runs the extension only" >&2; exit 2; }
@@ -127,7 +128,7 @@ if [ $AB = 1 ]; then
     sum_p=$(IFS=+; echo $((${plains[*]})))
     sum_f=$(IFS=+; echo $((${fairs[*]})))
     ratios+=("$(ratio "$sum_f" "$sum_p")")
-    rows+=("| $i | $(IFS=,; echo "${plains[*]}" | sed 's/,/, /g') | $(IFS=,; echo "${fairs[*]}" | sed 's/,/, /g') | ${ratios[-1]} |")
+    rows+=("| $i | $(listed "${plains[@]}") | $(listed "${fairs[@]}") | ${ratios[-1]} |")
   done
   {
     echo "# Fair checkout against plain, in interleaved slices"
@@ -144,7 +145,7 @@ if [ $AB = 1 ]; then
     echo "| ---: | --- | --- | ---: |"
     printf '%s\n' "${rows[@]}"
     echo
-    echo "fair / plain: $(echo "${ratios[*]}" | median) (median of the runs; each run: $(IFS=,; echo "${ratios[*]}" | sed 's/,/, /g'))"
+    echo "fair / plain: $(echo "${ratios[*]}" | median) (median of the runs; each run: $(listed "${ratios[@]}"))"
   } >"$OUT"
   cat "$OUT"
   exit 0
@@ -153,21 +154,18 @@ fi
 run() {  # run plain|fair: one row of the table
   local mode=$1
   backlog bench "$mode"
-  local probe
-  probe=$(probe_script "$mode")
   [ "$PROFILE" = 1 ] && "${PSQL[@]}" -d bench -c "SELECT pg_stat_statements_reset(), pg_stat_reset()" >/dev/null
   local start
   start=$("${PSQL[@]}" -d bench -c "SELECT clock_timestamp()")
-  pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 20 -T "$SECONDS_RUN" -f "$probe" bench >/dev/null 2>&1 &
-  local prober=$! passes=
+  prober "$mode" bench "$SECONDS_RUN" &
+  local probes=$! passes=
   if [ $SQL_EDITION = 1 ]; then
     pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -c 1 -R 1 -T "$SECONDS_RUN" -f bench/scripts/jobq_sql_pass.sql bench >/dev/null 2>&1 &
     passes=$!
   fi
   local rate every
   read -r rate every <<<"$(rates)"
-  wait "$prober" $passes
-  rm -f "$probe"
+  wait "$probes" $passes
   local waits
   waits=$("${PSQL[@]}" -d bench -F ' | ' <<SQL
 WITH firsts AS (
@@ -234,6 +232,8 @@ done
 plain_median=$(echo "${plains[*]}" | median)
 fair_median=$(echo "${fairs[*]}" | median)
 ratio_=$(ratio "$fair_median" "$plain_median")
+pairs=()
+for i in $(seq 0 $((RUNS - 1))); do pairs+=("$(ratio "${fairs[$i]}" "${plains[$i]}")"); done
 {
   echo "# Fair checkout under a tenant's backlog"
   echo
@@ -252,7 +252,7 @@ ratio_=$(ratio "$fair_median" "$plain_median")
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
   printf '%s\n' "${rows[@]}"
   echo
-  echo "fair / plain: $ratio_ (medians: fair $fair_median, plain $plain_median jobs/s; each pair: $(for i in $(seq 0 $((RUNS - 1))); do printf '%s ' "$(ratio "${fairs[$i]}" "${plains[$i]}")"; done | sed 's/ $//; s/ /, /g'))"
+  echo "fair / plain: $ratio_ (medians: fair $fair_median, plain $plain_median jobs/s; each pair: $(listed "${pairs[@]}"))"
 } >"$OUT"
 if [ "$PROFILE" = 1 ]; then
   {
