@@ -201,14 +201,14 @@ fn completed(c: &mut Client, id: i64) -> bool {
     job(c, id).0 == "completed"
 }
 
-/// Jobs of `queue` by state, and which worker completed each.
-fn outcome(c: &mut Client, queue: &str) -> (HashMap<String, i64>, HashMap<i64, String>) {
+/// Jobs of `queues` by state, and which worker completed each.
+fn outcome(c: &mut Client, queues: &[String]) -> (HashMap<String, i64>, HashMap<i64, String>) {
     let mut states = HashMap::new();
-    for r in c.query("SELECT state, count(*) FROM jobq.jobs WHERE queue = $1 GROUP BY 1", &[&queue]).unwrap() {
+    for r in c.query("SELECT state, count(*) FROM jobq.jobs WHERE queue = ANY($1) GROUP BY 1", &[&queues]).unwrap() {
         states.insert(r.get(0), r.get(1));
     }
     let by = c
-        .query("SELECT id, result->>'worker' FROM jobq.jobs WHERE queue = $1 AND state = 'completed'", &[&queue])
+        .query("SELECT id, result->>'worker' FROM jobq.jobs WHERE queue = ANY($1) AND state = 'completed'", &[&queues])
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get::<_, Option<String>>(1).unwrap_or_default()))
@@ -238,24 +238,32 @@ fn each_once(logged: Vec<i64>, expected: &[i64]) -> Result<(), String> {
 /// exactly once.
 fn exactly_once_across(queue: &str, producer: Lang, workers: [Lang; 2]) {
     const N: usize = 200;
+    const OWN: usize = 3;
     let mut c = cluster().connect(DB);
-    let a = Worker::start(workers[0], queue);
-    let b = Worker::start(workers[1], queue);
-    let ids = enqueue(producer, queue, N, r#"{"sleep_ms": 10}"#);
+    // Each worker also serves a queue of its own: how the shared queue splits between the two
+    // is timing, the jobs of a worker's own queue are certainly its.
+    let own = workers.map(|w| format!("{queue}-{}", w.name()));
+    let a = Worker::start(workers[0], &format!("{queue},{}", own[0]));
+    let b = Worker::start(workers[1], &format!("{queue},{}", own[1]));
+    let mut ids = enqueue(producer, queue, N, r#"{"sleep_ms": 10}"#);
     assert_eq!(ids.len(), N);
-    wait_until("every job to complete", PATIENCE, || outcome(&mut c, queue).0.get("completed") == Some(&(N as i64)));
+    let own_ids = own.clone().map(|q| enqueue(producer, &q, OWN, r#"{"sleep_ms": 10}"#));
+    ids.extend(own_ids.iter().flatten());
+    let queues = [queue.to_string(), own[0].clone(), own[1].clone()];
+    let total = (N + 2 * OWN) as i64;
+    wait_until("every job to complete", PATIENCE, || outcome(&mut c, &queues).0.get("completed") == Some(&total));
     let (a, b) = (a.stop(), b.stop());
 
-    let (states, by) = outcome(&mut c, queue);
-    assert_eq!(states, HashMap::from([("completed".to_string(), N as i64)]));
+    let (states, by) = outcome(&mut c, &queues);
+    assert_eq!(states, HashMap::from([("completed".to_string(), total)]));
     // Each job ran once: in the database, and in the workers' own logs.
     for event in ["started", "finished"] {
         let logged: Vec<i64> = a.ids(event).into_iter().chain(b.ids(event)).collect();
         each_once(logged, &ids).unwrap_or_else(|e| panic!("every job {event} by exactly one worker, once: {e}"));
     }
-    for w in [&a, &b] {
+    for (w, own_ids) in [&a, &b].into_iter().zip(&own_ids) {
         let mine: Vec<i64> = w.ids("finished");
-        assert!(!mine.is_empty(), "the {:?} worker did some of the work", w.lang);
+        assert!(own_ids.iter().all(|id| mine.contains(id)), "the {:?} worker completed its own queue's jobs", w.lang);
         assert!(mine.iter().all(|id| by[id] == w.name), "the result names the worker that completed the job");
     }
 }
@@ -485,9 +493,12 @@ fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
     let bouncer = Bouncer::start(&cluster, db, app, 5);
     let dsn = format!("postgresql://{app}@127.0.0.1:{}/{db}", bouncer.port);
     let pooled = [("JOBQ_POOLED", "1")];
-    let workers: Vec<Worker> = [Lang::Python, Lang::Node, Lang::Rust, Lang::Ruby]
-        .into_iter()
-        .map(|lang| Worker::start_env(lang, "pq", dsn.clone(), cluster.url(db), &pooled))
+    // Each worker also serves a queue of its own: how "pq" splits between them is timing, the
+    // jobs of a worker's own queue are certainly its.
+    let langs = [Lang::Python, Lang::Node, Lang::Rust, Lang::Ruby];
+    let workers: Vec<Worker> = langs
+        .iter()
+        .map(|lang| Worker::start_env(*lang, &format!("pq,pq-{}", lang.name()), dsn.clone(), cluster.url(db), &pooled))
         .collect();
     let registered: Vec<(Option<i32>, bool)> = c
         .query("SELECT backend_pid, owner::text = $1 FROM jobq.workers", &[&app])
@@ -496,14 +507,18 @@ fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(registered, vec![(None, true); 4], "registered without bind_to_session, owned by the app's role");
-    let ids: Vec<i64> = c
-        .query("SELECT jobq_enqueue('pq', '{\"sleep_ms\": 5}') FROM generate_series(1, $1::int)", &[&(N as i32)])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let enqueue = |c: &mut Client, queue: &str, count: usize| -> Vec<i64> {
+        c.query("SELECT jobq_enqueue($1, '{\"sleep_ms\": 5}') FROM generate_series(1, $2::int)", &[&queue, &(count as i32)])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let mut ids = enqueue(&mut c, "pq", N);
+    let own_ids: Vec<Vec<i64>> = langs.iter().map(|lang| enqueue(&mut c, &format!("pq-{}", lang.name()), 3)).collect();
+    ids.extend(own_ids.iter().flatten());
     wait_until("every job to complete", PATIENCE, || {
-        c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 'pq' AND state = 'completed'", &[]).unwrap().get::<_, i64>(0) == N as i64
+        c.query_one("SELECT count(*) FROM jobq.jobs WHERE (queue = 'pq' OR queue LIKE 'pq-%') AND state = 'completed'", &[]).unwrap().get::<_, i64>(0) == ids.len() as i64
     });
     // Twelve client connections (a job, a report and a heartbeat one per worker) shared five
     // server sessions: the workers' calls moved between sessions.
@@ -514,8 +529,9 @@ fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
         let logged: Vec<i64> = workers.iter().flat_map(|w| w.ids(event)).collect();
         each_once(logged, &ids).unwrap_or_else(|e| panic!("every job {event} by exactly one worker, once: {e}"));
     }
-    for w in &workers {
-        assert!(!w.ids("finished").is_empty(), "the {:?} worker did some of the work", w.lang);
+    for (w, own_ids) in workers.iter().zip(&own_ids) {
+        let mine = w.ids("finished");
+        assert!(own_ids.iter().all(|id| mine.contains(id)), "the {:?} worker completed its own queue's jobs", w.lang);
     }
 
     // Crash recovery without a bound session: the heartbeats stop, the background worker
