@@ -846,7 +846,7 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE FUNCTION jobq._compact(min_dead bigint, lock_wait interval DEFAULT '50 ms') RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp SET lock_timeout = 0 AS $$
 DECLARE
     v_live     jobq.live_jobs[];
     v_ready    jobq.ready[];

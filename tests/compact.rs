@@ -249,20 +249,25 @@ fn reader_holding_ready(cluster: &'static Cluster, name: &str, c: &mut Client) -
 /// and indexes (autovacuum takes a TOAST table's lock on its own). A transaction holding one of
 /// those makes the compaction give up within its time, as when the tables themselves were held:
 /// NULL, the rows and files as they were; it compacts once that transaction ends.
+/// A transaction that holds jobq.live_jobs' TOAST table, and not jobq.live_jobs: a superuser may
+/// read a TOAST table directly. COMMIT lets go of it.
+fn hold_toast(cluster: &Cluster, name: &str) -> Client {
+    let mut h = cluster.connect(name);
+    let toast: String = h
+        .query_one("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'jobq.live_jobs'::regclass", &[])
+        .unwrap()
+        .get(0);
+    h.batch_execute(&format!("BEGIN; SELECT count(*) FROM {toast}")).unwrap();
+    h
+}
+
 #[test]
 fn a_compaction_that_cannot_lock_a_toast_table_in_time_gives_up_and_changes_nothing() {
     let (cluster, name, mut c) = db();
     varied_jobs(&mut c);
     let before = fingerprint(&mut c);
     let (_, live_file, slots_file) = size_and_files(&mut c);
-    // A superuser may read a TOAST table directly: this transaction locks jobq.live_jobs' TOAST
-    // table, and not jobq.live_jobs.
-    let mut h = cluster.connect(&name);
-    let toast: String = h
-        .query_one("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'jobq.live_jobs'::regclass", &[])
-        .unwrap()
-        .get(0);
-    h.batch_execute(&format!("BEGIN; SELECT count(*) FROM {toast}")).unwrap();
+    let mut h = hold_toast(cluster, &name);
     assert_eq!(compact_now(&mut c), None, "its TOAST table held: not now");
     assert_eq!(fingerprint(&mut c), before);
     assert_eq!(size_and_files(&mut c).1, live_file, "jobq.live_jobs not truncated");
@@ -271,6 +276,27 @@ fn a_compaction_that_cannot_lock_a_toast_table_in_time_gives_up_and_changes_noth
     assert_eq!(fingerprint(&mut c), before);
     let (_, live_after, slots_after) = size_and_files(&mut c);
     assert!(live_after != live_file && slots_after != slots_file, "the tables were truncated this time");
+    assert_job_tables_consistent(&mut c);
+}
+
+/// A compaction sets lock_timeout for its own locks only: the transaction that called it keeps
+/// its own afterwards, whether the compaction ran or gave up at its TRUNCATE.
+#[test]
+fn a_compaction_leaves_its_callers_lock_timeout_as_it_was() {
+    let (cluster, name, mut c) = db();
+    varied_jobs(&mut c);
+    let compact_in_transaction = |c: &mut Client| -> (Option<bool>, String) {
+        let mut t = c.transaction().unwrap();
+        t.batch_execute("SET LOCAL lock_timeout = '7s'").unwrap();
+        let got = compact_now(&mut t);
+        let after: String = t.query_one("SHOW lock_timeout", &[]).unwrap().get(0);
+        t.commit().unwrap();
+        (got, after)
+    };
+    assert_eq!(compact_in_transaction(&mut c), (Some(true), "7s".to_string()), "compacted");
+    let mut h = hold_toast(cluster, &name);
+    assert_eq!(compact_in_transaction(&mut c), (None, "7s".to_string()), "given up at its TRUNCATE");
+    h.batch_execute("COMMIT").unwrap();
     assert_job_tables_consistent(&mut c);
 }
 

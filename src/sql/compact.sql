@@ -45,8 +45,9 @@ END $$;
 
 -- True: compacted. False: nothing to do (or not now: a condition above). NULL: its locks (of
 -- the three tables, and those its TRUNCATE takes) were not granted within `lock_wait`.
+-- It sets lock_timeout for its own locks; the SET clause restores the caller's at its return.
 CREATE FUNCTION jobq._compact(min_dead bigint, lock_wait interval DEFAULT '50 ms') RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp SET lock_timeout = 0 AS $$
 DECLARE
     v_live     jobq.live_jobs[];
     v_ready    jobq.ready[];
