@@ -24,8 +24,10 @@ fn reapers_in(admin: &mut Client, db: &str) -> i64 {
 /// nothing else (no client calls jobq_reap), puts the job back.
 fn reaped_by_the_background_worker(cluster: &Cluster, db: &str) {
     let mut c = cluster.connect(db);
-    let w: Uuid = register(&mut c);
+    // Registered last: its short life (the cluster's heartbeat timeout) has only the checkout
+    // to cover.
     let job: i64 = c.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let w: Uuid = register(&mut c);
     let got: i64 = c.query_one("SELECT id FROM jobq_checkout($1)", &[&w]).unwrap().get(0);
     assert_eq!(got, job);
     wait_until(&format!("the background worker of {db} to requeue the job"), PATIENCE, || {

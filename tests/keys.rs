@@ -1070,17 +1070,20 @@ fn locks_extend_expire_and_are_released_only_by_their_owner() {
     assert!(a.query_one("SELECT jobq_release_lock('L', $1)", &[&wa]).unwrap().get::<_, bool>(0));
     assert_eq!(b.query_one("SELECT jobq_lock_holder('L')", &[]).unwrap().get::<_, Option<Uuid>>(0), None);
 
-    // ttl expiry: a short lock is free for b once its ttl passed.
-    assert!(acquire(&mut a, wa, "300 milliseconds"));
+    // ttl expiry: a short lock is free for b once its ttl passed (long enough that b's first
+    // try comes before it on any machine).
+    assert!(acquire(&mut a, wa, "5 seconds"));
     assert!(!acquire(&mut b, wb, "1 minute"));
     wait_until("the lock's ttl to pass", Duration::from_secs(30), || acquire(&mut b, wb, "1 minute"));
     assert_eq!(a.query_one("SELECT jobq_lock_holder('L')", &[]).unwrap().get::<_, Option<Uuid>>(0), Some(wb));
     assert!(!a.query_one("SELECT jobq_release_lock('L', $1)", &[&wa]).unwrap().get::<_, bool>(0), "a lost it");
 
-    // A dead owner: b stops heartbeating. For a session with a 1 s timeout b is dead (and
-    // its lock free) once its heartbeat is older than that, before any reap pass ran.
+    // A dead owner: b stops heartbeating. For a session with a 5 s timeout b is dead (and
+    // its lock free) once its heartbeat is older than that, before any reap pass ran (the
+    // judge's own worker heartbeats before each try, and stays alive from there to the
+    // holder's look on any machine).
     let mut judge = cluster.connect(&name);
-    judge.batch_execute("SET jobq.heartbeat_timeout = '1s'").unwrap();
+    judge.batch_execute("SET jobq.heartbeat_timeout = '5s'").unwrap();
     let wc = register(&mut judge);
     wait_until("b's heartbeat to expire", Duration::from_secs(30), || {
         judge.query_one("SELECT jobq_heartbeat($1)", &[&wc]).unwrap();

@@ -353,8 +353,9 @@ fn the_background_worker_reaps_by_itself() {
     let requeued_by_itself = |c: &mut Client| {
         round.set(round.get() + 1);
         let queue = format!("round{}", round.get());
-        let w = register(c);
+        // Registered last: its 1 s of life has only the checkout to cover.
         let job: i64 = c.query_one("SELECT jobq_enqueue($1)", &[&queue]).unwrap().get(0);
+        let w = register(c);
         let got: i64 = c.query_one("SELECT id FROM jobq_checkout($1, ARRAY[$2])", &[&w, &queue]).unwrap().get(0);
         assert_eq!(got, job);
         wait_until("the background worker to requeue the job", PATIENCE, || {
@@ -481,10 +482,12 @@ fn the_background_worker_recovers_around_an_open_transaction() {
     cluster.connect("postgres").batch_execute("CREATE DATABASE stall").unwrap();
     let mut c = cluster.connect("stall");
     c.batch_execute("CREATE EXTENSION jobq").unwrap();
-    let (wa, wb) = (register(&mut c), register(&mut c));
     let held: i64 = c.query_one("SELECT jobq_enqueue('a')", &[]).unwrap().get(0);
     let free: i64 = c.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
+    // Each worker checks out right after it registers: its 1 s of life has one call to cover.
+    let wa = register(&mut c);
     assert_eq!(c.query_one("SELECT id FROM jobq_checkout($1, ARRAY['a'])", &[&wa]).unwrap().get::<_, i64>(0), held);
+    let wb = register(&mut c);
     assert_eq!(c.query_one("SELECT id FROM jobq_checkout($1, ARRAY['b'])", &[&wb]).unwrap().get::<_, i64>(0), free);
     let mut holder = cluster.connect("stall");
     let mut tx = holder.transaction().unwrap();
@@ -518,7 +521,10 @@ fn a_full_max_worker_processes_gets_a_backoff_not_a_line_every_tick() {
 
 #[test]
 fn an_immediate_shutdown_loses_no_committed_job() {
-    let cluster = Cluster::start("crash", &["jobq.database = 'crashdb'", "jobq.reap_interval = '200ms'", "jobq.heartbeat_timeout = '1s'"]);
+    // The workers do not heartbeat: they are bound to their sessions, which the crash ends, and
+    // live until then however slow the machine (a heartbeat timeout they could outlast would
+    // reap a worker between its checkout and its completion).
+    let cluster = Cluster::start("crash", &["jobq.database = 'crashdb'", "jobq.reap_interval = '200ms'"]);
     cluster.create_jobq_db("crashdb");
 
     let enqueued = Arc::new(Mutex::new(Vec::<i64>::new()));
@@ -537,7 +543,7 @@ fn an_immediate_shutdown_loses_no_committed_job() {
                     }
                 }
             } else {
-                let Ok(r) = c.query_one("SELECT jobq_register_worker()", &[]) else { return };
+                let Ok(r) = c.query_one("SELECT jobq_register_worker(bind_to_session => true)", &[]) else { return };
                 let w: Uuid = r.get(0);
                 while !stop.load(Ordering::SeqCst) {
                     let Ok(rows) = c.query("SELECT id FROM jobq_checkout($1, max_jobs => 3)", &[&w]) else { return };
@@ -574,8 +580,8 @@ fn an_immediate_shutdown_loses_no_committed_job() {
     let states: Vec<(i64, String)> = c.query("SELECT id, state FROM jobq.jobs WHERE id = ANY($1)", &[&before]).unwrap().iter().map(|r| (r.get(0), r.get(1))).collect();
     assert!(states.iter().all(|(_, s)| s == "completed"), "every completion the client saw survived");
 
-    // Drain after the restart: executing jobs of the dead workers come back through the
-    // background worker's reaping (in the SQL edition, the passes of this worker's
+    // Drain after the restart: executing jobs of the dead workers (their sessions gone) come
+    // back through the background worker's reaping (in the SQL edition, the passes of this worker's
     // heartbeats) and complete, each exactly once.
     let w = register(&mut c);
     let mut after = Vec::new();

@@ -497,9 +497,10 @@ fn pg_cron_runs_the_passes() {
     let job: i64 = admin.query_one("SELECT jobq_schedule_passes()", &[]).unwrap().get(0);
     let schedule: String = su.query_one("SELECT schedule FROM cron.job WHERE jobid = $1", &[&job]).unwrap().get(0);
     assert_eq!(schedule, "1 seconds");
-    // A worker that dies holding a job.
-    let w = register(&mut su);
+    // A worker that dies holding a job (registered last: its 1 s of life has only the checkout
+    // to cover).
     let id: i64 = su.query_one("SELECT jobq_enqueue('q')", &[]).unwrap().get(0);
+    let w = register(&mut su);
     let taken: Vec<i64> = su.query("SELECT id FROM jobq_checkout($1, '{q}')", &[&w]).unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(taken, vec![id]);
     wait_until("pg_cron's passes to requeue the dead worker's job", PATIENCE, || {

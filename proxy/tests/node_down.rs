@@ -46,9 +46,13 @@ fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
     // meanwhile. Which one, the job's row tells (`settled`).
     let unsure = Arc::new(Mutex::new(Vec::<i64>::new()));
     let stop = Arc::new(AtomicBool::new(false));
+    // Set once node 2 is stopped. Until then its workers pause at five sixths of its jobs, so
+    // that it still has jobs when it goes down however long the stop takes (it is asked for at
+    // a sixth, with the workers busy).
+    let node2_stopped = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..9)
         .map(|t| {
-            let (done, unsure, stop) = (done.clone(), unsure.clone(), stop.clone());
+            let (done, unsure, stop, node2_stopped) = (done.clone(), unsure.clone(), stop.clone(), node2_stopped.clone());
             let (c, db) = (f.c, f.proxy_db.clone());
             std::thread::spawn(move || {
                 let queue = format!("q{}", t % 3);
@@ -68,6 +72,10 @@ fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
                             }
                         }
                         beat = Instant::now();
+                    }
+                    if t % 3 == 2 && !node2_stopped.load(Ordering::SeqCst) && done.lock().unwrap().iter().filter(|i| *i % 1024 == 2).count() >= PER_QUEUE * 5 / 6 {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
                     }
                     let ids: Vec<i64> = match c.query("SELECT id FROM jobq_checkout($1, ARRAY[$2], 5)", &[&w, &queue]) {
                         Ok(rows) => rows.iter().map(|r| r.get(0)).collect(),
@@ -116,6 +124,7 @@ fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
 
     // Node 2 goes down hard.
     f.c.nodes[2].pg_ctl_stop("immediate");
+    node2_stopped.store(true, Ordering::SeqCst);
     let before = (completed_on(0), completed_on(1), completed_on(2));
     assert!(before.2 < PER_QUEUE, "node 2 still had jobs when it went down");
     // Calls routed to it fail, naming it: its database (the first call on a connection the

@@ -429,6 +429,9 @@ fn a_waiting_checkout_sees_a_job_made_on_any_node() {
             if !queues.contains(&target) {
                 continue;
             }
+            // The nodes take a worker silent for 3 s for dead: each round starts with a
+            // heartbeat (through the proxy: to every node), as a real worker's loop would.
+            p.query_one("SELECT jobq_heartbeat($1)", &[&w]).unwrap();
             let (c, db, t) = (f.c, f.proxy_db.clone(), target.to_string());
             let waiter = {
                 let queues: Vec<String> = queues.iter().map(|s| s.to_string()).collect();

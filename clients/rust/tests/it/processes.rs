@@ -243,7 +243,9 @@ async fn sigterm_drains_the_jobs_in_flight_and_unregisters() {
     let name = format!("{queue}-w");
     let mut workers = Workers(Vec::new());
     let w = workers.spawn(&queue, &name, &[("JOBQ_CONCURRENCY", "3")]);
-    let payloads: Vec<Value> = (0..4).map(|n| json!({"n": n, "sleep_ms": 2000})).collect();
+    // Long enough that the test sees the three in flight and signals before any finishes,
+    // on a slow machine too.
+    let payloads: Vec<Value> = (0..4).map(|n| json!({"n": n, "sleep_ms": 5000})).collect();
     let ids = enqueue_batch(&app, &queue, &payloads, BatchOptions::new())
         .await
         .unwrap();
