@@ -95,6 +95,18 @@ fn hold_horizon(mut h: Client) -> Client {
     h
 }
 
+/// A fresh database whose hot tables autovacuum leaves alone. A compaction waits 50 ms for its
+/// locks and then answers NULL ("not now"), which is what it must do whenever autovacuum is
+/// vacuuming one of the tables; the tests that use this assert that it compacts. (Workers
+/// racing compactions keep autovacuum: there any answer is allowed.)
+fn db_without_autovacuum() -> (&'static Cluster, String, Client) {
+    let (cluster, name, mut c) = db();
+    for table in ["jobq.live_jobs", "jobq.ready", "jobq.slots"] {
+        c.batch_execute(&format!("ALTER TABLE {table} SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)")).unwrap();
+    }
+    (cluster, name, c)
+}
+
 /// `jobq._compact(0)`, a compaction now: Some(true) when it compacted, None when its lock was
 /// not granted within its timeout.
 fn compact_now(c: &mut impl GenericClient) -> Option<bool> {
@@ -129,7 +141,7 @@ fn varied_jobs(c: &mut Client) -> Vec<i64> {
 
 #[test]
 fn a_compaction_keeps_every_job_and_removes_the_dead_versions() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     let w = register(&mut c);
     varied_jobs(&mut c);
     let claimed: Vec<i64> = ids(&mut c, "SELECT id FROM jobq_checkout($1, ARRAY['q'], 12)", &[&w]);
@@ -179,7 +191,7 @@ fn waiting(c: &mut Client, pid: i32) -> bool {
 
 #[test]
 fn calls_that_waited_for_a_compaction_see_the_rows_it_wrote_back() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     let w = register(&mut c);
     let ids: Vec<i64> = (0..4).map(|_| c.query_one("SELECT jobq_enqueue('q', '{}')", &[]).unwrap().get(0)).collect();
     c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 3)", &[&w]).unwrap();
@@ -263,7 +275,7 @@ fn hold_toast(cluster: &Cluster, name: &str) -> Client {
 
 #[test]
 fn a_compaction_that_cannot_lock_a_toast_table_in_time_gives_up_and_changes_nothing() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     varied_jobs(&mut c);
     let before = fingerprint(&mut c);
     let (_, live_file, slots_file) = size_and_files(&mut c);
@@ -283,7 +295,7 @@ fn a_compaction_that_cannot_lock_a_toast_table_in_time_gives_up_and_changes_noth
 /// its own afterwards, whether the compaction ran or gave up at its TRUNCATE.
 #[test]
 fn a_compaction_leaves_its_callers_lock_timeout_as_it_was() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     varied_jobs(&mut c);
     let compact_in_transaction = |c: &mut Client| -> (Option<bool>, String) {
         let mut t = c.transaction().unwrap();
@@ -302,7 +314,7 @@ fn a_compaction_leaves_its_callers_lock_timeout_as_it_was() {
 
 #[test]
 fn a_compaction_waits_for_its_lock_as_long_as_it_is_told_up_to_half_of_deadlock_timeout() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     c.batch_execute("SELECT jobq_enqueue('q', '{}')").unwrap();
     let reader = reader_holding_ready(cluster, &name, &mut c);
     let mut k = cluster.connect(&name);
@@ -344,7 +356,7 @@ fn a_compaction_waits_for_its_lock_as_long_as_it_is_told_up_to_half_of_deadlock_
 
 #[test]
 fn calls_that_write_the_hot_tables_wait_for_jobq_ready_before_they_hold_jobq_live_jobs() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     let w = register(&mut c);
     // Two jobs executing under w, one dead.
     c.batch_execute("SELECT jobq_enqueue('q', '{}') FROM generate_series(1, 2)").unwrap();
@@ -380,7 +392,7 @@ fn calls_that_write_the_hot_tables_wait_for_jobq_ready_before_they_hold_jobq_liv
 
 #[test]
 fn a_compaction_runs_while_a_checkout_waits_and_the_waiter_then_claims() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     let mut waiter = cluster.connect(&name);
     let w = register(&mut waiter);
     let pid: i32 = waiter.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
@@ -402,7 +414,7 @@ fn a_compaction_runs_while_a_checkout_waits_and_the_waiter_then_claims() {
 
 #[test]
 fn a_compaction_needs_read_committed_dead_versions_and_a_held_horizon_and_never_runs_beside_pg_dump() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     let w = register(&mut c);
     // Not in a transaction snapshot: its copy would miss rows committed before its lock.
     let mut t = c.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().unwrap();
@@ -431,7 +443,7 @@ fn a_compaction_needs_read_committed_dead_versions_and_a_held_horizon_and_never_
 
 #[test]
 fn a_repeatable_read_snapshot_older_than_a_compaction_gets_40001() {
-    let (cluster, name, mut c) = db();
+    let (cluster, name, mut c) = db_without_autovacuum();
     let w = register(&mut c);
     let ids: Vec<i64> = (0..3).map(|_| c.query_one("SELECT jobq_enqueue('q', '{}')", &[]).unwrap().get(0)).collect();
     c.query("SELECT id FROM jobq_checkout($1, ARRAY['q'], 2)", &[&w]).unwrap();
