@@ -257,10 +257,6 @@ fn reader_holding_ready(cluster: &'static Cluster, name: &str, c: &mut Client) -
     t
 }
 
-/// TRUNCATE also locks what the compaction's LOCK TABLE cannot name: each table's TOAST table
-/// and indexes (autovacuum takes a TOAST table's lock on its own). A transaction holding one of
-/// those makes the compaction give up within its time, as when the tables themselves were held:
-/// NULL, the rows and files as they were; it compacts once that transaction ends.
 /// A transaction that holds jobq.live_jobs' TOAST table, and not jobq.live_jobs: a superuser may
 /// read a TOAST table directly. COMMIT lets go of it.
 fn hold_toast(cluster: &Cluster, name: &str) -> Client {
@@ -273,6 +269,10 @@ fn hold_toast(cluster: &Cluster, name: &str) -> Client {
     h
 }
 
+/// TRUNCATE also locks what the compaction's LOCK TABLE cannot name: each table's TOAST table
+/// and indexes (autovacuum takes a TOAST table's lock on its own). A transaction holding one of
+/// those makes the compaction give up within its time, as when the tables themselves were held:
+/// NULL, the rows and files as they were; it compacts once that transaction ends.
 #[test]
 fn a_compaction_that_cannot_lock_a_toast_table_in_time_gives_up_and_changes_nothing() {
     let (cluster, name, mut c) = db_without_autovacuum();

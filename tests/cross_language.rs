@@ -496,9 +496,11 @@ fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
     // Each worker also serves a queue of its own: how "pq" splits between them is timing, the
     // jobs of a worker's own queue are certainly its.
     let langs = [Lang::Python, Lang::Node, Lang::Rust, Lang::Ruby];
+    let own: Vec<String> = langs.iter().map(|lang| format!("pq-{}", lang.name())).collect();
     let workers: Vec<Worker> = langs
         .iter()
-        .map(|lang| Worker::start_env(*lang, &format!("pq,pq-{}", lang.name()), dsn.clone(), cluster.url(db), &pooled))
+        .zip(&own)
+        .map(|(lang, q)| Worker::start_env(*lang, &format!("pq,{q}"), dsn.clone(), cluster.url(db), &pooled))
         .collect();
     let registered: Vec<(Option<i32>, bool)> = c
         .query("SELECT backend_pid, owner::text = $1 FROM jobq.workers", &[&app])
@@ -507,19 +509,18 @@ fn the_example_workers_work_through_pgbouncer_in_transaction_mode() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(registered, vec![(None, true); 4], "registered without bind_to_session, owned by the app's role");
-    let enqueue = |c: &mut Client, queue: &str, count: usize| -> Vec<i64> {
+    let enqueue_sql = |c: &mut Client, queue: &str, count: usize| -> Vec<i64> {
         c.query("SELECT jobq_enqueue($1, '{\"sleep_ms\": 5}') FROM generate_series(1, $2::int)", &[&queue, &(count as i32)])
             .unwrap()
             .iter()
             .map(|r| r.get(0))
             .collect()
     };
-    let mut ids = enqueue(&mut c, "pq", N);
-    let own_ids: Vec<Vec<i64>> = langs.iter().map(|lang| enqueue(&mut c, &format!("pq-{}", lang.name()), 3)).collect();
+    let mut ids = enqueue_sql(&mut c, "pq", N);
+    let own_ids: Vec<Vec<i64>> = own.iter().map(|q| enqueue_sql(&mut c, q, 3)).collect();
     ids.extend(own_ids.iter().flatten());
-    wait_until("every job to complete", PATIENCE, || {
-        c.query_one("SELECT count(*) FROM jobq.jobs WHERE (queue = 'pq' OR queue LIKE 'pq-%') AND state = 'completed'", &[]).unwrap().get::<_, i64>(0) == ids.len() as i64
-    });
+    let queues: Vec<String> = std::iter::once("pq".to_string()).chain(own.iter().cloned()).collect();
+    wait_until("every job to complete", PATIENCE, || outcome(&mut c, &queues).0.get("completed") == Some(&(ids.len() as i64)));
     // Twelve client connections (a job, a report and a heartbeat one per worker) shared five
     // server sessions: the workers' calls moved between sessions.
     let sessions: i64 = c.query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", &[&app]).unwrap().get(0);

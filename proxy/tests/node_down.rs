@@ -24,6 +24,11 @@ fn register(c: &mut Client) -> Uuid {
     }
 }
 
+/// How many of the jobs in `done` are of node `k` (an id's node is its remainder modulo 1024).
+fn completed_on(done: &Mutex<Vec<i64>>, k: i64) -> usize {
+    done.lock().unwrap().iter().filter(|i| *i % 1024 == k).count()
+}
+
 #[test]
 fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
     let f = Fleet::new();
@@ -73,7 +78,7 @@ fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
                         }
                         beat = Instant::now();
                     }
-                    if t % 3 == 2 && !node2_stopped.load(Ordering::SeqCst) && done.lock().unwrap().iter().filter(|i| *i % 1024 == 2).count() >= PER_QUEUE * 5 / 6 {
+                    if t % 3 == 2 && !node2_stopped.load(Ordering::SeqCst) && completed_on(&done, 2) >= PER_QUEUE * 5 / 6 {
                         std::thread::sleep(Duration::from_millis(20));
                         continue;
                     }
@@ -119,13 +124,12 @@ fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
             })
         })
         .collect();
-    let completed_on = |k: i64| done.lock().unwrap().iter().filter(|i| *i % 1024 == k).count();
-    wait_until("a sixth of node 2's jobs done", Duration::from_secs(60), || completed_on(2) >= PER_QUEUE / 6);
+    wait_until("a sixth of node 2's jobs done", Duration::from_secs(60), || completed_on(&done, 2) >= PER_QUEUE / 6);
 
     // Node 2 goes down hard.
     f.c.nodes[2].pg_ctl_stop("immediate");
     node2_stopped.store(true, Ordering::SeqCst);
-    let before = (completed_on(0), completed_on(1), completed_on(2));
+    let before = (completed_on(&done, 0), completed_on(&done, 1), completed_on(&done, 2));
     assert!(before.2 < PER_QUEUE, "node 2 still had jobs when it went down");
     // Calls routed to it fail, naming it: its database (the first call on a connection the
     // proxy had open finds it closed), then its host and port (a new connection is refused).
@@ -138,9 +142,9 @@ fn a_stopped_node_fails_its_calls_and_nothing_else_and_loses_nothing() {
     assert!(msg.contains(&format!("port {}", f.c.nodes[2].port)), "{msg}");
     // The other queues go on: their workers complete jobs while it is down.
     wait_until("nodes 0 and 1 go on", Duration::from_secs(60), || {
-        completed_on(0) >= (before.0 + 50).min(PER_QUEUE) && completed_on(1) >= (before.1 + 50).min(PER_QUEUE)
+        completed_on(&done, 0) >= (before.0 + 50).min(PER_QUEUE) && completed_on(&done, 1) >= (before.1 + 50).min(PER_QUEUE)
     });
-    assert_eq!(completed_on(2), before.2, "nothing completes on a node that is down");
+    assert_eq!(completed_on(&done, 2), before.2, "nothing completes on a node that is down");
     // The calls that go to every node pass over it.
     p.query("SELECT * FROM jobq.queue_stats", &[]).unwrap();
 
