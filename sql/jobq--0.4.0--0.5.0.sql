@@ -30,9 +30,17 @@ CREATE TABLE jobq.fairness (
 WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
       autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX fairness_by_turn ON jobq.fairness (queue_hash, priority, served);
-CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key, priority);
 ALTER TABLE jobq.fairness ALTER COLUMN queue SET (n_distinct = 1000), ALTER COLUMN queue_hash SET (n_distinct = 1000);
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
+CREATE TABLE jobq.fairness_keys (
+    queue         text NOT NULL,
+    fairness_key  text,
+    priority      integer,
+    weight        integer NOT NULL DEFAULT 1
+);
+CREATE INDEX fairness_by_key ON jobq.fairness_keys (queue, fairness_key, priority);
+ALTER TABLE jobq.fairness_keys ALTER COLUMN queue SET (n_distinct = 1000);
+SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
 CREATE FUNCTION jobq._note_fairness(low bigint) RETURNS void
 VOLATILE PARALLEL UNSAFE
@@ -248,9 +256,9 @@ LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY
     WITH RECURSIVE q(queue) AS (
-        (SELECT f.queue FROM jobq.fairness f ORDER BY f.queue LIMIT 1)
+        (SELECT f.queue FROM jobq.fairness_keys f ORDER BY f.queue LIMIT 1)
         UNION ALL
-        SELECT (SELECT f.queue FROM jobq.fairness f WHERE f.queue > q.queue ORDER BY f.queue LIMIT 1)
+        SELECT (SELECT f.queue FROM jobq.fairness_keys f WHERE f.queue > q.queue ORDER BY f.queue LIMIT 1)
           FROM q WHERE q.queue IS NOT NULL)
     SELECT q.queue FROM q WHERE q.queue IS NOT NULL;
 END $$;
@@ -269,31 +277,34 @@ BEGIN
                                        pg_current_snapshot());
     END IF;
     -- A key's rows are looked up by `fairness_key = k` or `IS NULL`, each a condition of
-    -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue, and the
-    -- old versions of every claim's move).
+    -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue).
     -- Each look a subquery with LIMIT, not EXISTS: the planner made that a hashed subplan that
     -- read every row of the queue at each call (5 ms with 16,000 keys).
     v_missing := ARRAY(
         SELECT k FROM unnest(keys || CASE WHEN _fair_keys.priority IS NOT NULL THEN ARRAY[NULL::text] END) k
          WHERE NOT v_rc
             OR CASE WHEN k IS NULL
-                    THEN (SELECT true FROM jobq.fairness f
+                    THEN (SELECT true FROM jobq.fairness_keys f
                            WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NULL
                              AND f.priority IS NOT DISTINCT FROM _fair_keys.priority LIMIT 1)
-                    ELSE (SELECT true FROM jobq.fairness f
+                    ELSE (SELECT true FROM jobq.fairness_keys f
                            WHERE f.queue = _fair_keys.queue AND f.fairness_key = k
                              AND f.priority IS NOT DISTINCT FROM _fair_keys.priority LIMIT 1) END IS NULL);
     IF cardinality(v_missing) = 0 THEN
         RETURN;
     END IF;
+    WITH added AS (
+        INSERT INTO jobq.fairness_keys (queue, fairness_key, priority, weight)
+        SELECT _fair_keys.queue, k, _fair_keys.priority,
+               coalesce(CASE WHEN k IS NULL
+                             THEN (SELECT max(g.weight) FROM jobq.fairness_keys g
+                                    WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NULL)
+                             ELSE (SELECT max(g.weight) FROM jobq.fairness_keys g
+                                    WHERE g.queue = _fair_keys.queue AND g.fairness_key = k) END, 1)
+          FROM unnest(v_missing) k
+        RETURNING fairness_keys.queue, fairness_keys.fairness_key, fairness_keys.priority, fairness_keys.weight)
     INSERT INTO jobq.fairness (queue, fairness_key, priority, weight)
-    SELECT _fair_keys.queue, k, _fair_keys.priority,
-           coalesce(CASE WHEN k IS NULL
-                         THEN (SELECT max(g.weight) FROM jobq.fairness g
-                                WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NULL)
-                         ELSE (SELECT max(g.weight) FROM jobq.fairness g
-                                WHERE g.queue = _fair_keys.queue AND g.fairness_key = k) END, 1)
-      FROM unnest(v_missing) k;
+    SELECT a.queue, a.fairness_key, a.priority, a.weight FROM added a;
 END $$;
 
 CREATE FUNCTION jobq_set_fairness_weight(queue text, fairness_key text, weight integer) RETURNS void
@@ -310,10 +321,16 @@ BEGIN
         RAISE EXCEPTION 'jobq: weight must be between 1 and 100, got %', weight USING ERRCODE = '22023';
     END IF;
     PERFORM jobq._fair_keys(queue, NULL, ARRAY[fairness_key]);  -- the row that keeps the weight
-    -- The key's rows by fairness_by_key: `= fairness_key` or `IS NULL`, each a condition of the
-    -- index (`IS NOT DISTINCT FROM` is none: it read every row of the queue).
-    UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
+    -- The key's copies by fairness_by_key: `= fairness_key` or `IS NULL`, each a condition of
+    -- the index (`IS NOT DISTINCT FROM` is none: it read every row of the queue).
+    UPDATE jobq.fairness_keys f SET weight = jobq_set_fairness_weight.weight
      WHERE f.queue = jobq_set_fairness_weight.queue
+       AND (f.fairness_key = jobq_set_fairness_weight.fairness_key
+            OR f.fairness_key IS NULL AND jobq_set_fairness_weight.fairness_key IS NULL);
+    -- Its rows of turns, among the queue's (fairness_by_turn has no key: a call that changes a
+    -- weight reads every row of the queue, so that no claim writes an entry by key).
+    UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
+     WHERE f.queue_hash = hashtext(jobq_set_fairness_weight.queue) AND f.queue = jobq_set_fairness_weight.queue
        AND (f.fairness_key = jobq_set_fairness_weight.fairness_key
             OR f.fairness_key IS NULL AND jobq_set_fairness_weight.fairness_key IS NULL);
 END $$;
@@ -544,11 +561,11 @@ DECLARE
     c          record;
     v_blocked  "char";
 BEGIN
-    -- One descent of jobq.fairness per queue named, or per fair queue for a call of every
+    -- One descent of fairness_by_key per queue named, or per fair queue for a call of every
     -- queue (never a read of every key's row).
     IF queues IS NOT NULL THEN
         v_fair := ARRAY(SELECT DISTINCT q FROM unnest(queues) q
-                         WHERE (SELECT true FROM jobq.fairness f WHERE f.queue = q LIMIT 1));
+                         WHERE (SELECT true FROM jobq.fairness_keys f WHERE f.queue = q LIMIT 1));
     ELSE
         v_fair := ARRAY(SELECT q FROM jobq._fair_queues() q WHERE grants IS NULL OR jobq._sees(q, grants));
     END IF;
@@ -713,6 +730,8 @@ DECLARE
     v_set    bigint;
     v_idle   tid[];
     v_twins  tid[];
+    v_gone   jobq.fairness_keys[];  -- the identities of the rows deleted
+    v_more   jobq.fairness_keys[];
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed'
        OR NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:prune')) THEN
@@ -733,7 +752,7 @@ BEGIN
         PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
         v_idle := ARRAY(
             SELECT g.ctid FROM jobq.fairness g
-             WHERE g.queue = q
+             WHERE g.queue_hash = hashtext(q) AND g.queue = q
                AND CASE WHEN g.priority IS NULL THEN g.weight = 1
                         WHEN g.fairness_key IS NULL THEN false
                         ELSE (SELECT true FROM jobq.ready r
@@ -745,7 +764,7 @@ BEGIN
             SELECT t.ctid
               FROM (SELECT h.ctid, row_number() OVER (PARTITION BY h.fairness_key, h.priority
                                                       ORDER BY h.served, h.ctid) AS n
-                      FROM jobq.fairness h WHERE h.queue = q) t
+                      FROM jobq.fairness h WHERE h.queue_hash = hashtext(q) AND h.queue = q) t
              WHERE t.n > 1);
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:' || q));
         -- Before any deletion (an assignment, not PERFORM: no plan started).
@@ -754,13 +773,14 @@ BEGIN
         -- looked at again as above (an enqueue may have made a job of the key ready since; a
         -- moved row is no longer there), and locked before they are deleted. (The look for a
         -- waiting job is written out twice, here and above: the price of not holding enqueues.)
+        WITH gone AS (
         DELETE FROM jobq.fairness f
          WHERE f.ctid = ANY (ARRAY(
                    SELECT g.ctid FROM jobq.fairness g
                     WHERE g.ctid = ANY (v_idle || v_twins) AND g.queue = q
                       AND CASE WHEN g.ctid = ANY (v_twins)
                                THEN (SELECT true FROM jobq.fairness h
-                                      WHERE h.queue = q AND h.priority IS NOT DISTINCT FROM g.priority
+                                      WHERE h.queue_hash = hashtext(q) AND h.queue = q AND h.priority IS NOT DISTINCT FROM g.priority
                                         AND (h.fairness_key = g.fairness_key OR h.fairness_key IS NULL AND g.fairness_key IS NULL)
                                         AND (h.served, h.ctid) < (g.served, g.ctid)
                                       LIMIT 1)
@@ -770,16 +790,38 @@ BEGIN
                                       WHERE r.queue_hash = hashtext(q) AND r.priority = g.priority
                                         AND r.fairness_key = g.fairness_key AND r.queue = q
                                       LIMIT 1) IS NULL END
-                      FOR UPDATE OF g SKIP LOCKED));
+                      FOR UPDATE OF g SKIP LOCKED))
+        RETURNING f.queue, f.fairness_key, f.priority, f.weight)
+        SELECT ARRAY(SELECT (g.queue, g.fairness_key, g.priority, g.weight)::jobq.fairness_keys FROM gone g) INTO v_gone;
         -- The queue's row for its jobs without a key at a priority where no key's row is left.
+        WITH gone AS (
         DELETE FROM jobq.fairness f
          WHERE f.ctid = ANY (ARRAY(
                    SELECT g.ctid FROM jobq.fairness g
-                    WHERE g.queue = q AND g.fairness_key IS NULL AND g.priority IS NOT NULL
+                    WHERE g.queue_hash = hashtext(q) AND g.queue = q AND g.fairness_key IS NULL AND g.priority IS NOT NULL
                       AND (SELECT true FROM jobq.fairness h
-                            WHERE h.queue = q AND h.fairness_key IS NOT NULL AND h.priority = g.priority
+                            WHERE h.queue_hash = hashtext(q) AND h.queue = q AND h.fairness_key IS NOT NULL
+                              AND h.priority = g.priority
                             LIMIT 1) IS NULL
-                      FOR UPDATE SKIP LOCKED));
+                      FOR UPDATE SKIP LOCKED))
+        RETURNING f.queue, f.fairness_key, f.priority, f.weight)
+        SELECT ARRAY(SELECT (g.queue, g.fairness_key, g.priority, g.weight)::jobq.fairness_keys FROM gone g) INTO v_more;
+        -- A copy for each row deleted: the n-th deleted row of an identity takes its n-th copy,
+        -- found by fairness_by_key (`= fairness_key` or `IS NULL`, as in jobq._fair_keys).
+        DELETE FROM jobq.fairness_keys k
+         WHERE k.ctid = ANY (ARRAY(
+                   SELECT CASE WHEN d.fairness_key IS NULL
+                               THEN (SELECT c.ctid FROM jobq.fairness_keys c
+                                      WHERE c.queue = q AND c.fairness_key IS NULL
+                                        AND c.priority IS NOT DISTINCT FROM d.priority
+                                      ORDER BY c.ctid OFFSET d.n - 1 LIMIT 1)
+                               ELSE (SELECT c.ctid FROM jobq.fairness_keys c
+                                      WHERE c.queue = q AND c.fairness_key = d.fairness_key
+                                        AND c.priority IS NOT DISTINCT FROM d.priority
+                                      ORDER BY c.ctid OFFSET d.n - 1 LIMIT 1) END
+                     FROM (SELECT u.fairness_key, u.priority,
+                                  row_number() OVER (PARTITION BY u.fairness_key, u.priority) AS n
+                             FROM unnest(v_gone || v_more) u) d));
     END LOOP;
 END $$;
 
@@ -1444,8 +1486,8 @@ BEGIN
     v_live := jobq._usable_worker(worker);
     -- A call that may take from a fair queue is jobq._checkout_fair's (src/sql/fairness.sql);
     -- where no queue is fair, one look at an empty table.
-    v_fair := CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness)
-                   ELSE EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue = ANY (queues)) END;
+    v_fair := CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness_keys)
+                   ELSE EXISTS (SELECT 1 FROM jobq.fairness_keys f WHERE f.queue = ANY (queues)) END;
     -- Where the walk starts: past the dead entries of earlier claims (src/floors.rs).
     SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;
 
@@ -2531,7 +2573,7 @@ GRANT EXECUTE ON FUNCTION
     jobq_enqueue_batch(text, jsonb[], text, integer, timestamptz, integer, text)
 TO jobq_producer;
 GRANT EXECUTE ON FUNCTION jobq_set_fairness_weight(text, text, integer) TO jobq_admin;
-GRANT SELECT ON jobq.queue_grants, jobq.fairness TO jobq_admin;
+GRANT SELECT ON jobq.queue_grants, jobq.fairness, jobq.fairness_keys TO jobq_admin;
 
 -- Row level security on the tables jobq_reader reads directly: a limited role (src/sql/grants.sql)
 -- reads the rows of its queues only; its own workers; the locks whose keys its patterns cover or

@@ -309,7 +309,7 @@ unsafe fn claim(
     // turns when it is fair (src/fairness.rs); any other, by the SQL.
     let nsp = (*(*r.ready).rd_rel).relnamespace;
     let turns = match queues {
-        // Whether the queue takes turns: one descent of an index of jobq.fairness.
+        // Whether the queue takes turns: one descent of fairness_by_key (src/fairness.rs).
         Queues::One(q) if crate::fairness::any(nsp, None) => crate::fairness::Turns::open(nsp, *q, r.ready, &l, snapshot, counts)?,
         Queues::One(_) => None,
         _ if crate::fairness::any(nsp, Some(snapshot)) => return None,

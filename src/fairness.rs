@@ -19,7 +19,8 @@ use std::ffi::CStr;
 use std::ptr::null_mut;
 
 /// Whether fairness key `key` of queue `queue` (text datums), and the queue's jobs without a
-/// key, have their rows of `jobq.fairness` at `priority`: what `jobq._fair_keys` looks for under
+/// key, have their rows of `jobq.fairness` at `priority` (their copies in `jobq.fairness_keys`):
+/// what `jobq._fair_keys` looks for under
 /// READ COMMITTED before it inserts anything (src/sql/fairness.sql), under the same shared
 /// advisory lock on the queue (taken here and held to the end of the transaction) and with a
 /// snapshot taken after it. False when a row is missing, or when the table or its index is not
@@ -28,7 +29,7 @@ use std::ptr::null_mut;
 /// known key 54 us against 8 for the enqueue itself).
 pub unsafe fn has_turns(nsp: pg_sys::Oid, queue: pg_sys::Datum, priority: i32, key: pg_sys::Datum) -> bool {
     let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
-    let (rel_id, ix_id) = (relid(c"fairness"), relid(c"fairness_by_key"));
+    let (rel_id, ix_id) = (relid(c"fairness_keys"), relid(c"fairness_by_key"));
     if rel_id == pg_sys::InvalidOid || ix_id == pg_sys::InvalidOid {
         return false;
     }
@@ -38,10 +39,7 @@ pub unsafe fn has_turns(nsp: pg_sys::Oid, queue: pg_sys::Datum, priority: i32, k
     let share = pg_sys::AccessShareLock as i32;
     let rel = pg_sys::table_open(rel_id, share);
     let ix = pg_sys::index_open(ix_id, share);
-    let desc = (*rel).rd_att;
-    let want = [("queue", pg_sys::TEXTOID), ("fairness_key", pg_sys::TEXTOID), ("priority", pg_sys::INT4OID)]
-        .map(|(name, typ)| column_of(desc, name, typ).map(|i| (i + 1) as i16));
-    let fits = want.iter().all(Option::is_some) && keys_are(ix, &want.map(Option::unwrap)) && (*ix).rd_indpred.is_null();
+    let fits = by_key_fits(rel, ix);
     let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
     let coll = *(*ix).rd_indcollation;
     let oid = pg_sys::Oid::from;
@@ -77,6 +75,41 @@ pub unsafe fn has_turns(nsp: pg_sys::Oid, queue: pg_sys::Datum, priority: i32, k
     found
 }
 
+/// Whether queue `queue` (a text datum) has a row of `jobq.fairness` in `snapshot`: one descent
+/// of fairness_by_key among the rows' copies (`jobq.fairness_keys`). None when the table or
+/// its index is not what is named here.
+unsafe fn has_keys(nsp: pg_sys::Oid, queue: pg_sys::Datum, snapshot: pg_sys::Snapshot) -> Option<bool> {
+    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let (rel_id, ix_id) = (relid(c"fairness_keys"), relid(c"fairness_by_key"));
+    if rel_id == pg_sys::InvalidOid || ix_id == pg_sys::InvalidOid {
+        return None;
+    }
+    let share = pg_sys::AccessShareLock as i32;
+    let rel = pg_sys::table_open(rel_id, share);
+    let ix = pg_sys::index_open(ix_id, share);
+    let found = by_key_fits(rel, ix).then(|| {
+        let mut keys: [pg_sys::ScanKeyData; 1] = std::mem::zeroed();
+        let coll = *(*ix).rd_indcollation;
+        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::InvalidOid, coll, pg_sys::Oid::from(pg_sys::F_TEXTEQ), queue);
+        let mut any = false;
+        scan(rel, ix, snapshot, &mut keys, |_| {
+            any = true;
+            false
+        });
+        any
+    });
+    pg_sys::index_close(ix, pg_sys::NoLock as i32);
+    pg_sys::table_close(rel, pg_sys::NoLock as i32);
+    found
+}
+
+/// Whether `ix` is fairness_by_key as named here: `rel`'s (queue, fairness_key, priority), whole.
+unsafe fn by_key_fits(rel: pg_sys::Relation, ix: pg_sys::Relation) -> bool {
+    let want = [("queue", pg_sys::TEXTOID), ("fairness_key", pg_sys::TEXTOID), ("priority", pg_sys::INT4OID)]
+        .map(|(name, typ)| column_of((*rel).rd_att, name, typ).map(|i| (i + 1) as i16));
+    want.iter().all(Option::is_some) && keys_are(ix, &want.map(Option::unwrap)) && (*ix).rd_indpred.is_null()
+}
+
 /// Column `name` of `desc`, 0-based, when it is of type `typ`.
 unsafe fn column_of(desc: pg_sys::TupleDesc, name: &str, typ: pg_sys::Oid) -> Option<usize> {
     column(desc, name).filter(|&i| (*tupdesc_attr(desc, i)).atttypid == typ)
@@ -88,14 +121,14 @@ unsafe fn keys_are(ix: pg_sys::Relation, want: &[i16]) -> bool {
     (*i).indnkeyatts as usize == want.len() && (*i).indkey.values.as_slice(want.len()) == want && (*ix).rd_indexprs.is_null()
 }
 
-/// Whether `jobq.fairness` has a row in `snapshot` (`snapshot` None: whether it may have one,
-/// from its size alone, without reading it: every claim leaves a dead version there, and a
-/// read passes them until vacuum).
+/// Whether `jobq.fairness` has a row in `snapshot`, read from its copies in
+/// `jobq.fairness_keys`, which no claim updates (`snapshot` None: whether it may have one, from
+/// their size alone, without reading them).
 pub unsafe fn any(nsp: pg_sys::Oid, snapshot: Option<pg_sys::Snapshot>) -> bool {
     look(
         Table::Fairness,
         || {
-            let table = pg_sys::get_relname_relid(c"fairness".as_ptr(), nsp);
+            let table = pg_sys::get_relname_relid(c"fairness_keys".as_ptr(), nsp);
             // None: an older release's SQL under this library.
             (table != pg_sys::InvalidOid).then(|| (pg_sys::table_open(table, pg_sys::AccessShareLock as i32), ()))
         },
@@ -486,7 +519,6 @@ impl Turns {
             relid(c"ready_fair"),
             relid(c"ready_by_queue"),
             relid(c"fairness_turns"),
-            relid(c"fairness_by_key"),
         ];
         if ids.contains(&pg_sys::InvalidOid) {
             return None;
@@ -496,10 +528,8 @@ impl Turns {
         let by_turn = pg_sys::index_open(ids[1], share);
         let fair = pg_sys::index_open(ids[2], share);
         let by_queue = pg_sys::index_open(ids[3], share);
-        let by_key = pg_sys::index_open(ids[5], share);
         let close = || {
             let no = pg_sys::NoLock as i32;
-            pg_sys::index_close(by_key, no);
             pg_sys::index_close(by_queue, no);
             pg_sys::index_close(fair, no);
             pg_sys::index_close(by_turn, no);
@@ -528,7 +558,6 @@ impl Turns {
                 let a = |i: usize| (c[i] + 1) as i16;
                 !updated
                     && keys_are(by_turn, &[a(6), a(2), a(4)])
-                    && keys_are(by_key, &[a(0), a(1), a(2)])
                     && keys_are(fair, &[l.r_queue_hash, l.r_priority, rk, l.r_run_at, l.r_id])
                     && keys_are(by_queue, &[l.r_queue_hash, l.r_priority, l.r_run_at, l.r_id])
             }
@@ -559,22 +588,15 @@ impl Turns {
         // Whether the queue has a row. Yes, where this backend keeps a floor of it that the
         // inserts of turns since have kept (a row deleted since leaves a queue whose walks find no
         // turns, which serve its jobs in claim order: what the plain walk does). Otherwise one
-        // descent of fairness_by_key (whose front holds the old entries of one key's moves, not
-        // those of every key's, as fairness_by_turn's does).
+        // descent of fairness_by_key, among the rows' copies (jobq.fairness_keys).
         let name = text(queue);
         if counts.is_some_and(|n| FLOORS.with(|f| f.borrow_mut().iter_mut().any(|fl| fl.id.0 == ids[0] && fl.id.1 == name && fl.current(n.turns)))) {
-            pg_sys::index_close(by_key, pg_sys::NoLock as i32);
             return Some(Some(t));
         }
-        let mut keys: [pg_sys::ScanKeyData; 1] = std::mem::zeroed();
-        let coll = *(*by_key).rd_indcollation;
-        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::InvalidOid, coll, pg_sys::Oid::from(pg_sys::F_TEXTEQ), queue);
-        let mut any = false;
-        scan(rel, by_key, snapshot, &mut keys, |_| {
-            any = true;
-            false
-        });
-        pg_sys::index_close(by_key, pg_sys::NoLock as i32);
+        let Some(any) = has_keys(nsp, queue, snapshot) else {
+            t.close();
+            return None;
+        };
         if !any {
             t.close();
             return Some(None);

@@ -53,6 +53,21 @@ fn k(s: &str) -> Option<String> {
     Some(s.to_string())
 }
 
+/// Rows of jobq.fairness without their copy in jobq.fairness_keys, and copies without their
+/// row (the same queue, key, priority and weight, as many times), read in one snapshot.
+fn copies_astray(c: &mut impl postgres::GenericClient) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM ((SELECT queue, fairness_key, priority, weight FROM jobq.fairness
+                                EXCEPT ALL SELECT queue, fairness_key, priority, weight FROM jobq.fairness_keys)
+                               UNION ALL
+                               (SELECT queue, fairness_key, priority, weight FROM jobq.fairness_keys
+                                EXCEPT ALL SELECT queue, fairness_key, priority, weight FROM jobq.fairness)) d",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
 #[test]
 fn the_keys_take_turns_whatever_the_backlog() {
     let (_, _, mut c) = db();
@@ -101,8 +116,10 @@ fn a_weight_gives_a_key_more_jobs_per_turn() {
     c.execute("SELECT * FROM jobq_reap()", &[]).unwrap();
     let weight: i32 = c.query_one("SELECT weight FROM jobq.fairness WHERE queue = 'q' AND fairness_key = 'big'", &[]).unwrap().get(0);
     assert_eq!(weight, 3);
+    assert_eq!(copies_astray(&mut c), 0);
     // The jobs without a key are one key, and take a weight too (fairness_key NULL).
     c.execute("SELECT jobq_set_fairness_weight('n', NULL, 2)", &[]).unwrap();
+    assert_eq!(copies_astray(&mut c), 0);
     enqueue(&mut c, "n", None, 8);
     enqueue(&mut c, "n", Some("a"), 3);
     let order = drain(&mut c, w, "n");
@@ -157,6 +174,7 @@ fn an_enqueue_in_repeatable_read_or_serializable_makes_a_keys_turns_once() {
         c.query("SELECT * FROM jobq_reap()", &[]).unwrap();
         let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE queue = $1", &[&queue]).unwrap().get(0);
         assert_eq!(rows, 0, "{isolation}: pruned");
+        assert_eq!(copies_astray(&mut c), 0, "{isolation}: pruned with their copies");
         let job: i64 = t.query_one("SELECT jobq_enqueue($1, fairness_key => 'a')", &[&queue]).unwrap().get(0);
         t.commit().unwrap();
         assert_eq!(take(&mut c, w, Some(&[queue])), Some((job, k("a"))), "{isolation}: served");
@@ -215,6 +233,7 @@ fn a_keyed_job_back_to_waiting_after_its_key_was_pruned_is_served() {
     c.execute("SELECT jobq_fail($1, $2, '{}', retry_in => '0 s')", &[&id, &w]).unwrap();
     let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE queue = 'q'", &[]).unwrap().get(0);
     assert_eq!(rows, 2, "the key's row and the row of the jobs without one");
+    assert_eq!(copies_astray(&mut c), 0);
     assert_eq!(take(&mut c, w, Some(&["q"])), Some((id, k("t1"))));
     assert_job_tables_consistent(&mut c);
 }
@@ -360,15 +379,85 @@ fn enqueues_of_a_key_never_wait_for_open_checkouts_or_enqueues() {
     tb.commit().unwrap();
     let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE fairness_key = 'new'", &[]).unwrap().get(0);
     assert_eq!(rows, 2, "each inserted the new key's row");
+    assert_eq!(copies_astray(&mut c), 0, "each with its copy");
     c.execute("SELECT * FROM jobq_reap()", &[]).unwrap();
     let rows: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE fairness_key = 'new'", &[]).unwrap().get(0);
     assert_eq!(rows, 1, "the pass keeps one");
+    assert_eq!(copies_astray(&mut c), 0, "and one copy");
     // Every job is still taken, each once.
     let mut ids = BTreeSet::new();
     while let Some((id, _)) = take(&mut c, w, Some(&["q"])) {
         assert!(ids.insert(id));
     }
     assert_eq!(ids.len(), 6);
+    assert_job_tables_consistent(&mut c);
+}
+
+/// The rows' copies in jobq.fairness_keys, where enqueues look a key up, follow the rows while
+/// producers add keys, workers move them and passes prune them, all at once: every snapshot of
+/// a pass sees as many copies of each key as rows, and every job is served once, including
+/// those of keys pruned and added again.
+#[test]
+fn the_rows_copies_follow_them_through_enqueues_claims_and_prunes() {
+    const PRODUCERS: usize = 3;
+    const ROUNDS: usize = 60;
+    let (cluster, name, mut c) = db();
+    let produced = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::<i64>::new());
+    std::thread::scope(|s| {
+        for p in 0..PRODUCERS {
+            let mut conn = cluster.connect(&name);
+            let produced = &produced;
+            s.spawn(move || {
+                for r in 0..ROUNDS {
+                    // A key the other producers use too, and one of its own seen once.
+                    let shared = format!("s{}", r % 5);
+                    let own = format!("p{p}-{r}");
+                    enqueue(&mut conn, "c", Some(&shared), 1);
+                    enqueue(&mut conn, "c", Some(&own), 1);
+                    enqueue(&mut conn, "c", None, 1);
+                }
+                produced.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        for _ in 0..3 {
+            let mut conn = cluster.connect(&name);
+            let (produced, done) = (&produced, &done);
+            s.spawn(move || {
+                let w = register(&mut conn);
+                loop {
+                    let finished = produced.load(Ordering::SeqCst) == PRODUCERS;
+                    match take(&mut conn, w, Some(&["c"])) {
+                        Some((id, _)) => {
+                            assert!(conn.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+                            done.lock().unwrap().push(id);
+                        }
+                        None if finished => break,
+                        None => {}
+                    }
+                }
+            });
+        }
+        let mut conn = cluster.connect(&name);
+        let produced = &produced;
+        s.spawn(move || {
+            loop {
+                let last = produced.load(Ordering::SeqCst) == PRODUCERS;
+                conn.query("SELECT * FROM jobq_reap()", &[]).unwrap();
+                assert_eq!(copies_astray(&mut conn), 0, "rows and copies apart after a pass");
+                if last {
+                    break;
+                }
+            }
+        });
+    });
+    let done = done.into_inner().unwrap();
+    let ids: BTreeSet<i64> = done.iter().copied().collect();
+    assert_eq!(ids.len(), done.len(), "a job completed twice");
+    assert_eq!(ids.len(), PRODUCERS * ROUNDS * 3, "every job served");
+    c.query("SELECT * FROM jobq_reap()", &[]).unwrap();
+    let left: i64 = c.query_one("SELECT count(*) FROM jobq.fairness_keys", &[]).unwrap().get(0);
+    assert_eq!((left, copies_astray(&mut c)), (0, 0), "the last pass prunes every row and copy");
     assert_job_tables_consistent(&mut c);
 }
 

@@ -329,6 +329,7 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     refused(&mut w, "SELECT jobq_set_rate_limit('k', 1, '1 s')");
     refused(&mut w, "SELECT jobq_set_fairness_weight('q', 'k', 2)");
     refused(&mut w, "SELECT * FROM jobq.fairness");
+    refused(&mut w, "SELECT * FROM jobq.fairness_keys");
     refused(&mut w, "SELECT jobq_set_node(1)");
     refused(&mut w, "SELECT * FROM jobq.crontab");
     refused(&mut w, "SELECT * FROM jobq.rate_limits");
@@ -346,6 +347,7 @@ fn each_role_can_do_its_calls_and_is_refused_the_others() {
     ad.query("SELECT * FROM jobq.rate_limits", &[]).unwrap();
     ad.execute("SELECT jobq_set_fairness_weight('q', 'k', 2)", &[]).unwrap();
     ad.query("SELECT * FROM jobq.fairness", &[]).unwrap();
+    ad.query("SELECT * FROM jobq.fairness_keys", &[]).unwrap();
     // The admin may call jobq_set_node; this node has made jobs, so it says 55000, not 42501.
     assert_eq!(sqlstate(&ad.execute("SELECT jobq_set_node(1)", &[]).unwrap_err()), "55000");
     let seen: i64 = r.query_one("SELECT count(*) FROM jobq.schedules WHERE name = 'nightly'", &[]).unwrap().get(0);

@@ -282,8 +282,8 @@ BEGIN
     v_live := jobq._usable_worker(worker);
     -- A call that may take from a fair queue is jobq._checkout_fair's (src/sql/fairness.sql);
     -- where no queue is fair, one look at an empty table.
-    v_fair := CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness)
-                   ELSE EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue = ANY (queues)) END;
+    v_fair := CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness_keys)
+                   ELSE EXISTS (SELECT 1 FROM jobq.fairness_keys f WHERE f.queue = ANY (queues)) END;
     -- Where the walk starts: past the dead entries of earlier claims (src/floors.rs).
     SELECT f.priority, f.run_at, f.id INTO v_fp, v_fr, v_fi FROM jobq._floor('jobq.ready'::regclass, v_queue) f;
 

@@ -47,7 +47,8 @@ CREATE SEQUENCE jobq.fairness_pruned AS bigint;
 -- without a key, whose row at a priority comes with the first keyed job there (a priority
 -- where only jobs without a key wait has no row, and no turns to take). Written by
 -- jobq._fair_keys (a keyed job becomes ready), jobq_set_fairness_weight and the claims; pruned
--- by the pass (jobq._prune_fairness).
+-- by the pass (jobq._prune_fairness). Each row has a copy in jobq.fairness_keys (below), where
+-- it is looked up by key.
 -- No unique index: an enqueue that inserted a key's row would make every other enqueue of that
 -- key wait for its commit (and two enqueues that insert two new keys in opposite orders would
 -- deadlock), and one that met a row a running checkout had moved would wait for that checkout.
@@ -73,13 +74,29 @@ WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
 -- collation and put every later column at an offset computed entry by entry (a fair job's
 -- instructions, docs/performance.md). Names may share a hash: a walk checks each row's queue.
 CREATE INDEX fairness_by_turn ON jobq.fairness (queue_hash, priority, served);
--- A key's rows (jobq._fair_keys, jobq_set_fairness_weight, the pass).
-CREATE INDEX fairness_by_key ON jobq.fairness (queue, fairness_key, priority);
 -- Statements here keep a generic plan, which estimates `queue = $1` as 1 / (the distinct queues
 -- ANALYZE saw): with one fair queue, every row, and a look for a queue with no turns read the
 -- whole table. A fixed estimate of many queues keeps them on the indexes (as jobq.ready's).
 ALTER TABLE jobq.fairness ALTER COLUMN queue SET (n_distinct = 1000), ALTER COLUMN queue_hash SET (n_distinct = 1000);
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness', '');
+
+-- The identity (queue, fairness key, priority) and weight of each row of jobq.fairness, as many
+-- copies as it has rows: where a key's rows are looked up by key (jobq._fair_keys,
+-- jobq_set_fairness_weight, the fast paths' looks, the queues that take turns). Kept apart
+-- because every claim moves its key's row of jobq.fairness: a new version whose `served` is
+-- indexed, so an entry in each index of that table; an index by key there cost each claim a
+-- second entry (bench/instructions.sh, row jobq_fair). Inserted with the rows
+-- (jobq._fair_keys), given the same weight (jobq_set_fairness_weight), deleted with them
+-- (jobq._prune_fairness), never moved. No unique index, for jobq.fairness's reasons.
+CREATE TABLE jobq.fairness_keys (
+    queue         text NOT NULL,
+    fairness_key  text,
+    priority      integer,
+    weight        integer NOT NULL DEFAULT 1
+);
+CREATE INDEX fairness_by_key ON jobq.fairness_keys (queue, fairness_key, priority);
+ALTER TABLE jobq.fairness_keys ALTER COLUMN queue SET (n_distinct = 1000);
+SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.fairness_turns', '');
 
 -- Whatever inserts turns notes its database in shared memory before it commits, so that the
@@ -140,31 +157,34 @@ BEGIN
                                        pg_current_snapshot());
     END IF;
     -- A key's rows are looked up by `fairness_key = k` or `IS NULL`, each a condition of
-    -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue, and the
-    -- old versions of every claim's move).
+    -- fairness_by_key (`IS NOT DISTINCT FROM` is none: it read every row of the queue).
     -- Each look a subquery with LIMIT, not EXISTS: the planner made that a hashed subplan that
     -- read every row of the queue at each call (5 ms with 16,000 keys).
     v_missing := ARRAY(
         SELECT k FROM unnest(keys || CASE WHEN _fair_keys.priority IS NOT NULL THEN ARRAY[NULL::text] END) k
          WHERE NOT v_rc
             OR CASE WHEN k IS NULL
-                    THEN (SELECT true FROM jobq.fairness f
+                    THEN (SELECT true FROM jobq.fairness_keys f
                            WHERE f.queue = _fair_keys.queue AND f.fairness_key IS NULL
                              AND f.priority IS NOT DISTINCT FROM _fair_keys.priority LIMIT 1)
-                    ELSE (SELECT true FROM jobq.fairness f
+                    ELSE (SELECT true FROM jobq.fairness_keys f
                            WHERE f.queue = _fair_keys.queue AND f.fairness_key = k
                              AND f.priority IS NOT DISTINCT FROM _fair_keys.priority LIMIT 1) END IS NULL);
     IF cardinality(v_missing) = 0 THEN
         RETURN;
     END IF;
+    WITH added AS (
+        INSERT INTO jobq.fairness_keys (queue, fairness_key, priority, weight)
+        SELECT _fair_keys.queue, k, _fair_keys.priority,
+               coalesce(CASE WHEN k IS NULL
+                             THEN (SELECT max(g.weight) FROM jobq.fairness_keys g
+                                    WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NULL)
+                             ELSE (SELECT max(g.weight) FROM jobq.fairness_keys g
+                                    WHERE g.queue = _fair_keys.queue AND g.fairness_key = k) END, 1)
+          FROM unnest(v_missing) k
+        RETURNING fairness_keys.queue, fairness_keys.fairness_key, fairness_keys.priority, fairness_keys.weight)
     INSERT INTO jobq.fairness (queue, fairness_key, priority, weight)
-    SELECT _fair_keys.queue, k, _fair_keys.priority,
-           coalesce(CASE WHEN k IS NULL
-                         THEN (SELECT max(g.weight) FROM jobq.fairness g
-                                WHERE g.queue = _fair_keys.queue AND g.fairness_key IS NULL)
-                         ELSE (SELECT max(g.weight) FROM jobq.fairness g
-                                WHERE g.queue = _fair_keys.queue AND g.fairness_key = k) END, 1)
-      FROM unnest(v_missing) k;
+    SELECT a.queue, a.fairness_key, a.priority, a.weight FROM added a;
 END $$;
 
 -- jobq_set_fairness_weight(queue, fairness_key, weight): the key (NULL: the queue's jobs
@@ -183,10 +203,16 @@ BEGIN
         RAISE EXCEPTION 'jobq: weight must be between 1 and 100, got %', weight USING ERRCODE = '22023';
     END IF;
     PERFORM jobq._fair_keys(queue, NULL, ARRAY[fairness_key]);  -- the row that keeps the weight
-    -- The key's rows by fairness_by_key: `= fairness_key` or `IS NULL`, each a condition of the
-    -- index (`IS NOT DISTINCT FROM` is none: it read every row of the queue).
-    UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
+    -- The key's copies by fairness_by_key: `= fairness_key` or `IS NULL`, each a condition of
+    -- the index (`IS NOT DISTINCT FROM` is none: it read every row of the queue).
+    UPDATE jobq.fairness_keys f SET weight = jobq_set_fairness_weight.weight
      WHERE f.queue = jobq_set_fairness_weight.queue
+       AND (f.fairness_key = jobq_set_fairness_weight.fairness_key
+            OR f.fairness_key IS NULL AND jobq_set_fairness_weight.fairness_key IS NULL);
+    -- Its rows of turns, among the queue's (fairness_by_turn has no key: a call that changes a
+    -- weight reads every row of the queue, so that no claim writes an entry by key).
+    UPDATE jobq.fairness f SET weight = jobq_set_fairness_weight.weight, taken = 0
+     WHERE f.queue_hash = hashtext(jobq_set_fairness_weight.queue) AND f.queue = jobq_set_fairness_weight.queue
        AND (f.fairness_key = jobq_set_fairness_weight.fairness_key
             OR f.fairness_key IS NULL AND jobq_set_fairness_weight.fairness_key IS NULL);
 END $$;
@@ -450,11 +476,11 @@ DECLARE
     c          record;
     v_blocked  "char";
 BEGIN
-    -- One descent of jobq.fairness per queue named, or per fair queue for a call of every
+    -- One descent of fairness_by_key per queue named, or per fair queue for a call of every
     -- queue (never a read of every key's row).
     IF queues IS NOT NULL THEN
         v_fair := ARRAY(SELECT DISTINCT q FROM unnest(queues) q
-                         WHERE (SELECT true FROM jobq.fairness f WHERE f.queue = q LIMIT 1));
+                         WHERE (SELECT true FROM jobq.fairness_keys f WHERE f.queue = q LIMIT 1));
     ELSE
         v_fair := ARRAY(SELECT q FROM jobq._fair_queues() q WHERE grants IS NULL OR jobq._sees(q, grants));
     END IF;
@@ -614,16 +640,16 @@ BEGIN
     END LOOP;
 END $$;
 
--- The queues that take turns, one descent of jobq.fairness's unique index each (inside
--- jobq._checkout and the pass, whose settings it keeps).
+-- The queues that take turns, one descent of fairness_by_key each (inside jobq._checkout and
+-- the pass, whose settings it keeps).
 CREATE FUNCTION jobq._fair_queues() RETURNS SETOF text
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY
     WITH RECURSIVE q(queue) AS (
-        (SELECT f.queue FROM jobq.fairness f ORDER BY f.queue LIMIT 1)
+        (SELECT f.queue FROM jobq.fairness_keys f ORDER BY f.queue LIMIT 1)
         UNION ALL
-        SELECT (SELECT f.queue FROM jobq.fairness f WHERE f.queue > q.queue ORDER BY f.queue LIMIT 1)
+        SELECT (SELECT f.queue FROM jobq.fairness_keys f WHERE f.queue > q.queue ORDER BY f.queue LIMIT 1)
           FROM q WHERE q.queue IS NOT NULL)
     SELECT q.queue FROM q WHERE q.queue IS NOT NULL;
 END $$;
@@ -639,7 +665,8 @@ END $$;
 -- each statement's snapshot is taken after the lock. Rows a checkout holds are passed over.
 -- One pass prunes at a time (another skips its prune): the last one's id in
 -- jobq.fairness_pruned then tells a transaction snapshot that sees it over that it sees every
--- deletion of turns made so far (jobq._fair_keys).
+-- deletion of turns made so far (jobq._fair_keys). A copy in jobq.fairness_keys goes with each
+-- row deleted, under the same lock: a key's copies are as many as its rows.
 CREATE FUNCTION jobq._prune_fairness() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
@@ -647,6 +674,8 @@ DECLARE
     v_set    bigint;
     v_idle   tid[];
     v_twins  tid[];
+    v_gone   jobq.fairness_keys[];  -- the identities of the rows deleted
+    v_more   jobq.fairness_keys[];
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed'
        OR NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:prune')) THEN
@@ -667,7 +696,7 @@ BEGIN
         PERFORM pg_advisory_unlock(1785684593, hashtext('fairness:' || q));
         v_idle := ARRAY(
             SELECT g.ctid FROM jobq.fairness g
-             WHERE g.queue = q
+             WHERE g.queue_hash = hashtext(q) AND g.queue = q
                AND CASE WHEN g.priority IS NULL THEN g.weight = 1
                         WHEN g.fairness_key IS NULL THEN false
                         ELSE (SELECT true FROM jobq.ready r
@@ -679,7 +708,7 @@ BEGIN
             SELECT t.ctid
               FROM (SELECT h.ctid, row_number() OVER (PARTITION BY h.fairness_key, h.priority
                                                       ORDER BY h.served, h.ctid) AS n
-                      FROM jobq.fairness h WHERE h.queue = q) t
+                      FROM jobq.fairness h WHERE h.queue_hash = hashtext(q) AND h.queue = q) t
              WHERE t.n > 1);
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(1785684593, hashtext('fairness:' || q));
         -- Before any deletion (an assignment, not PERFORM: no plan started).
@@ -688,13 +717,14 @@ BEGIN
         -- looked at again as above (an enqueue may have made a job of the key ready since; a
         -- moved row is no longer there), and locked before they are deleted. (The look for a
         -- waiting job is written out twice, here and above: the price of not holding enqueues.)
+        WITH gone AS (
         DELETE FROM jobq.fairness f
          WHERE f.ctid = ANY (ARRAY(
                    SELECT g.ctid FROM jobq.fairness g
                     WHERE g.ctid = ANY (v_idle || v_twins) AND g.queue = q
                       AND CASE WHEN g.ctid = ANY (v_twins)
                                THEN (SELECT true FROM jobq.fairness h
-                                      WHERE h.queue = q AND h.priority IS NOT DISTINCT FROM g.priority
+                                      WHERE h.queue_hash = hashtext(q) AND h.queue = q AND h.priority IS NOT DISTINCT FROM g.priority
                                         AND (h.fairness_key = g.fairness_key OR h.fairness_key IS NULL AND g.fairness_key IS NULL)
                                         AND (h.served, h.ctid) < (g.served, g.ctid)
                                       LIMIT 1)
@@ -704,15 +734,37 @@ BEGIN
                                       WHERE r.queue_hash = hashtext(q) AND r.priority = g.priority
                                         AND r.fairness_key = g.fairness_key AND r.queue = q
                                       LIMIT 1) IS NULL END
-                      FOR UPDATE OF g SKIP LOCKED));
+                      FOR UPDATE OF g SKIP LOCKED))
+        RETURNING f.queue, f.fairness_key, f.priority, f.weight)
+        SELECT ARRAY(SELECT (g.queue, g.fairness_key, g.priority, g.weight)::jobq.fairness_keys FROM gone g) INTO v_gone;
         -- The queue's row for its jobs without a key at a priority where no key's row is left.
+        WITH gone AS (
         DELETE FROM jobq.fairness f
          WHERE f.ctid = ANY (ARRAY(
                    SELECT g.ctid FROM jobq.fairness g
-                    WHERE g.queue = q AND g.fairness_key IS NULL AND g.priority IS NOT NULL
+                    WHERE g.queue_hash = hashtext(q) AND g.queue = q AND g.fairness_key IS NULL AND g.priority IS NOT NULL
                       AND (SELECT true FROM jobq.fairness h
-                            WHERE h.queue = q AND h.fairness_key IS NOT NULL AND h.priority = g.priority
+                            WHERE h.queue_hash = hashtext(q) AND h.queue = q AND h.fairness_key IS NOT NULL
+                              AND h.priority = g.priority
                             LIMIT 1) IS NULL
-                      FOR UPDATE SKIP LOCKED));
+                      FOR UPDATE SKIP LOCKED))
+        RETURNING f.queue, f.fairness_key, f.priority, f.weight)
+        SELECT ARRAY(SELECT (g.queue, g.fairness_key, g.priority, g.weight)::jobq.fairness_keys FROM gone g) INTO v_more;
+        -- A copy for each row deleted: the n-th deleted row of an identity takes its n-th copy,
+        -- found by fairness_by_key (`= fairness_key` or `IS NULL`, as in jobq._fair_keys).
+        DELETE FROM jobq.fairness_keys k
+         WHERE k.ctid = ANY (ARRAY(
+                   SELECT CASE WHEN d.fairness_key IS NULL
+                               THEN (SELECT c.ctid FROM jobq.fairness_keys c
+                                      WHERE c.queue = q AND c.fairness_key IS NULL
+                                        AND c.priority IS NOT DISTINCT FROM d.priority
+                                      ORDER BY c.ctid OFFSET d.n - 1 LIMIT 1)
+                               ELSE (SELECT c.ctid FROM jobq.fairness_keys c
+                                      WHERE c.queue = q AND c.fairness_key = d.fairness_key
+                                        AND c.priority IS NOT DISTINCT FROM d.priority
+                                      ORDER BY c.ctid OFFSET d.n - 1 LIMIT 1) END
+                     FROM (SELECT u.fairness_key, u.priority,
+                                  row_number() OVER (PARTITION BY u.fairness_key, u.priority) AS n
+                             FROM unnest(v_gone || v_more) u) d));
     END LOOP;
 END $$;

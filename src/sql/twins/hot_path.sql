@@ -102,8 +102,8 @@ BEGIN
        AND current_setting('transaction_isolation') = 'read committed'
        AND NOT EXISTS (SELECT 1 FROM jobq.pauses) AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
        -- (Two looks, as jobq._checkout's: one condition for both would read every key's row.)
-       AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness)
-                     ELSE EXISTS (SELECT 1 FROM jobq.fairness f WHERE f.queue = ANY (queues)) END)
+       AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness_keys)
+                     ELSE EXISTS (SELECT 1 FROM jobq.fairness_keys f WHERE f.queue = ANY (queues)) END)
        AND jobq._usable_worker(worker) THEN
         v_now := clock_timestamp();
         -- The two differ only in the queue condition, so that each gets the index that serves
