@@ -5,8 +5,10 @@
 # breakdown. With synchronous_commit = on every commit
 # waits for its WAL to be flushed, so at 16 clients on 2 cores WAL per job is what bounds jobs/s
 # (wait events there are mostly LWLock:WALWrite).
-#   bench/walcost.sh [--jobs N] [--systems "jobq jobq_r0 baseline procrastinate graphile"] [--workload mixed]
-# Writes bench/results/walcost.md (walcost-mixed.md with --workload mixed): a row per system, then per system what each kind of record
+#   bench/walcost.sh [--jobs N] [--systems "jobq jobq_r0 baseline procrastinate graphile"] [--workload mixed] [--out FILE]
+# A system's scripts are bench/scripts/SYSTEM_WORKLOAD.sql, or another system's where its file in
+# bench/systems sets SYSTEM_SCRIPTS (jobq_fair: jobq's).
+# Writes bench/results/walcost.md (walcost-mixed.md with --workload mixed; FILE with --out): a row per system, then per system what each kind of record
 # costs per job (pg_waldump --stats=record), so that each byte can be traced to the write that
 # made it.
 set -euo pipefail
@@ -17,6 +19,7 @@ while [ $# -gt 0 ]; do
     --workload) WORKLOAD=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
     --systems) SYSTEMS=$2; shift 2 ;;
+    --out) OUT_ARG=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -28,6 +31,7 @@ case $WORKLOAD in
   mixed) OUT=bench/results/walcost-mixed.md; WHAT="enqueue+checkout+complete"; ARGS="--jobs $JOBS --workload mixed" ;;
   *) echo "unknown workload $WORKLOAD" >&2; exit 2 ;;
 esac
+[ -n "${OUT_ARG:-}" ] && OUT=$OUT_ARG && ARGS="$ARGS --systems \"$SYSTEMS\" --out $OUT_ARG"
 COMMIT=$(git rev-parse --short HEAD)
 {
   echo "# WAL per job, $WHAT"
@@ -42,9 +46,11 @@ lsn() { "${PSQL[@]}" -d bench -c "SELECT pg_current_wal_lsn()"; }
 for s in $SYSTEMS; do
   "${s}_reset" 100000
   opts="${s}_PGOPTIONS"
-  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t 500 -f "bench/scripts/${s}_${WORKLOAD}.sql" bench >/dev/null
+  scripts="${s}_SCRIPTS"
+  script="bench/scripts/${!scripts:-$s}_${WORKLOAD}.sql"
+  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t 500 -f "$script" bench >/dev/null
   a=$(lsn)
-  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t $((JOBS / 4)) -f "bench/scripts/${s}_${WORKLOAD}.sql" bench >/dev/null
+  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t $((JOBS / 4)) -f "$script" bench >/dev/null
   b=$(lsn)
   "${PSQL[@]}" -d bench -c "SELECT pg_switch_wal()" >/dev/null
   # pg_waldump --stats: per resource manager "Type N (%) record-size (%) FPI-size (%) combined (%)";
