@@ -19,11 +19,10 @@ use std::ffi::CStr;
 use std::ptr::null_mut;
 
 /// Whether fairness key `key` of queue `queue` (text datums), and the queue's jobs without a
-/// key, have their rows of `jobq.fairness` at `priority` (their copies in `jobq.fairness_keys`):
-/// what `jobq._fair_keys` looks for under
-/// READ COMMITTED before it inserts anything (src/sql/fairness.sql), under the same shared
-/// advisory lock on the queue (taken here and held to the end of the transaction) and with a
-/// snapshot taken after it. False when a row is missing, or when the table or its index is not
+/// key, have their rows of `jobq.fairness` at `priority` (looked up by their copies in
+/// `jobq.fairness_keys`): what `jobq._fair_keys` looks for under READ COMMITTED before it
+/// inserts anything (src/sql/fairness.sql), under the same shared advisory lock on the queue
+/// (taken here and held to the end of the transaction) and with a snapshot taken after it. False when a row is missing, or when the table or its index is not
 /// the expected one: then `jobq._fair_keys` looks again and inserts what is missing. The look
 /// is one descent of fairness_by_key per row (a call of `jobq._fair_keys` cost an enqueue of a
 /// known key 54 us against 8 for the enqueue itself).
