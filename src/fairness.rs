@@ -22,32 +22,67 @@ use std::ptr::null_mut;
 /// key, have their rows of `jobq.fairness` at `priority` (looked up by their copies in
 /// `jobq.fairness_keys`): what `jobq._fair_keys` looks for under READ COMMITTED before it
 /// inserts anything (src/sql/fairness.sql), under the same shared advisory lock on the queue
-/// (taken here and held to the end of the transaction) and with a snapshot taken after it. False when a row is missing, or when the table or its index is not
-/// the expected one: then `jobq._fair_keys` looks again and inserts what is missing. The look
-/// is one descent of fairness_by_key per row (a call of `jobq._fair_keys` cost an enqueue of a
-/// known key 54 us against 8 for the enqueue itself).
+/// (taken here and held to the end of the transaction) and with a snapshot taken after it.
+/// False when a row is missing, or when the table or its index is not the expected one: then
+/// `jobq._fair_keys` looks again and inserts what is missing. The look is one descent of
+/// fairness_by_key per row (a call of `jobq._fair_keys` cost an enqueue of a known key 54 us
+/// against 8 for the enqueue itself).
 pub unsafe fn has_turns(nsp: pg_sys::Oid, queue: pg_sys::Datum, priority: i32, key: pg_sys::Datum) -> bool {
+    with_by_key(nsp, |rel, ix| {
+        // pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue)), as the SQL.
+        let hash = crate::rows::hashtext(text_datum(&[b"fairness:".as_slice(), text(queue)].concat()));
+        pg_sys::DirectFunctionCall2Coll(Some(sql_fn::pg_advisory_xact_lock_shared_int4), pg_sys::InvalidOid, pg_sys::Datum::from(crate::slots::CLASS), hash);
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let found = [Some(key), None].into_iter().all(|k| by_key_finds(rel, ix, snapshot, queue, Some((k, priority))));
+        pg_sys::UnregisterSnapshot(snapshot);
+        found
+    })
+    .unwrap_or(false)
+}
+
+/// Whether queue `queue` (a text datum) has a row of `jobq.fairness` in `snapshot`: one descent
+/// of fairness_by_key among the rows' copies (`jobq.fairness_keys`). None when the table or
+/// its index is not what is named here.
+unsafe fn has_keys(nsp: pg_sys::Oid, queue: pg_sys::Datum, snapshot: pg_sys::Snapshot) -> Option<bool> {
+    with_by_key(nsp, |rel, ix| by_key_finds(rel, ix, snapshot, queue, None))
+}
+
+/// Calls `look` with `jobq.fairness_keys` and its index fairness_by_key, opened, when both are
+/// there and the index is what is named here ([`by_key_fits`]); None otherwise. Both are
+/// closed after, their locks kept to the end of the transaction.
+unsafe fn with_by_key<T>(nsp: pg_sys::Oid, look: impl FnOnce(pg_sys::Relation, pg_sys::Relation) -> T) -> Option<T> {
     let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
     let (rel_id, ix_id) = (relid(c"fairness_keys"), relid(c"fairness_by_key"));
     if rel_id == pg_sys::InvalidOid || ix_id == pg_sys::InvalidOid {
-        return false;
+        return None;
     }
-    // pg_advisory_xact_lock_shared(1785684593, hashtext('fairness:' || queue)), as the SQL.
-    let hash = crate::rows::hashtext(text_datum(&[b"fairness:".as_slice(), text(queue)].concat()));
-    pg_sys::DirectFunctionCall2Coll(Some(sql_fn::pg_advisory_xact_lock_shared_int4), pg_sys::InvalidOid, pg_sys::Datum::from(crate::slots::CLASS), hash);
     let share = pg_sys::AccessShareLock as i32;
     let rel = pg_sys::table_open(rel_id, share);
     let ix = pg_sys::index_open(ix_id, share);
-    let fits = by_key_fits(rel, ix);
-    let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+    let found = by_key_fits(rel, ix).then(|| look(rel, ix));
+    pg_sys::index_close(ix, pg_sys::NoLock as i32);
+    pg_sys::table_close(rel, pg_sys::NoLock as i32);
+    found
+}
+
+/// Whether fairness_by_key (`ix`, of `rel`) finds a row of queue `queue` in `snapshot`; with
+/// `at`, of that key (None: the queue's jobs without one, `IS NULL`) at that priority.
+unsafe fn by_key_finds(
+    rel: pg_sys::Relation,
+    ix: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    queue: pg_sys::Datum,
+    at: Option<(Option<pg_sys::Datum>, i32)>,
+) -> bool {
     let coll = *(*ix).rd_indcollation;
     let oid = pg_sys::Oid::from;
     let eq = pg_sys::BTEqualStrategyNumber as u16;
-    let found = fits
-        && [Some(key), None].into_iter().all(|k| {
-            let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
-            pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), queue);
-            match k {
+    let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
+    pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), queue);
+    let n = match at {
+        None => 1,
+        Some((key, priority)) => {
+            match key {
                 Some(k) => pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), k),
                 None => pg_sys::ScanKeyEntryInitialize(
                     &mut keys[1],
@@ -61,45 +96,15 @@ pub unsafe fn has_turns(nsp: pg_sys::Oid, queue: pg_sys::Datum, priority: i32, k
                 ),
             }
             pg_sys::ScanKeyEntryInitialize(&mut keys[2], 0, 3, eq, pg_sys::INT4OID, pg_sys::InvalidOid, oid(pg_sys::F_INT4EQ), pg_sys::Datum::from(priority));
-            let mut any = false;
-            scan(rel, ix, snapshot, &mut keys, |_| {
-                any = true;
-                false
-            });
-            any
-        });
-    pg_sys::UnregisterSnapshot(snapshot);
-    pg_sys::index_close(ix, pg_sys::NoLock as i32);
-    pg_sys::table_close(rel, pg_sys::NoLock as i32);
-    found
-}
-
-/// Whether queue `queue` (a text datum) has a row of `jobq.fairness` in `snapshot`: one descent
-/// of fairness_by_key among the rows' copies (`jobq.fairness_keys`). None when the table or
-/// its index is not what is named here.
-unsafe fn has_keys(nsp: pg_sys::Oid, queue: pg_sys::Datum, snapshot: pg_sys::Snapshot) -> Option<bool> {
-    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
-    let (rel_id, ix_id) = (relid(c"fairness_keys"), relid(c"fairness_by_key"));
-    if rel_id == pg_sys::InvalidOid || ix_id == pg_sys::InvalidOid {
-        return None;
-    }
-    let share = pg_sys::AccessShareLock as i32;
-    let rel = pg_sys::table_open(rel_id, share);
-    let ix = pg_sys::index_open(ix_id, share);
-    let found = by_key_fits(rel, ix).then(|| {
-        let mut keys: [pg_sys::ScanKeyData; 1] = std::mem::zeroed();
-        let coll = *(*ix).rd_indcollation;
-        pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, pg_sys::BTEqualStrategyNumber as u16, pg_sys::InvalidOid, coll, pg_sys::Oid::from(pg_sys::F_TEXTEQ), queue);
-        let mut any = false;
-        scan(rel, ix, snapshot, &mut keys, |_| {
-            any = true;
-            false
-        });
-        any
+            3
+        }
+    };
+    let mut any = false;
+    scan(rel, ix, snapshot, &mut keys[..n], |_| {
+        any = true;
+        false
     });
-    pg_sys::index_close(ix, pg_sys::NoLock as i32);
-    pg_sys::table_close(rel, pg_sys::NoLock as i32);
-    found
+    any
 }
 
 /// Whether `ix` is fairness_by_key as named here: `rel`'s (queue, fairness_key, priority), whole.
