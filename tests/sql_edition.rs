@@ -107,7 +107,7 @@ fn edition_only(x: &str) -> bool {
     const ONLY: &[&str] = &[
         "jobq._setting(", "jobq._guarded_setting(", "jobq._waiter_key(", "jobq._ring(", "jobq._passes_job(", "jobq._passes_schedule(",
         "jobq._require_pg_cron(", "jobq_schedule_passes(", "jobq_unschedule_passes(", "jobq._bucket_of(",
-        "jobq._histogram(", "jobq._cron_", "col rings.", "rel rings", "last_pass", "tallies", "settle_later",
+        "jobq._histogram(", "jobq._tally_minute(", "jobq._tally_took(", "jobq._cron_", "col rings.", "rel rings", "last_pass", "tallies", "settle_later",
         "trigger CREATE CONSTRAINT TRIGGER ring_", "rel _cron", "jobq._cron_parse", "jobq._cron_field", "rel cron_",
         "pending_notifies", "jobq._worth_a_look(", "jobq._doze(", "jobq._rung(",
     ];
@@ -383,6 +383,47 @@ fn a_pass_does_what_the_background_worker_does() {
         .unwrap()
         .get(0);
     assert_eq!(dupes, 0);
+}
+
+/// The deferred NOTIFY (src/sql/twins/wakes.sql): nothing at an enqueue's commit; the next pass
+/// sends one per queue that had jobs enqueued since the last pass, whether the note is the
+/// enqueue's tally (the common enqueue, of a due job or of one scheduled for later) or a row of
+/// jobq.pending_notifies (a queue name too long for a tally, a batch); a pass with nothing new
+/// sends none. With jobq.notify = immediate the enqueuing transaction sends its own, once.
+#[test]
+fn the_next_pass_sends_the_deferred_notifies_once_per_queue() {
+    let c = installed("sqlnotify", &[], "app");
+    let mut su = c.connect("app");
+    let mut listener = c.connect("app");
+    listener.batch_execute("LISTEN jobq").unwrap();
+    let payloads = |listener: &mut Client, until: &str| -> Vec<String> {
+        let mut got: Vec<String> = collect_until(listener, until, PATIENCE).into_iter().map(|(payload, _)| payload).collect();
+        got.sort();
+        got
+    };
+    let long = "l".repeat(201);
+    su.batch_execute(&format!(
+        "SELECT jobq_enqueue('due'); SELECT jobq_enqueue('due');
+         SELECT jobq_enqueue('later', run_at => now() + interval '1 hour');
+         SELECT jobq_enqueue('{long}');
+         SELECT jobq_enqueue_batch('batch', ARRAY['{{}}'::jsonb, '{{}}'::jsonb]);
+         NOTIFY jobq, 'committed';"
+    ))
+    .unwrap();
+    assert_eq!(payloads(&mut listener, "committed"), Vec::<String>::new(), "no notification before a pass");
+    su.batch_execute("SELECT jobq_reap(); NOTIFY jobq, 'passed';").unwrap();
+    let mut want = vec!["batch".to_string(), "due".into(), "later".into(), long];
+    want.sort();
+    assert_eq!(payloads(&mut listener, "passed"), want);
+    su.batch_execute("SELECT jobq_reap(); NOTIFY jobq, 'again';").unwrap();
+    assert_eq!(payloads(&mut listener, "again"), Vec::<String>::new(), "a pass with nothing new sends nothing");
+    su.batch_execute(
+        "SET jobq.notify = immediate;
+         BEGIN; SELECT jobq_enqueue('now'); SELECT jobq_enqueue('now'); COMMIT;
+         NOTIFY jobq, 'immediate';",
+    )
+    .unwrap();
+    assert_eq!(payloads(&mut listener, "immediate"), ["now"]);
 }
 
 /// The pass's histograms (src/sql/twins/counters.sql): a duration's bucket is the first whose

@@ -15,18 +15,34 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, 
     SELECT '{1,2,5,10,20,50,100,200,500,1000,2000,5000,10000,20000,60000,120000,300000,600000,1800000,3600000,7200000,21600000,86400000,Infinity}'::double precision[]
 $$;
 
+-- A tally's columns: the minute of `at`, and the microseconds from `since` to `at` (a wait or a
+-- run time, never below 0). Expressions PostgreSQL inlines where they are used, in integer and
+-- float arithmetic: extract()'s numeric made each tally cost some 13,000 instructions more
+-- (bench/instructions.sh, row jobq_sql). (A double holds a duration's microseconds exactly up
+-- to 285 years.)
+CREATE FUNCTION jobq._tally_minute(at timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT date_bin('1 minute', at, '1970-01-01 00:00:00+00')
+$$;
+
+CREATE FUNCTION jobq._tally_took(since timestamptz, at timestamptz) RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT greatest(0, (date_part('epoch', at - since) * 1e6)::bigint)
+$$;
+
 -- A tally's row: the minute of `at` and, for a start or an end (events 2, 3 and 4), the
 -- microseconds since `since`; no row for a queue name longer than 200 bytes (as src/counters.rs). A SQL
--- function PostgreSQL inlines into the statement that inserts the row: jobq._tally's, and the
--- fast paths' of src/sql/twins/hot_path.sql, which insert it themselves (a call of jobq._tally,
--- a PL/pgSQL layer, costs a job some 30,000 instructions: bench/instructions.sh, row jobq_sql).
--- Like every helper on a job's path, it leaves the search_path to its callers, which pin it.
+-- function PostgreSQL inlines into the statement that inserts the row (jobq._tally's). The fast
+-- paths of src/sql/twins/hot_path.sql insert their rows themselves, with VALUES of the same
+-- expressions under the same test of the name: the plan of `INSERT ... SELECT * FROM
+-- jobq._tally_row(...)` cost each row some 16,000 instructions more (bench/instructions.sh,
+-- row jobq_sql), and a call of jobq._tally, a PL/pgSQL layer, some 30,000 more.
+-- Like every helper on a job's path, these leave the search_path to their callers, which pin it.
 CREATE FUNCTION jobq._tally_row(queue text, event smallint, since timestamptz, at timestamptz)
 RETURNS SETOF jobq.tallies
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT queue, to_timestamp(floor(extract(epoch FROM at) / 60) * 60), event,
-           CASE WHEN since IS NOT NULL AND event IN (2, 3, 4)
-                THEN greatest(0, (extract(epoch FROM at - since) * 1e6)::bigint) END
+    SELECT queue, jobq._tally_minute(at), event,
+           CASE WHEN since IS NOT NULL AND event IN (2, 3, 4) THEN jobq._tally_took(since, at) END
      WHERE octet_length(queue) <= 200
 $$;
 
@@ -65,12 +81,19 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, jobq, 
                   GROUP BY 1) c ON c.bucket = i
 $$;
 
+-- The pass's (jobq._flush_tallies): every tally so far, summed per queue and minute. An
+-- enqueue's tally is also its queue's note for the deferred NOTIFY (src/sql/twins/wakes.sql):
+-- this sends one for each queue whose enqueues it takes (the CTE `woken`, joined as one row so
+-- that it runs), in the pass's transaction, as jobq._note_pass sends the other notes.
 CREATE FUNCTION jobq._take_tallies()
 RETURNS TABLE (queue text, minute timestamptz, enqueued bigint, started bigint, completed bigint, failed bigint,
                dead bigint, wait_ms bigint[], run_ms bigint[], wait_us bigint, run_us bigint)
 LANGUAGE sql STRICT VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, jobq, pg_temp AS $$
     WITH taken AS (
         DELETE FROM jobq.tallies RETURNING *
+    ), woken AS (
+        SELECT count(pg_notify('jobq', q.queue)) AS sent
+          FROM (SELECT DISTINCT t.queue FROM taken t WHERE t.event = 1) q
     )
     SELECT t.queue, t.minute,
            count(*) FILTER (WHERE t.event = 1), count(*) FILTER (WHERE t.event = 2),
@@ -80,7 +103,7 @@ LANGUAGE sql STRICT VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, jobq,
            jobq._histogram(coalesce(array_agg(t.took_us / 1000.0) FILTER (WHERE t.event IN (3, 4) AND t.took_us IS NOT NULL), '{}')),
            coalesce(sum(t.took_us) FILTER (WHERE t.event = 2), 0)::bigint,
            coalesce(sum(t.took_us) FILTER (WHERE t.event IN (3, 4)), 0)::bigint
-      FROM taken t
+      FROM taken t, woken
      GROUP BY t.queue, t.minute
 $$;
 

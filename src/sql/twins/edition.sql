@@ -2,19 +2,19 @@
 -- it): the commit-time rings of waiting checkouts (src/sql/twins/waits.sql), and the passes
 -- run by pg_cron.
 
--- Rings the bell of waiting checkouts (jobq.rings) once per transaction, at its commit: a
--- deferred constraint trigger runs as the transaction commits, as the session's role, outside
--- the jobq function that changed the row (hence SECURITY DEFINER).
+-- Rings the bell of waiting checkouts (jobq.rings) at the commit of a transaction that changed
+-- one of the rows below: a deferred constraint trigger runs as the transaction commits, as the
+-- session's role, outside the jobq function that changed the row (hence SECURITY DEFINER).
+-- Once per row: a leader that sees the sequence move wakes every waiting call, whether it moved
+-- by one or by many. (Once per transaction, remembered in a setting, cost the common enqueue,
+-- one row, some 23,000 instructions more: bench/instructions.sh, row jobq_sql_enqueue; a row
+-- more of a batch costs a nextval either way.)
 CREATE FUNCTION jobq._ring() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    v_rung text;
+    v_rung bigint;
 BEGIN
-    IF current_setting('jobq.rang', true) IS DISTINCT FROM pg_current_xact_id()::text THEN
-        -- Assignments, not PERFORM: PL/pgSQL evaluates them without starting a plan.
-        v_rung := nextval('jobq.rings');
-        v_rung := set_config('jobq.rang', pg_current_xact_id()::text, true);
-    END IF;
+    v_rung := nextval('jobq.rings');  -- (an assignment, not PERFORM: no plan to start)
     RETURN NULL;
 END $$;
 

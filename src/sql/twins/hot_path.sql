@@ -61,8 +61,15 @@ BEGIN
         IF fairness_key IS NOT NULL THEN
             PERFORM jobq._fair_keys(queue, priority, ARRAY[fairness_key]);  -- src/sql/fairness.sql
         END IF;
-        INSERT INTO jobq.tallies SELECT * FROM jobq._tally_row(queue, 1::smallint, NULL, v_now);  -- src/sql/twins/counters.sql
-        IF v_run_at <= v_now THEN
+        IF octet_length(queue) <= 200 THEN  -- jobq._tally_row's row (src/sql/twins/counters.sql)
+            INSERT INTO jobq.tallies VALUES (queue, jobq._tally_minute(v_now), 1::smallint, NULL);
+        END IF;
+        -- The tally is the queue's note for the deferred NOTIFY: the next pass sends one for
+        -- each queue whose enqueues it counts (jobq._take_tallies). jobq._notify, whose note
+        -- (a row of its own, and a call) cost each enqueue some 60,000 instructions
+        -- (bench/instructions.sh, row jobq_sql_enqueue), only where no tally is written or the
+        -- NOTIFY is sent at once (jobq.notify = immediate).
+        IF v_run_at <= v_now AND (octet_length(queue) > 200 OR current_setting('jobq.notify', true) = 'immediate') THEN
             PERFORM jobq._notify(queue);
         END IF;
         RETURN v_id;
@@ -135,7 +142,10 @@ BEGIN
                       x.unique_strategy, x.concurrency_limit, x.started_at, x.depends_on, x.checkpoints,
                       x.fairness_key INTO j;
             IF FOUND THEN
-                INSERT INTO jobq.tallies SELECT * FROM jobq._tally_row(j.queue, 2::smallint, j.run_at, v_now);
+                IF octet_length(j.queue) <= 200 THEN
+                    INSERT INTO jobq.tallies
+                    VALUES (j.queue, jobq._tally_minute(v_now), 2::smallint, jobq._tally_took(j.run_at, v_now));
+                END IF;
                 RETURN NEXT j;
             END IF;
             RETURN;
@@ -170,7 +180,10 @@ BEGIN
         RETURNING x.* INTO j;
         IF FOUND THEN
             j.finished_at := clock_timestamp();
-            INSERT INTO jobq.tallies SELECT * FROM jobq._tally_row(j.queue, 3::smallint, j.started_at, j.finished_at);
+            IF octet_length(j.queue) <= 200 THEN
+                INSERT INTO jobq.tallies
+                VALUES (j.queue, jobq._tally_minute(j.finished_at), 3::smallint, jobq._tally_took(j.started_at, j.finished_at));
+            END IF;
             IF jobq.retention_ms() > 0 THEN
                 j.state := 'completed';
                 j.result := jobq_complete.result;

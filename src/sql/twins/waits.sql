@@ -3,7 +3,7 @@
 -- What makes a job available rings a bell at its commit: a deferred constraint trigger
 -- (src/sql/twins/edition.sql, jobq._ring) on the tables whose changes free a job (a row made
 -- ready, a slot freed, a pause lifted, a rate limit changed, a worker told to stop) takes the
--- next value of the sequence jobq.rings, once per transaction, as it commits. The waiting calls
+-- next value of the sequence jobq.rings, once per row changed, as it commits. The waiting calls
 -- learn that it moved from one of them, the leader, which reads it every 10 ms (one page, no
 -- lock) while the others sleep on an advisory lock it holds, and lets go of the lock to wake
 -- them all when it moved (jobq._doze). So 64 idle waiting calls cost the server 100 wake-ups a

@@ -5,6 +5,11 @@
 -- at 16 clients (docs/performance.md, "The SQL edition"). The extension's background worker sends
 -- the deferred ones right after the commit; here the transaction notes its queue (once) in an
 -- unlogged table, and the next pass sends them (jobq._note_pass, src/sql/twins/health.sql).
+-- The common enqueue (jobq_enqueue's twin, src/sql/twins/hot_path.sql) writes no note: its
+-- tally is one, and the pass sends a NOTIFY for each queue whose enqueues it counts
+-- (jobq._take_tallies, src/sql/twins/counters.sql). So a queue is also woken by the pass after
+-- a job scheduled for later, or after a NOTIFY sent at once (immediate): a wake-up that finds
+-- nothing new, where a note more per enqueue would cost each one more than its counter.
 CREATE UNLOGGED TABLE jobq.pending_notifies (queue text NOT NULL);
 
 -- On every enqueue's path: it leaves the search_path to its callers, which pin it.
