@@ -74,16 +74,16 @@ unsafe fn by_key_finds(
     queue: pg_sys::Datum,
     at: Option<(Option<pg_sys::Datum>, i32)>,
 ) -> bool {
-    let coll = *(*ix).rd_indcollation;
+    let coll = |column: usize| *(*ix).rd_indcollation.add(column); // each text key's own, as each_due's
     let oid = pg_sys::Oid::from;
     let eq = pg_sys::BTEqualStrategyNumber as u16;
     let mut keys: [pg_sys::ScanKeyData; 3] = std::mem::zeroed();
-    pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), queue);
+    pg_sys::ScanKeyEntryInitialize(&mut keys[0], 0, 1, eq, pg_sys::InvalidOid, coll(0), oid(pg_sys::F_TEXTEQ), queue);
     let n = match at {
         None => 1,
         Some((key, priority)) => {
             match key {
-                Some(k) => pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::InvalidOid, coll, oid(pg_sys::F_TEXTEQ), k),
+                Some(k) => pg_sys::ScanKeyEntryInitialize(&mut keys[1], 0, 2, eq, pg_sys::InvalidOid, coll(1), oid(pg_sys::F_TEXTEQ), k),
                 None => pg_sys::ScanKeyEntryInitialize(
                     &mut keys[1],
                     (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNULL) as i32,
