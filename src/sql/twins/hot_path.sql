@@ -90,7 +90,7 @@ END $$;
 -- claims up to max_jobs jobs: its layers and its start-up (some forty plan nodes) make a job
 -- checked out alone there cost a quarter more CPU, checkout and completion together
 -- (bench/instructions.sh, row jobq_sql; docs/performance.md). A near-copy of jobq._checkout's
--- first statement for that saving, which counts the start itself (jobq._tally_row);
+-- first statement for that saving, which counts the start itself (jobq._tally_row's row, as VALUES);
 -- tests/sql_edition.rs holds the two paths equal. Generic plans: a custom plan of each
 -- statement would be made at every call (the queue and the time are parameters).
 CREATE FUNCTION jobq_checkout(worker uuid, queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1,
