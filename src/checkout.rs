@@ -240,8 +240,8 @@ unsafe fn fast(
     if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || pg_sys::XactReadOnly {
         return None;
     }
-    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
-    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let nsp = crate::relids::schema(false);
+    let relid = |name: &'static CStr| crate::relids::relation(nsp, name);
     let index = if let Queues::One(_) = queues { c"ready_by_queue" } else { c"ready_any" };
     let ids = [relid(c"ready"), relid(index), relid(c"live_jobs"), relid(c"workers"), relid(c"pauses")];
     if ids.contains(&pg_sys::InvalidOid) {

@@ -56,8 +56,8 @@ pub fn init() {
 
 /// The hot tables' oids: (jobq.live_jobs, jobq.ready).
 unsafe fn hot_tables() -> (pg_sys::Oid, pg_sys::Oid) {
-    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
-    (pg_sys::get_relname_relid(c"live_jobs".as_ptr(), nsp), pg_sys::get_relname_relid(c"ready".as_ptr(), nsp))
+    let nsp = crate::relids::schema(false);
+    (crate::relids::relation(nsp, c"live_jobs"), crate::relids::relation(nsp, c"ready"))
 }
 
 /// Where database `db` records its compaction: its own slot, else a free one, else the slot of

@@ -106,8 +106,8 @@ unsafe fn fast(job: i64, worker: pg_sys::Datum, result: Option<pg_sys::Datum>) -
     if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || pg_sys::XactReadOnly {
         return None;
     }
-    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
-    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let nsp = crate::relids::schema(false);
+    let relid = |name: &'static CStr| crate::relids::relation(nsp, name);
     let (ready_id, live_id, finished_id, workers_id) =
         (relid(c"ready"), relid(c"live_jobs"), relid(c"finished_jobs"), relid(c"workers"));
     if [ready_id, live_id, finished_id, workers_id].contains(&pg_sys::InvalidOid) {

@@ -24,7 +24,7 @@ use pgrx::prelude::*;
 /// jobq.edges, opened with `lock`, and its `parent` and `child` columns (1-based); None when
 /// there is no such table (a session across `DROP EXTENSION`).
 unsafe fn open(nsp: pg_sys::Oid, lock: u32) -> Option<(pg_sys::Relation, i16, i16)> {
-    let id = pg_sys::get_relname_relid(c"edges".as_ptr(), nsp);
+    let id = crate::relids::relation(nsp, c"edges");
     if id == pg_sys::InvalidOid {
         return None;
     }
@@ -118,7 +118,7 @@ pub mod jobq {
             if pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32 {
                 return;
             }
-            let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
+            let nsp = crate::relids::schema(false);
             let Some((edges, parent_col, child_col)) = open(nsp, pg_sys::AccessShareLock) else {
                 return;
             };

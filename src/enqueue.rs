@@ -254,8 +254,8 @@ unsafe fn common(args: &[Option<pg_sys::Datum>; ARGS]) -> Option<Job> {
 /// The common enqueue: the job's id, or what the SQL returns when a unique key could not be
 /// taken here (module comment).
 unsafe fn fast(job: &Job) -> Option<i64> {
-    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
-    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let nsp = crate::relids::schema(false);
+    let relid = |name: &'static CStr| crate::relids::relation(nsp, name);
     let (ready_id, live_id, seq_id) = (relid(c"ready"), relid(c"live_jobs"), relid(c"jobs_id_seq"));
     if [ready_id, live_id, seq_id].contains(&pg_sys::InvalidOid) {
         return every_case(&job.args);

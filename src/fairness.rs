@@ -51,7 +51,7 @@ unsafe fn has_keys(nsp: pg_sys::Oid, queue: pg_sys::Datum, snapshot: pg_sys::Sna
 /// there and the index is what is named here ([`by_key_fits`]); None otherwise. Both are
 /// closed after, their locks kept to the end of the transaction.
 unsafe fn with_by_key<T>(nsp: pg_sys::Oid, look: impl FnOnce(pg_sys::Relation, pg_sys::Relation) -> T) -> Option<T> {
-    let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+    let relid = |name: &'static CStr| crate::relids::relation(nsp, name);
     let (rel_id, ix_id) = (relid(c"fairness_keys"), relid(c"fairness_by_key"));
     if rel_id == pg_sys::InvalidOid || ix_id == pg_sys::InvalidOid {
         return None;
@@ -132,7 +132,7 @@ pub unsafe fn any(nsp: pg_sys::Oid, snapshot: Option<pg_sys::Snapshot>) -> bool 
     look(
         Table::Fairness,
         || {
-            let table = pg_sys::get_relname_relid(c"fairness_keys".as_ptr(), nsp);
+            let table = crate::relids::relation(nsp, c"fairness_keys");
             // None: an older release's SQL under this library.
             (table != pg_sys::InvalidOid).then(|| (pg_sys::table_open(table, pg_sys::AccessShareLock as i32), ()))
         },
@@ -516,7 +516,7 @@ impl Turns {
         snapshot: pg_sys::Snapshot,
         counts: Option<Counts>,
     ) -> Option<Option<Turns>> {
-        let relid = |name: &CStr| pg_sys::get_relname_relid(name.as_ptr(), nsp);
+        let relid = |name: &'static CStr| crate::relids::relation(nsp, name);
         let ids = [
             relid(c"fairness"),
             relid(c"fairness_by_turn"),

@@ -39,8 +39,8 @@ pub unsafe fn is_limited(role: pg_sys::Oid) -> bool {
 /// (an older release's SQL under this library) or never held a grant (no page: no index to
 /// descend, the common case).
 unsafe fn with_grants<T>(f: impl FnOnce(pg_sys::Relation) -> T) -> Option<T> {
-    let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
-    let table = pg_sys::get_relname_relid(c"queue_grants".as_ptr(), nsp);
+    let nsp = crate::relids::schema(true);
+    let table = crate::relids::relation(nsp, c"queue_grants");
     if nsp == pg_sys::InvalidOid || table == pg_sys::InvalidOid {
         return None;
     }

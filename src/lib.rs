@@ -12,6 +12,7 @@
 //! - `src/liveness.rs`: `jobq.worker_alive()`, the one liveness rule every function uses.
 //! - `src/privileges.rs`: `jobq._may_act_for()`, who may act for a worker; the grants are in
 //!   `src/sql/privileges.sql`.
+//! - `src/relids.rs`: the oids of jobq's schema and relations, found by name once per backend.
 //! - `src/grants.rs`: the queues a limited caller may use, for the fast paths, which serve
 //!   its calls inside them and hand the others to the SQL (src/sql/grants.sql).
 //! - `src/schedules.rs`: when a recurring job's ticks fall (cron expressions, IANA time zones).
@@ -51,6 +52,7 @@ mod health;
 mod kept;
 mod liveness;
 mod privileges;
+mod relids;
 mod rows;
 mod schedules;
 mod slots;

@@ -93,8 +93,8 @@ pub mod jobq {
     pub fn usable_worker(worker: pgrx::Uuid) -> bool {
         let key = worker.into_datum().unwrap();
         unsafe {
-            let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), true);
-            let relid = pg_sys::get_relname_relid(c"workers".as_ptr(), nsp);
+            let nsp = crate::relids::schema(true);
+            let relid = crate::relids::relation(nsp, c"workers");
             if relid == pg_sys::InvalidOid {
                 return false;
             }

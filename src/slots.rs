@@ -38,8 +38,8 @@ impl Slots {
     /// None when jobq.slots is not (ns "char", key text, slot integer, job_id bigint) with
     /// that primary key (then the SQL serves).
     pub unsafe fn open() -> Option<Slots> {
-        let nsp = pg_sys::get_namespace_oid(c"jobq".as_ptr(), false);
-        let id = pg_sys::get_relname_relid(c"slots".as_ptr(), nsp);
+        let nsp = crate::relids::schema(false);
+        let id = crate::relids::relation(nsp, c"slots");
         if id == pg_sys::InvalidOid {
             return None;
         }
