@@ -9,7 +9,7 @@
 # bounds jobs/s once both cores are busy (16 and 64 clients; docs/performance.md).
 #
 #   bench/instructions.sh [--rows "baseline jobq jobq_tenant jobq_any jobq_ckey jobq_fair jobq_sql statements layout
-#                                  jobq_enqueue jobq_sql_enqueue"]
+#                                  jobq_worker jobq_sql_worker jobq_enqueue jobq_sql_enqueue"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
 #                                   10 % above bench/results/instructions-reference, a CPU regression of
 #                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
@@ -34,6 +34,10 @@
 #                  cost before they moved to Rust (src/checkout.rs, src/complete.rs)
 #   layout         the layout's own writes and nothing else: the ready row deleted and the job row
 #                  claimed in one statement, the job row moved to the history in another
+#   jobq_worker, jobq_sql_worker
+#                  the workers' protocol instead (clients/*): one call and one transaction a job,
+#                  jobq_complete_and_checkout(worker, ARRAY[the job in hand], NULL, ARRAY['bench']),
+#                  by the extension (database bench) and by the SQL edition (bench_sql)
 #   jobq_enqueue, jobq_sql_enqueue
 #                  an enqueue instead: jobq_enqueue('enq') of one job without keys, one transaction
 #                  per job, by the extension (database bench) and by the SQL edition (bench_sql)
@@ -44,7 +48,7 @@
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS="baseline jobq jobq_tenant jobq_any jobq_ckey jobq_fair jobq_sql statements layout jobq_enqueue jobq_sql_enqueue"; CHECK=0
+ROWS="baseline jobq jobq_tenant jobq_any jobq_ckey jobq_fair jobq_sql statements layout jobq_worker jobq_sql_worker jobq_enqueue jobq_sql_enqueue"; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -75,7 +79,7 @@ baseline_reset 2000
 "${PSQL[@]}" -d bench -c "SELECT count(jobq_enqueue('keyed', concurrency_key => 'k' || (g % 100), concurrency_limit => 5)) FROM generate_series(1, 2000) g" >/dev/null
 "${PSQL[@]}" -d bench -c "UPDATE jobq.workers SET id = '$W' WHERE name = 'bench-0'"
 # The SQL edition in database bench_sql, its worker $W and 2,000 ready jobs (ids 1 to 2,000).
-if [[ " $ROWS " == *" jobq_sql "* || " $ROWS " == *" jobq_sql_enqueue "* ]]; then
+if [[ " $ROWS " == *" jobq_sql "* || " $ROWS " == *" jobq_sql_worker "* || " $ROWS " == *" jobq_sql_enqueue "* ]]; then
   sqlfile=$(python3 scripts/build-sql-edition.py)
   "${PSQL[@]}" -d postgres -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'bench_installer') THEN CREATE ROLE bench_installer LOGIN CREATEROLE; END IF; END \$\$" -c "CREATE DATABASE bench_sql OWNER bench_installer" >/dev/null
   psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U bench_installer -d bench_sql -f "$sqlfile" >/dev/null
@@ -131,6 +135,12 @@ script() {
     layout)
       echo "PREPARE ck AS WITH cand AS (SELECT r.ctid AS rid FROM jobq.ready r WHERE r.queue_hash = hashtext('bench') AND r.queue = 'bench' AND r.fairness_key IS NULL AND r.run_at <= clock_timestamp() ORDER BY r.priority, r.run_at, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED), taken AS (DELETE FROM jobq.ready r WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand)) RETURNING r.id) UPDATE jobq.live_jobs j SET state = 'executing', worker_id = '$W', attempt = j.attempt + 1, started_at = clock_timestamp() WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready' RETURNING j.id;"
       echo "PREPARE cm(bigint) AS WITH d AS (DELETE FROM jobq.live_jobs x WHERE $FENCE RETURNING x.*) $HISTORY;" ;;
+    jobq_worker|jobq_sql_worker)
+      # The first call has no job in hand; each after completes the job the one before took.
+      echo "PREPARE wk(bigint[]) AS SELECT j.id FROM jobq_complete_and_checkout('$W', \$1, NULL, ARRAY['bench']) j;"
+      echo "EXECUTE wk('{}');"
+      for k in $(seq 1 "$n"); do echo "EXECUTE wk('{$k}');"; done
+      return ;;
     jobq_enqueue|jobq_sql_enqueue)
       echo "PREPARE en AS SELECT jobq_enqueue('enq');"
       for _ in $(seq 1 "$n"); do echo "EXECUTE en;"; done
@@ -151,7 +161,7 @@ count() {
   rm -rf "$WORK"; cp -a "$SNAP" "$WORK"
   script "$row" "$n" > "$WORK.in"; chmod 644 "$WORK.in"
   local db=bench
-  case $row in jobq_sql|jobq_sql_enqueue) db=bench_sql ;; jobq_fair) db=bench_fair ;; esac
+  case $row in jobq_sql|jobq_sql_worker|jobq_sql_enqueue) db=bench_sql ;; jobq_fair) db=bench_fair ;; esac
   as_pg valgrind --tool=callgrind --callgrind-out-file="$PROF/$row.$n.out" "$PGBIN/postgres" --single -D "$WORK" "$db" \
     < "$WORK.in" > "$WORK.out" 2> "$WORK.err"
   if grep -q 'ERROR' "$WORK.out"; then grep -m3 ERROR "$WORK.out" >&2; exit 1; fi
@@ -169,7 +179,7 @@ SQL
 {
   echo "# Instructions per job: checkout + complete, and enqueue"
   echo
-  echo "\`bench/instructions.sh\`, $(date -u +%Y-%m-%d), $(machine), $(jobq_version). callgrind's instruction count of a single-user backend running 400 jobs minus the count for 200, over 200; two transactions per job (one in the rows that enqueue); statements prepared once."
+  echo "\`bench/instructions.sh\`, $(date -u +%Y-%m-%d), $(machine), $(jobq_version). callgrind's instruction count of a single-user backend running 400 jobs minus the count for 200, over 200; two transactions per job (one in the rows of the workers' protocol and of the enqueue); statements prepared once."
   echo
   echo "| row | instructions / job | / baseline |"
   echo "| --- | ---: | ---: |"

@@ -682,18 +682,27 @@ fn complete_and_checkout_finish_the_jobs_in_hand_and_claim_the_next_in_one_call(
     assert_eq!(got3, vec![ids[4]]);
     assert_eq!((state(&mut c, ids[2]), state(&mut c, ids[3])), ("dead".to_string(), "dead".to_string()));
 
-    // Fencing is all or nothing: ids[4] was finished elsewhere (here: completed alone), so a
-    // call that also holds a job of its own raises JQ002, completes nothing, claims nothing.
-    assert!(c.query_one("SELECT jobq_complete($1, $2)", &[&ids[4], &w]).unwrap().get::<_, bool>(0));
-    let mine = checkout(&mut c, w, None, 1);
-    assert_eq!(mine, vec![ids[5]]);
+    // One job in hand (a worker's common call, completed by jobq_complete alone), with its
+    // result: completed, and the next one claimed.
+    let got4 = next(&mut c, "SELECT id FROM jobq_complete_and_checkout($1, $2, $3, ARRAY['q'])", &[&w, &got3, &vec![json!({"r": 4})]]).unwrap();
+    assert_eq!(got4, vec![ids[5]]);
+    let row = c.query_one("SELECT state, result FROM jobq.jobs WHERE id = $1", &[&ids[4]]).unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, Value>(1)), ("completed".to_string(), json!({"r": 4})));
+
+    // Fencing is all or nothing: ids[4] is finished (above), so a call that also holds a job
+    // of its own raises JQ002, completes nothing, claims nothing.
     let waiting = enqueue(&mut c, "'q'");
     let e = next(&mut c, "SELECT id FROM jobq_complete_and_checkout($1, $2)", &[&w, &vec![ids[5], ids[4]]]).unwrap_err();
     assert_eq!(sqlstate(&e), "JQ002", "{e:?}");
     assert!(e.as_db_error().unwrap().message().contains(&format!("{{{}}}", ids[4])), "names the fenced job: {e:?}");
     assert_eq!((state(&mut c, ids[5]), state(&mut c, waiting)), ("executing".to_string(), "ready".to_string()));
-    let e = next(&mut c, "SELECT id FROM jobq_fail_and_checkout($1, $2)", &[&w, &vec![ids[4]]]).unwrap_err();
-    assert_eq!(sqlstate(&e), "JQ002");
+    // The finished job alone in hand: the same refusal, nothing claimed.
+    for sql in ["SELECT id FROM jobq_complete_and_checkout($1, $2)", "SELECT id FROM jobq_fail_and_checkout($1, $2)"] {
+        let e = next(&mut c, sql, &[&w, &vec![ids[4]]]).unwrap_err();
+        assert_eq!(sqlstate(&e), "JQ002", "{sql}: {e:?}");
+        assert!(e.as_db_error().unwrap().message().contains(&format!("{{{}}}", ids[4])), "{sql} names the fenced job: {e:?}");
+    }
+    assert_eq!((state(&mut c, ids[5]), state(&mut c, waiting)), ("executing".to_string(), "ready".to_string()));
 
     // A worker that is gone gets JQ001 (as from jobq_checkout), whatever it holds.
     c.query_one("SELECT jobq_unregister_worker($1)", &[&w]).unwrap();
@@ -708,6 +717,8 @@ fn complete_and_checkout_finish_the_jobs_in_hand_and_claim_the_next_in_one_call(
     let w2 = register(&mut c);
     for (sql, code) in [
         ("SELECT id FROM jobq_complete_and_checkout($1, NULL)", "22004"),
+        ("SELECT id FROM jobq_complete_and_checkout($1, '{NULL}')", "22004"),
+        ("SELECT id FROM jobq_complete_and_checkout($1, '{1}', '{}')", "22023"),
         ("SELECT id FROM jobq_complete_and_checkout($1, '{}', max_jobs => 0)", "22023"),
         ("SELECT id FROM jobq_fail_and_checkout($1, '{1,1}')", "22023"),
     ] {
