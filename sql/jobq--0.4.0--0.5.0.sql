@@ -1955,27 +1955,21 @@ BEGIN
     RETURN true;
 END $$;
 
--- One job in hand is completed by jobq_complete alone.
+-- One job in hand is served in Rust (src/complete.rs), every other call by
+-- jobq._complete_and_checkout.
 CREATE OR REPLACE FUNCTION jobq_complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL,
                                            queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
-RETURNS SETOF jobq.job LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+RETURNS SETOF jobq.job LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS 'MODULE_PATHNAME', 'jobq_complete_and_checkout';
+
+CREATE FUNCTION jobq._complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[], queues text[],
+                                            max_jobs integer)
+RETURNS SETOF jobq.job LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
-    -- One job in hand, a worker's common call: jobq_complete's alone. A batch's checks are of
-    -- ids that could repeat and lists that could differ in length, its lock of the children
-    -- orders the tellings of several jobs (src/sql/workflows.sql), and jobq_complete refuses
-    -- another role's worker (42501) as they do; through jobq_complete_many a job cost this
-    -- call some 300,000 instructions more (bench/instructions.sh, rows jobq_worker and
-    -- jobq_sql_worker).
-    IF cardinality(job_ids) = 1 AND job_ids[1] IS NOT NULL AND worker IS NOT NULL
-       AND (results IS NULL OR cardinality(results) = 1) THEN
-        IF NOT @extschema@.jobq_complete(job_ids[1], worker, results[1]) THEN
-            PERFORM jobq._refuse_fenced(worker, job_ids, '{}');
-        END IF;
-    ELSE
-        PERFORM jobq._refuse_fenced(worker, job_ids, @extschema@.jobq_complete_many(worker, job_ids, results));
-    END IF;
+    PERFORM jobq._refuse_fenced(worker, job_ids, @extschema@.jobq_complete_many(worker, job_ids, results));
     RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
 END $$;
+REVOKE ALL ON FUNCTION jobq._complete_and_checkout(uuid, bigint[], jsonb[], text[], integer) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION jobq_acquire_lock(key text, worker uuid, ttl interval DEFAULT '5 minutes')
 RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$

@@ -142,13 +142,21 @@ unsafe extern "C-unwind" fn checkout_common(fcinfo: pg_sys::FunctionCallInfo) ->
         }
     }
     // jobq._checkout(worker, queues, max_jobs, wait), with this call's arguments or, for the
-    // rest, (worker, queues, the jobs still wanted, NULL), as a set-returning function in
-    // materialize mode with a ReturnSetInfo of its own.
-    let oid = pg_sys::DirectFunctionCall1Coll(
-        Some(crate::rows::sql_fn::regprocedurein),
-        pg_sys::InvalidOid,
-        pg_sys::Datum::from(c"jobq._checkout(uuid, text[], integer, interval)".as_ptr()),
-    );
+    // rest, (worker, queues, the jobs still wanted, NULL).
+    let mut args = (*fcinfo).args.as_slice(4).to_vec();
+    if let Some(left) = rest {
+        args[2] = pg_sys::NullableDatum { value: pg_sys::Datum::from(left), isnull: false };
+        args[3] = pg_sys::NullableDatum { value: pg_sys::Datum::from(0usize), isnull: true };
+    }
+    sql_call(rsinfo, c"jobq._checkout(uuid, text[], integer, interval)", &args)
+}
+
+/// A call of the set-returning SQL function `signature` with `args`, prepared: in materialize
+/// mode, with a ReturnSetInfo of its own in the context of `rsinfo` (this call's). To be called
+/// from an unguarded frame (so that its errors keep their SQLSTATE), then its rows appended
+/// ([`append_rows`]).
+pub(crate) unsafe fn sql_call(rsinfo: *mut pg_sys::ReturnSetInfo, signature: &CStr, args: &[pg_sys::NullableDatum]) -> pg_sys::FunctionCallInfo {
+    let oid = pg_sys::DirectFunctionCall1Coll(Some(crate::rows::sql_fn::regprocedurein), pg_sys::InvalidOid, pg_sys::Datum::from(signature.as_ptr()));
     let flinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
     pg_sys::fmgr_info(pg_sys::Oid::from(oid.value() as u32), flinfo);
     let sql_rsinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::ReturnSetInfo>()) as *mut pg_sys::ReturnSetInfo;
@@ -157,24 +165,24 @@ unsafe extern "C-unwind" fn checkout_common(fcinfo: pg_sys::FunctionCallInfo) ->
     (*sql_rsinfo).expectedDesc = (*rsinfo).expectedDesc;
     (*sql_rsinfo).allowedModes = pg_sys::SetFunctionReturnMode::SFRM_Materialize as i32;
     (*sql_rsinfo).returnMode = pg_sys::SetFunctionReturnMode::SFRM_ValuePerCall;
-    let nargs = 4;
-    let size = std::mem::size_of::<pg_sys::FunctionCallInfoBaseData>() + nargs * std::mem::size_of::<pg_sys::NullableDatum>();
-    let sql = pg_sys::palloc0(size) as pg_sys::FunctionCallInfo;
-    (*sql).flinfo = flinfo;
-    (*sql).resultinfo = sql_rsinfo as *mut pg_sys::Node;
-    (*sql).nargs = nargs as i16;
-    let (from, to) = ((*fcinfo).args.as_slice(nargs), (*sql).args.as_mut_slice(nargs));
-    to.copy_from_slice(from);
-    if let Some(left) = rest {
-        to[2] = pg_sys::NullableDatum { value: pg_sys::Datum::from(left), isnull: false };
-        to[3] = pg_sys::NullableDatum { value: pg_sys::Datum::from(0usize), isnull: true };
-    }
-    sql
+    call_info(flinfo, sql_rsinfo as *mut pg_sys::Node, args)
 }
 
-/// The rows `jobq._checkout` returned, after those of the common checkout.
+/// A function call info of `args`, for the function of `flinfo` with result info `resultinfo`.
+pub(crate) unsafe fn call_info(flinfo: *mut pg_sys::FmgrInfo, resultinfo: *mut pg_sys::Node, args: &[pg_sys::NullableDatum]) -> pg_sys::FunctionCallInfo {
+    let size = std::mem::size_of::<pg_sys::FunctionCallInfoBaseData>() + std::mem::size_of_val(args);
+    let call = pg_sys::palloc0(size) as pg_sys::FunctionCallInfo;
+    (*call).flinfo = flinfo;
+    (*call).resultinfo = resultinfo;
+    (*call).nargs = args.len() as i16;
+    (*call).args.as_mut_slice(args.len()).copy_from_slice(args);
+    call
+}
+
+/// The rows the SQL call `sql` returned ([`sql_call`]), after those already in this call's
+/// tuplestore.
 #[pg_guard]
-unsafe extern "C-unwind" fn append_rows(fcinfo: pg_sys::FunctionCallInfo, sql: pg_sys::FunctionCallInfo) {
+pub(crate) unsafe extern "C-unwind" fn append_rows(fcinfo: pg_sys::FunctionCallInfo, sql: pg_sys::FunctionCallInfo) {
     let (ours, theirs) = ((*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo, (*sql).resultinfo as *mut pg_sys::ReturnSetInfo);
     let got = (*theirs).setResult;
     if got.is_null() {

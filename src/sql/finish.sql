@@ -340,24 +340,25 @@ BEGIN
               HINT = 'Stop working on those jobs (cancelled, or finished elsewhere); finish the others and check out again.';
 END $$;
 
+-- jobq_complete_and_checkout: one job in hand, a worker's common call, is done in Rust
+-- (src/complete.rs): that job completed by jobq_complete and the next checked out by
+-- jobq_checkout, both called as C functions into this call's result; a job no longer in hand
+-- is refused by jobq._refuse_fenced. Every other call is jobq._complete_and_checkout's.
 CREATE FUNCTION jobq_complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL,
                                            queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
-RETURNS SETOF jobq.job LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+RETURNS SETOF jobq.job LANGUAGE c VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+AS 'MODULE_PATHNAME', 'jobq_complete_and_checkout';
+
+-- A batch in hand, or none: through jobq_complete_many, whose checks of the batch (ids that
+-- could repeat, lists of other lengths, the caller's worker) and lock of the children (the
+-- tellings of several jobs in order, src/sql/workflows.sql) one job does not need: through it,
+-- one job in hand cost the call 702,634 instructions a job where the Rust's costs 330,687
+-- (bench/instructions.sh, row jobq_worker).
+CREATE FUNCTION jobq._complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[], queues text[],
+                                            max_jobs integer)
+RETURNS SETOF jobq.job LANGUAGE plpgsql SET search_path = pg_catalog, jobq, pg_temp AS $$
 BEGIN
-    -- One job in hand, a worker's common call: jobq_complete's alone. A batch's checks are of
-    -- ids that could repeat and lists that could differ in length, its lock of the children
-    -- orders the tellings of several jobs (src/sql/workflows.sql), and jobq_complete refuses
-    -- another role's worker (42501) as they do; through jobq_complete_many a job cost this
-    -- call some 300,000 instructions more (bench/instructions.sh, rows jobq_worker and
-    -- jobq_sql_worker).
-    IF cardinality(job_ids) = 1 AND job_ids[1] IS NOT NULL AND worker IS NOT NULL
-       AND (results IS NULL OR cardinality(results) = 1) THEN
-        IF NOT @extschema@.jobq_complete(job_ids[1], worker, results[1]) THEN
-            PERFORM jobq._refuse_fenced(worker, job_ids, '{}');
-        END IF;
-    ELSE
-        PERFORM jobq._refuse_fenced(worker, job_ids, @extschema@.jobq_complete_many(worker, job_ids, results));
-    END IF;
+    PERFORM jobq._refuse_fenced(worker, job_ids, @extschema@.jobq_complete_many(worker, job_ids, results));
     RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
 END $$;
 
