@@ -7,6 +7,8 @@
 #   bench/compare.sh [--workloads a,b,c,d,e,f] [--systems "jobq jobq_r0 jobq_im baseline pgboss procrastinate graphile"]
 #                    [--runs N] [--seconds N] [--steady-seconds N] [--big-backlog N] [--async]
 #   STEADY_SYSTEMS="jobq baseline" bench/compare.sh ...   workload c for these systems only
+#   Other systems of bench/systems/: jobq_sql (the SQL edition), jobq_w and jobq_sql_w (each
+#   edition as jobq's workers run it, one call a job: workload a only), jobq_ckey, jobq_fair.
 #   bench/compare.sh --quick      CI: jobq vs baseline only, a regression check (below)
 #
 # Workloads (jobs/s are medians over --runs runs of --seconds each, each run on a fresh backlog
@@ -69,12 +71,15 @@ VERSIONS=$(for s in $SYSTEMS; do "${s}_version"; done | paste -sd ';' | sed 's/;
 SETTINGS=$("${PSQL[@]}" -d bench -c "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name) FROM pg_settings WHERE name IN ('synchronous_commit', 'shared_buffers', 'max_connections', 'fsync', 'wal_level', 'max_wal_size', 'checkpoint_timeout', 'autovacuum', 'autovacuum_naptime', 'jobq.retention', 'jobq.reap_interval')")
 header() { echo "\`${ENVP:-}bench/compare.sh $ARGS\`, $(date -u +%Y-%m-%d), $(machine), pgbench -M prepared on the same machine. $VERSIONS."; echo; }
 
-# run SYSTEM SCRIPT CLIENTS SECONDS -> tps (pgbench transactions = script iterations per second).
+# run SYSTEM SCRIPT CLIENTS SECONDS -> tps (pgbench transactions = script iterations per second),
+# with the system's own pgbench arguments where it has some (SYSTEM_PGBENCH, bench/systems/).
 # Each run starts from a checkpoint: the WAL of the backlog a reset wrote would otherwise start one
 # during some runs and not others, writing its buffers under one system's run.
 run() {
   "${PSQL[@]}" -d bench -c CHECKPOINT >/dev/null
-  local v opts="${1}_PGOPTIONS"; v=$(PGOPTIONS="${!opts:-}" tps "$2" "$3" "$4")
+  local v opts="${1}_PGOPTIONS" extra="${1}_PGBENCH"
+  # shellcheck disable=SC2086  # (the arguments are words: -D name=value)
+  v=$(PGOPTIONS="${!opts:-}" tps "$2" "$3" "$4" ${!extra:-})
   [ -n "$v" ] || { echo "compare: pgbench failed: $1 $2 with $3 clients" >&2; exit 1; }
   echo "$v"
 }

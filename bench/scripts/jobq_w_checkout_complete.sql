@@ -1,0 +1,1 @@
+jobq_fused.sql
