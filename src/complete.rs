@@ -104,7 +104,9 @@ pub extern "C" fn pg_finfo_jobq_complete_and_checkout() -> &'static pg_sys::Pg_f
 /// not know (JQ001, JQ002), which must reach the client as raised.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn jobq_complete_and_checkout(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    let args = (*fcinfo).args.as_slice(5).to_vec();
+    // (Copied into an array: nothing in this frame owns memory an error would leave behind.)
+    let given = (*fcinfo).args.as_slice(5);
+    let args: [pg_sys::NullableDatum; 5] = std::array::from_fn(|i| given[i]);
     let null = pg_sys::NullableDatum { value: pg_sys::Datum::from(0usize), isnull: true };
     let in_hand = one_in_hand(fcinfo);
     if !in_hand.found {
