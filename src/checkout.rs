@@ -156,16 +156,21 @@ unsafe extern "C-unwind" fn checkout_common(fcinfo: pg_sys::FunctionCallInfo) ->
 /// from an unguarded frame (so that its errors keep their SQLSTATE), then its rows appended
 /// ([`append_rows`]).
 pub(crate) unsafe fn sql_call(rsinfo: *mut pg_sys::ReturnSetInfo, signature: &CStr, args: &[pg_sys::NullableDatum]) -> pg_sys::FunctionCallInfo {
-    let oid = pg_sys::DirectFunctionCall1Coll(Some(crate::rows::sql_fn::regprocedurein), pg_sys::InvalidOid, pg_sys::Datum::from(signature.as_ptr()));
-    let flinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
-    pg_sys::fmgr_info(pg_sys::Oid::from(oid.value() as u32), flinfo);
     let sql_rsinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::ReturnSetInfo>()) as *mut pg_sys::ReturnSetInfo;
     (*sql_rsinfo).type_ = pg_sys::NodeTag::T_ReturnSetInfo;
     (*sql_rsinfo).econtext = (*rsinfo).econtext;
     (*sql_rsinfo).expectedDesc = (*rsinfo).expectedDesc;
     (*sql_rsinfo).allowedModes = pg_sys::SetFunctionReturnMode::SFRM_Materialize as i32;
     (*sql_rsinfo).returnMode = pg_sys::SetFunctionReturnMode::SFRM_ValuePerCall;
-    call_info(flinfo, sql_rsinfo as *mut pg_sys::Node, args)
+    call_info(function(signature), sql_rsinfo as *mut pg_sys::Node, args)
+}
+
+/// The function manager's information of the SQL function `signature` ("name(types)").
+pub(crate) unsafe fn function(signature: &CStr) -> *mut pg_sys::FmgrInfo {
+    let oid = pg_sys::DirectFunctionCall1Coll(Some(crate::rows::sql_fn::regprocedurein), pg_sys::InvalidOid, pg_sys::Datum::from(signature.as_ptr()));
+    let flinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
+    pg_sys::fmgr_info(pg_sys::Oid::from(oid.value() as u32), flinfo);
+    flinfo
 }
 
 /// A function call info of `args`, for the function of `flinfo` with result info `resultinfo`.

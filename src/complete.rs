@@ -96,7 +96,7 @@ pub extern "C" fn pg_finfo_jobq_complete_and_checkout() -> &'static pg_sys::Pg_f
 /// are, the checkout's rows put in this call's result; a job no longer in hand goes to
 /// `jobq._refuse_fenced`, which raises JQ001 or JQ002. Through a PL/pgSQL function that called
 /// both and returned the checkout's rows as its own, the call cost a job 415,658 instructions,
-/// 6 % more than the two calls it stands for; here 330,687, 15 % less (bench/instructions.sh,
+/// 6 % more than the two calls it stands for; here 330,727, 15 % less (bench/instructions.sh,
 /// rows jobq_worker and jobq). Every other call (a batch in hand, none, bad input) is
 /// `jobq._complete_and_checkout`'s.
 ///
@@ -104,9 +104,9 @@ pub extern "C" fn pg_finfo_jobq_complete_and_checkout() -> &'static pg_sys::Pg_f
 /// not know (JQ001, JQ002), which must reach the client as raised.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn jobq_complete_and_checkout(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    // (Copied into an array: nothing in this frame owns memory an error would leave behind.)
-    let given = (*fcinfo).args.as_slice(5);
-    let args: [pg_sys::NullableDatum; 5] = std::array::from_fn(|i| given[i]);
+    // (A view of the call's own arguments: nothing in this frame owns memory an error would
+    // leave behind.)
+    let args = (*fcinfo).args.as_slice(5);
     let null = pg_sys::NullableDatum { value: pg_sys::Datum::from(0usize), isnull: true };
     let in_hand = one_in_hand(fcinfo);
     if !in_hand.found {
@@ -172,21 +172,14 @@ unsafe extern "C-unwind" fn one_in_hand(fcinfo: pg_sys::FunctionCallInfo) -> InH
 unsafe extern "C-unwind" fn all_of_the_sql(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::FunctionCallInfo {
     pg_sys::InitMaterializedSRF(fcinfo, 0);
     let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
-    let args = (*fcinfo).args.as_slice(5).to_vec();
-    crate::checkout::sql_call(rsinfo, c"jobq._complete_and_checkout(uuid, bigint[], jsonb[], text[], integer)", &args)
+    crate::checkout::sql_call(rsinfo, c"jobq._complete_and_checkout(uuid, bigint[], jsonb[], text[], integer)", (*fcinfo).args.as_slice(5))
 }
 
 /// The call of `jobq._refuse_fenced(worker, job_ids, '{}')`, prepared: the job in hand was not
 /// completed.
 #[pg_guard]
 unsafe extern "C-unwind" fn refusal(worker: pg_sys::NullableDatum, job_ids: pg_sys::NullableDatum) -> pg_sys::FunctionCallInfo {
-    let oid = pg_sys::DirectFunctionCall1Coll(
-        Some(crate::rows::sql_fn::regprocedurein),
-        pg_sys::InvalidOid,
-        pg_sys::Datum::from(c"jobq._refuse_fenced(uuid, bigint[], bigint[])".as_ptr()),
-    );
-    let flinfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
-    pg_sys::fmgr_info(pg_sys::Oid::from(oid.value() as u32), flinfo);
+    let flinfo = crate::checkout::function(c"jobq._refuse_fenced(uuid, bigint[], bigint[])");
     let none = pg_sys::construct_empty_array(pg_sys::INT8OID);
     let kept = pg_sys::NullableDatum { value: pg_sys::Datum::from(none), isnull: false };
     crate::checkout::call_info(flinfo, std::ptr::null_mut(), &[worker, job_ids, kept])

@@ -3,7 +3,7 @@
 //! pg_class's or pg_namespace's names reaches it (a syscache callback forgets them all): the
 //! moment its syscache would forget them too, so a name means here what it means to the SQL
 //! (after a `DROP EXTENSION` and `CREATE EXTENSION`, or a rename).
-//! Looked up at every call, the names cost a plain job's checkout and completion some 13,000
+//! Looked up at every call, the names cost a plain job's checkout and completion some 8,000
 //! instructions (bench/instructions.sh, row jobq; docs/performance.md).
 use pgrx::pg_sys;
 use pgrx::prelude::*;
