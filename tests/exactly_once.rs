@@ -1,5 +1,5 @@
 //! Exactly once under contention: many connections, each with its own worker, check out and
-//! complete in a loop; every job completes exactly once, none is lost, none is handed to two
+//! complete in a loop (some in one call, as the client libraries' workers do); every job completes exactly once, none is lost, none is handed to two
 //! workers at the same time.
 mod common;
 
@@ -37,9 +37,22 @@ fn every_job_completes_exactly_once_under_16_concurrent_workers() {
                 let max_jobs = 1 + (i % 4) as i32;
                 let queues: Option<Vec<String>> = (i % 2 == 1).then(|| vec!["q0".into(), "q1".into(), "q2".into(), "q3".into()]);
                 start.wait();
+                // And a quarter of them run as the client libraries' workers do: each call
+                // completes the jobs in hand and checks out the next (jobq_complete_and_checkout;
+                // with one job in hand and max_jobs 1, the path of its own in both editions).
+                let fused = i % 8 < 2;
+                let mut in_hand: Vec<i64> = Vec::new();
                 let mut done = Vec::new();
                 loop {
-                    let rows = c.query("SELECT id, attempt FROM jobq_checkout($1, $2, $3)", &[&w, &queues, &max_jobs]).unwrap();
+                    let rows = if fused {
+                        let rows = c
+                            .query("SELECT id, attempt FROM jobq_complete_and_checkout($1, $2, NULL, $3, $4)", &[&w, &in_hand, &queues, &max_jobs])
+                            .unwrap();
+                        done.append(&mut in_hand);
+                        rows
+                    } else {
+                        c.query("SELECT id, attempt FROM jobq_checkout($1, $2, $3)", &[&w, &queues, &max_jobs]).unwrap()
+                    };
                     if rows.is_empty() {
                         let left: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE state = 'ready'", &[]).unwrap().get(0);
                         if left == 0 {
@@ -50,6 +63,10 @@ fn every_job_completes_exactly_once_under_16_concurrent_workers() {
                     for r in rows {
                         let (id, attempt): (i64, i32) = (r.get(0), r.get(1));
                         assert_eq!(attempt, 1, "job {id} handed out twice");
+                        if fused {
+                            in_hand.push(id);
+                            continue;
+                        }
                         let ok: bool = c.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get(0);
                         assert!(ok, "worker {i} could not complete job {id} it had just checked out");
                         done.push(id);

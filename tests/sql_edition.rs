@@ -664,6 +664,93 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     assert_eq!((started, completed), (13, 13));
 }
 
+/// The workers' call with one job in hand (src/sql/twins/hot_path.sql,
+/// jobq_complete_and_checkout) checks out its next job with a copy of jobq_checkout's one-job
+/// path: held against the general path as that one is. The same jobs in two queues, each job
+/// in hand completed and the next claimed in one call, under READ COMMITTED (the copy, with
+/// neither jobq_checkout nor jobq._checkout called) and under REPEATABLE READ (jobq._checkout);
+/// the same rows returned, in the same order, and left the same. Then the cases the copy hands
+/// on: a key to take, a pause, a stopping worker, several jobs.
+#[test]
+fn the_workers_call_claims_what_the_general_path_claims() {
+    let c = installed("sqlfused", &[], "app");
+    let mut su = c.connect("app");
+    let w = register(&mut su);
+    // (job returned, jobq_checkout called, jobq._checkout called) of one call at `isolation`.
+    let call = |su: &mut Client, isolation: &str, in_hand: i64, queue: &str, max: i32| {
+        let mut t = su.transaction().unwrap();
+        t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
+        let calls = |t: &mut postgres::Transaction| -> (i64, i64) {
+            let r = t
+                .query_one(
+                    "SELECT coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_checkout'), 0)::bigint,
+                            coalesce(sum(calls) FILTER (WHERE schemaname = 'jobq' AND funcname = '_checkout'), 0)::bigint
+                       FROM pg_stat_xact_user_functions",
+                    &[],
+                )
+                .unwrap();
+            (r.get(0), r.get(1))
+        };
+        let before = calls(&mut t);
+        let got: Vec<serde_json::Value> = t
+            .query("SELECT to_jsonb(j) FROM jobq_complete_and_checkout($1, ARRAY[$2::bigint], NULL, ARRAY[$3], $4) j", &[&w, &in_hand, &queue, &max])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let after = calls(&mut t);
+        t.commit().unwrap();
+        (got, after.0 > before.0, after.1 > before.1)
+    };
+    let jobs = ["'@', '{\"n\": 1}', kind => 'Plain'", "'@', '{\"n\": 2}', priority => -1, max_attempts => 7", "'@', '{\"n\": 3}'"];
+    let mut enqueued = std::collections::HashMap::new();
+    for q in ["q", "r", "k", "m"] {
+        for (i, j) in jobs.iter().enumerate() {
+            let id: i64 = su.query_one(&format!("SELECT jobq_enqueue({})", j.replace('@', q)), &[]).unwrap().get(0);
+            enqueued.insert((q, i), id);
+        }
+    }
+    // The first job of each queue in hand, then one call a job: claim order is priority, then id.
+    let first = |su: &mut Client, q: &str| -> i64 { su.query_one("SELECT id FROM jobq_checkout($1, ARRAY[$2])", &[&w, &q]).unwrap().get(0) };
+    let (mut in_q, mut in_r) = (first(&mut su, "q"), first(&mut su, "r"));
+    assert_eq!((in_q, in_r), (enqueued[&("q", 1)], enqueued[&("r", 1)]));
+    for i in [0, 2] {
+        let (fast, checkout, general) = call(&mut su, "READ COMMITTED", in_q, "q", 1);
+        assert_eq!((checkout, general), (false, false), "the copy, and nothing else, claimed");
+        let (sql, _, sql_general) = call(&mut su, "REPEATABLE READ", in_r, "r", 1);
+        assert!(sql_general, "REPEATABLE READ is the general path's");
+        assert_eq!(fast.len(), 1);
+        assert_eq!((fast[0]["id"].as_i64(), sql[0]["id"].as_i64()), (Some(enqueued[&("q", i)]), Some(enqueued[&("r", i)])));
+        assert_eq!(without_moments(&fast[0]), without_moments(&sql[0]), "the two paths returned different rows");
+        assert_eq!(claimed(&mut su, enqueued[&("q", i)]), claimed(&mut su, enqueued[&("r", i)]));
+        (in_q, in_r) = (enqueued[&("q", i)], enqueued[&("r", i)]);
+    }
+    // Nothing due: nothing, and the job in hand completed, without the general path.
+    assert_eq!(call(&mut su, "READ COMMITTED", in_q, "q", 1), (vec![], false, false));
+    let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&in_q]).unwrap().get(0);
+    assert_eq!(state, "completed");
+    // A first job with a key to take: the general path, which takes its slot.
+    let keyed: i64 = su.query_one("SELECT jobq_enqueue('k', concurrency_key => 'ck', priority => -5)", &[]).unwrap().get(0);
+    let (got, _, general) = call(&mut su, "READ COMMITTED", in_r, "k", 1);
+    assert_eq!((got[0]["id"].as_i64(), general), (Some(keyed), true));
+    let slot: Option<i32> = su.query_one("SELECT concurrency_slot FROM jobq.live_jobs WHERE id = $1", &[&keyed]).unwrap().get(0);
+    assert!(slot.is_some(), "the key's slot was taken");
+    // Several jobs: the general path.
+    let (got, _, general) = call(&mut su, "READ COMMITTED", keyed, "k", 2);
+    assert_eq!((got.len(), general), (2, true));
+    // A paused queue, a stopping worker: nothing, as the general path says.
+    let in_m = first(&mut su, "m");
+    su.batch_execute("SELECT jobq_pause('m')").unwrap();
+    let (got, _, general) = call(&mut su, "READ COMMITTED", in_m, "m", 1);
+    assert_eq!((got, general), (vec![], true));
+    su.batch_execute("SELECT jobq_resume('m')").unwrap();
+    let in_m: i64 = su.query_one("SELECT id FROM jobq_checkout($1, '{m}')", &[&w]).unwrap().get(0);
+    su.query("SELECT jobq_stop_checkouts($1)", &[&w]).unwrap();
+    let (got, _, general) = call(&mut su, "READ COMMITTED", in_m, "m", 1);
+    assert_eq!((got, general), (vec![], true));
+    assert_job_tables_consistent(&mut su);
+}
+
 /// The SQL edition's jobq_complete (src/sql/twins/hot_path.sql) moves a job without keys,
 /// completed under READ COMMITTED by the caller's own worker, as jobq._complete moves it, and
 /// hands every other completion to jobq._complete.

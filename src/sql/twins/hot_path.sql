@@ -202,21 +202,79 @@ BEGIN
 END $$;
 
 -- jobq_complete_and_checkout: the twin of src/complete.rs's. One job in hand, a worker's
--- common call: that job completed by jobq_complete and the next checked out by jobq_checkout
--- (a job no longer in hand refused by jobq._refuse_fenced: JQ001 or JQ002); through
--- jobq._complete_and_checkout, which completes through jobq_complete_many, one job in hand cost
--- the call 1,243,492 instructions against 903,343 (bench/instructions.sh, row jobq_sql_worker).
--- Every other call is jobq._complete_and_checkout's.
+-- common call: that job completed by jobq_complete (a job no longer in hand refused by
+-- jobq._refuse_fenced: JQ001 or JQ002) and the next checked out as jobq_checkout checks out
+-- one job; through jobq._complete_and_checkout, which completes through jobq_complete_many,
+-- one job in hand cost the call 1,243,492 instructions against 903,343 (bench/instructions.sh,
+-- row jobq_sql_worker). Every other call is jobq._complete_and_checkout's.
+-- The checkout of one job below is a copy of jobq_checkout's, the price of speed: called as
+-- jobq_checkout (a statement of its own, a function scan, its settings and its rows copied
+-- twice) it cost each job 53,000 instructions more, 902,165 against 849,267 (row
+-- jobq_sql_worker); a function both share, called as an expression, cost the two-call path
+-- 12,000 more (its call and its composite result). tests/sql_edition.rs holds the copy to the
+-- general path as it holds jobq_checkout's.
 CREATE FUNCTION jobq_complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL,
                                            queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
-RETURNS SETOF jobq.job LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
+RETURNS SETOF jobq.job LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_queue  text := queues[1];
+    v_now    timestamptz;
+    c        record;
+    j        jobq.job;
 BEGIN
     IF cardinality(job_ids) = 1 AND job_ids[1] IS NOT NULL AND worker IS NOT NULL
        AND (results IS NULL OR cardinality(results) = 1) THEN
         IF NOT @extschema@.jobq_complete(job_ids[1], worker, results[1]) THEN
             PERFORM jobq._refuse_fenced(worker, job_ids, '{}');
         END IF;
-        RETURN QUERY SELECT * FROM @extschema@.jobq_checkout(worker, queues, max_jobs);
+        -- jobq_checkout's one job, under its conditions (jobq_checkout above says why each).
+        IF max_jobs = 1
+           AND (queues IS NULL OR (cardinality(queues) > 0 AND array_position(queues, NULL) IS NULL))
+           AND current_setting('transaction_isolation') = 'read committed'
+           AND NOT EXISTS (SELECT 1 FROM jobq.pauses) AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
+           AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness_keys)
+                         ELSE EXISTS (SELECT 1 FROM jobq.fairness_keys f WHERE f.queue = ANY (queues)) END)
+           AND jobq._usable_worker(worker) THEN
+            v_now := clock_timestamp();
+            IF cardinality(queues) = 1 THEN
+                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
+                 WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED;
+            ELSE
+                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
+                 WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL
+                   AND r.run_at <= v_now
+                 ORDER BY r.priority, r.run_at, r.id
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED;
+            END IF;
+            IF NOT FOUND THEN
+                RETURN;
+            ELSIF NOT c.keyed THEN
+                DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
+                UPDATE jobq.live_jobs x
+                   SET state = 'executing', worker_id = jobq_complete_and_checkout.worker, attempt = x.attempt + 1,
+                       started_at = v_now
+                 WHERE x.id = c.id AND x.state = 'ready'
+                RETURNING x.id, x.queue, x.kind, x.payload, x.priority, x.attempt, x.max_attempts, x.run_at,
+                          x.enqueued_at, x.unique_key, x.concurrency_key, x.interrupted_at, x.last_error,
+                          x.unique_strategy, x.concurrency_limit, x.started_at, x.depends_on, x.checkpoints,
+                          x.fairness_key INTO j;
+                IF FOUND THEN
+                    IF octet_length(j.queue) <= 200 THEN
+                        INSERT INTO jobq.tallies
+                        VALUES (j.queue, jobq._tally_minute(v_now), 2::smallint, jobq._tally_took(j.run_at, v_now));
+                    END IF;
+                    RETURN NEXT j;
+                END IF;
+                RETURN;
+            END IF;
+        END IF;
+        RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, NULL);
     ELSE
         RETURN QUERY SELECT * FROM jobq._complete_and_checkout(worker, job_ids, results, queues, max_jobs);
     END IF;
