@@ -209,7 +209,7 @@ END $$;
 -- row jobq_sql_worker). Every other call is jobq._complete_and_checkout's.
 -- The checkout of one job below is a copy of jobq_checkout's, the price of speed: called as
 -- jobq_checkout (a statement of its own, a function scan, its settings and its rows copied
--- twice) it cost each job 53,000 instructions more, 902,165 against 849,267 (row
+-- twice) it cost each job 53,000 instructions more, 902,165 against 849,202 (row
 -- jobq_sql_worker); a function both share, called as an expression, cost the two-call path
 -- 12,000 more (its call and its composite result). tests/sql_edition.rs holds the copy to the
 -- general path as it holds jobq_checkout's.
