@@ -669,15 +669,17 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
 /// path: held against the general path as that one is. The same jobs in two queues, each job
 /// in hand completed and the next claimed in one call, under READ COMMITTED (the copy, with
 /// neither jobq_checkout nor jobq._checkout called) and under REPEATABLE READ (jobq._checkout);
-/// the same rows returned, in the same order, and left the same. Then the cases the copy hands
-/// on: a key to take, a pause, a stopping worker, several jobs.
+/// the same rows returned, in the same order, and left the same; every queue (NULL) and two
+/// queues, the copy's other claim. Then the cases the copy hands on: a key to take, several
+/// jobs, a pause, a stopping worker. Each start and completion is counted once.
 #[test]
 fn the_workers_call_claims_what_the_general_path_claims() {
     let c = installed("sqlfused", &[], "app");
     let mut su = c.connect("app");
     let w = register(&mut su);
     // (job returned, jobq_checkout called, jobq._checkout called) of one call at `isolation`.
-    let call = |su: &mut Client, isolation: &str, in_hand: i64, queue: &str, max: i32| {
+    // `queues`: the call's argument, as SQL.
+    let call = |su: &mut Client, isolation: &str, in_hand: i64, queues: &str, max: i32| {
         let mut t = su.transaction().unwrap();
         t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
         let calls = |t: &mut postgres::Transaction| -> (i64, i64) {
@@ -693,7 +695,7 @@ fn the_workers_call_claims_what_the_general_path_claims() {
         };
         let before = calls(&mut t);
         let got: Vec<serde_json::Value> = t
-            .query("SELECT to_jsonb(j) FROM jobq_complete_and_checkout($1, ARRAY[$2::bigint], NULL, ARRAY[$3], $4) j", &[&w, &in_hand, &queue, &max])
+            .query(&format!("SELECT to_jsonb(j) FROM jobq_complete_and_checkout($1, ARRAY[$2::bigint], NULL, {queues}, $3) j"), &[&w, &in_hand, &max])
             .unwrap()
             .iter()
             .map(|r| r.get(0))
@@ -715,9 +717,9 @@ fn the_workers_call_claims_what_the_general_path_claims() {
     let (mut in_q, mut in_r) = (first(&mut su, "q"), first(&mut su, "r"));
     assert_eq!((in_q, in_r), (enqueued[&("q", 1)], enqueued[&("r", 1)]));
     for i in [0, 2] {
-        let (fast, checkout, general) = call(&mut su, "READ COMMITTED", in_q, "q", 1);
+        let (fast, checkout, general) = call(&mut su, "READ COMMITTED", in_q, "'{q}'", 1);
         assert_eq!((checkout, general), (false, false), "the copy, and nothing else, claimed");
-        let (sql, _, sql_general) = call(&mut su, "REPEATABLE READ", in_r, "r", 1);
+        let (sql, _, sql_general) = call(&mut su, "REPEATABLE READ", in_r, "'{r}'", 1);
         assert!(sql_general, "REPEATABLE READ is the general path's");
         assert_eq!(fast.len(), 1);
         assert_eq!((fast[0]["id"].as_i64(), sql[0]["id"].as_i64()), (Some(enqueued[&("q", i)]), Some(enqueued[&("r", i)])));
@@ -726,29 +728,45 @@ fn the_workers_call_claims_what_the_general_path_claims() {
         (in_q, in_r) = (enqueued[&("q", i)], enqueued[&("r", i)]);
     }
     // Nothing due: nothing, and the job in hand completed, without the general path.
-    assert_eq!(call(&mut su, "READ COMMITTED", in_q, "q", 1), (vec![], false, false));
+    assert_eq!(call(&mut su, "READ COMMITTED", in_q, "'{q}'", 1), (vec![], false, false));
     let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&in_q]).unwrap().get(0);
     assert_eq!(state, "completed");
+    // Every queue: the first in claim order of them all (k's and m's best priority, k's first);
+    // then two queues, one with a job: the copy again.
+    let (got, checkout, general) = call(&mut su, "READ COMMITTED", in_r, "NULL", 1);
+    assert_eq!((got[0]["id"].as_i64(), checkout, general), (Some(enqueued[&("k", 1)]), false, false));
+    let s: i64 = su.query_one("SELECT jobq_enqueue('s')", &[]).unwrap().get(0);
+    let (got, checkout, general) = call(&mut su, "READ COMMITTED", enqueued[&("k", 1)], "'{q,s}'", 1);
+    assert_eq!((got[0]["id"].as_i64(), checkout, general), (Some(s), false, false));
     // A first job with a key to take: the general path, which takes its slot.
     let keyed: i64 = su.query_one("SELECT jobq_enqueue('k', concurrency_key => 'ck', priority => -5)", &[]).unwrap().get(0);
-    let (got, _, general) = call(&mut su, "READ COMMITTED", in_r, "k", 1);
+    let (got, _, general) = call(&mut su, "READ COMMITTED", s, "'{k}'", 1);
     assert_eq!((got[0]["id"].as_i64(), general), (Some(keyed), true));
     let slot: Option<i32> = su.query_one("SELECT concurrency_slot FROM jobq.live_jobs WHERE id = $1", &[&keyed]).unwrap().get(0);
     assert!(slot.is_some(), "the key's slot was taken");
     // Several jobs: the general path.
-    let (got, _, general) = call(&mut su, "READ COMMITTED", keyed, "k", 2);
+    let (got, _, general) = call(&mut su, "READ COMMITTED", keyed, "'{k}'", 2);
     assert_eq!((got.len(), general), (2, true));
     // A paused queue, a stopping worker: nothing, as the general path says.
     let in_m = first(&mut su, "m");
     su.batch_execute("SELECT jobq_pause('m')").unwrap();
-    let (got, _, general) = call(&mut su, "READ COMMITTED", in_m, "m", 1);
+    let (got, _, general) = call(&mut su, "READ COMMITTED", in_m, "'{m}'", 1);
     assert_eq!((got, general), (vec![], true));
     su.batch_execute("SELECT jobq_resume('m')").unwrap();
     let in_m: i64 = su.query_one("SELECT id FROM jobq_checkout($1, '{m}')", &[&w]).unwrap().get(0);
     su.query("SELECT jobq_stop_checkouts($1)", &[&w]).unwrap();
-    let (got, _, general) = call(&mut su, "READ COMMITTED", in_m, "m", 1);
+    let (got, _, general) = call(&mut su, "READ COMMITTED", in_m, "'{m}'", 1);
     assert_eq!((got, general), (vec![], true));
     assert_job_tables_consistent(&mut su);
+    // Started: q's and r's three, k's four (its first, the keyed, two), s's one, m's two; completed:
+    // every job a call had in hand, two of k's left executing.
+    su.batch_execute("SELECT jobq_reap()").unwrap();
+    let r = su
+        .query_one("SELECT sum(started)::bigint, sum(completed)::bigint FROM jobq.throughput(now() - interval '1 hour')", &[])
+        .unwrap();
+    assert_eq!((r.get::<_, i64>(0), r.get::<_, i64>(1)), (13, 11));
+    let executing: i64 = su.query_one("SELECT count(*) FROM jobq.live_jobs WHERE state = 'executing'", &[]).unwrap().get(0);
+    assert_eq!(executing, 2);
 }
 
 /// The SQL edition's jobq_complete (src/sql/twins/hot_path.sql) moves a job without keys,

@@ -3,7 +3,9 @@
 -- SQL that serves them all (jobq._enqueue, jobq._checkout, jobq._complete). Here that SQL
 -- serves every case but the enqueue of a job without keys, the checkout of one plain job and
 -- the completion of a job without keys, which jobq_enqueue, jobq_checkout and jobq_complete
--- below serve with statements of their own, as the extension serves them in Rust.
+-- below serve with statements of their own, as the extension serves them in Rust; and
+-- jobq_complete_and_checkout with one job in hand, which completes it through jobq_complete
+-- and checks out one plain job with a copy of jobq_checkout's statements.
 -- Every twin is PL/pgSQL, not SQL: PL/pgSQL keeps its statements' plans for the session, where
 -- a SQL function called from another statement is parsed and planned again at each call (that
 -- cost a job ten times the extension's instructions: bench/results/instructions.md).
@@ -205,14 +207,17 @@ END $$;
 -- common call: that job completed by jobq_complete (a job no longer in hand refused by
 -- jobq._refuse_fenced: JQ001 or JQ002) and the next checked out as jobq_checkout checks out
 -- one job; through jobq._complete_and_checkout, which completes through jobq_complete_many,
--- one job in hand cost the call 1,243,492 instructions against 903,343 (bench/instructions.sh,
--- row jobq_sql_worker). Every other call is jobq._complete_and_checkout's.
+-- one job in hand cost the call 1,243,492 instructions against 849,202 (bench/instructions.sh,
+-- row jobq_sql_worker, cbdbf83). Every other call is jobq._complete_and_checkout's.
 -- The checkout of one job below is a copy of jobq_checkout's, the price of speed: called as
 -- jobq_checkout (a statement of its own, a function scan, its settings and its rows copied
--- twice) it cost each job 53,000 instructions more, 902,165 against 849,202 (row
--- jobq_sql_worker); a function both share, called as an expression, cost the two-call path
--- 12,000 more (its call and its composite result). tests/sql_edition.rs holds the copy to the
--- general path as it holds jobq_checkout's.
+-- twice) it cost each job 53,000 instructions more, 902,208 (02c5f8b) against 849,202 (cbdbf83,
+-- row jobq_sql_worker); a function both share, called as an expression, cost the two-call
+-- path 12,000 more (its call and its composite result). tests/sql_edition.rs holds the copy to
+-- the general path as it holds jobq_checkout's. The function makes its statements' plans
+-- generic (plan_cache_mode), as jobq_checkout does; the setting holds for what it calls as
+-- well (jobq_complete, and for a batch jobq._complete_and_checkout), whose plans are then
+-- generic too.
 CREATE FUNCTION jobq_complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL,
                                            queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
 RETURNS SETOF jobq.job LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
