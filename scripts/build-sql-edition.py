@@ -2,7 +2,8 @@
 """Builds the SQL edition, jobq-sql--V.sql: jobq without its library, for servers where no
 library can be installed (docs/sql-edition.md). One source for both editions: the file is the
 extension's own SQL (src/sql/*.sql, in src/lib.rs's order) with each function the extension
-does in Rust replaced by its SQL twin (src/sql/twins/<module>.sql), then what only the SQL
+does in Rust replaced by its SQL twin (src/sql/twins/<module>.sql, with src/sql/twins/pasted/NAME.sql
+pasted where a line says `@paste NAME@`), then what only the SQL
 edition has (src/sql/twins/edition.sql).
 
     python3 scripts/build-sql-edition.py [OUT]    # default: target/sql-edition/jobq-sql--V.sql
@@ -23,6 +24,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 TWINS = SRC / "sql" / "twins"
+PASTED = TWINS / "pasted"
 
 
 def version():
@@ -104,7 +106,7 @@ def build():
     twins = {}
     twin_sql = []
     for p in twin_files:
-        text = p.read_text().replace("@VERSION@", v)
+        text = pasted(p.read_text()).replace("@VERSION@", v)
         twin_sql.append("-- ---- src/sql/twins/%s ----\n%s" % (p.name, text))
         for s in statements(text):
             name = defined(s)
@@ -138,10 +140,23 @@ def build():
     body.append("-- ---- src/sql/twins/edition.sql ----\n" + (TWINS / "edition.sql").read_text())
     install = "\n".join(body).replace("@extschema@.", "public.")
     previous, upgrade = upgrade_from(v, twins)
-    if any("MODULE_PATHNAME" in x or "@extschema@" in x for x in (install, upgrade)):
+    if any("MODULE_PATHNAME" in x or "@extschema@" in x or "@paste " in x for x in (install, upgrade)):
         sys.exit("build-sql-edition: something of the library is left")
     tail = TAIL.replace("@UPGRADE@", upgrade).replace("@PREVIOUS@", previous)
     return v, HEAD.replace("@VERSION@", v) + install + tail.replace("@VERSION@", v)
+
+
+def pasted(text):
+    """Twin text with each line `@paste NAME@` replaced by src/sql/twins/pasted/NAME.sql (its
+    header comment left out), at that line's indent: statements that two twins run in their own
+    bodies, from one source, where a call of one function by the other would cost each job its
+    layers (src/sql/twins/hot_path.sql says how much)."""
+    def paste(m):
+        lines = (PASTED / (m.group(2) + ".sql")).read_text().splitlines(True)
+        while lines and lines[0].startswith("--"):
+            lines.pop(0)
+        return "".join(m.group(1) + l if l.strip() else l for l in lines)
+    return re.sub(r"^([ \t]*)@paste (\w+)@[ \t]*\n", paste, text, flags=re.M)
 
 
 def or_replace(stmt):

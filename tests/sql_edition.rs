@@ -665,8 +665,9 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
 }
 
 /// The workers' call with one job in hand (src/sql/twins/hot_path.sql,
-/// jobq_complete_and_checkout) checks out its next job with a copy of jobq_checkout's one-job
-/// path: held against the general path as that one is. The same jobs in two queues, each job
+/// jobq_complete_and_checkout) checks out its next job with jobq_checkout's one-job statements
+/// (src/sql/twins/pasted/checkout_one.sql, pasted into both): held against the general path as
+/// that one is. The same jobs in two queues, each job
 /// in hand completed and the next claimed in one call, under READ COMMITTED (the copy, with
 /// neither jobq_checkout nor jobq._checkout called) and under REPEATABLE READ (jobq._checkout);
 /// the same rows returned, in the same order, and left the same; every queue (NULL) and two

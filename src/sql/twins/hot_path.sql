@@ -5,7 +5,7 @@
 -- the completion of a job without keys, which jobq_enqueue, jobq_checkout and jobq_complete
 -- below serve with statements of their own, as the extension serves them in Rust; and
 -- jobq_complete_and_checkout with one job in hand, which completes it through jobq_complete
--- and checks out one plain job with a copy of jobq_checkout's statements.
+-- and checks out one plain job with jobq_checkout's statements (src/sql/twins/pasted/).
 -- Every twin is PL/pgSQL, not SQL: PL/pgSQL keeps its statements' plans for the session, where
 -- a SQL function called from another statement is parsed and planned again at each call (that
 -- cost a job ten times the extension's instructions: bench/results/instructions.md).
@@ -88,7 +88,8 @@ END $$;
 -- libraries' workers are bound to their sessions, which a test of its first case alone would
 -- send to the general path), and a first waiting job with no key to take (a concurrency, rate
 -- or unique key: the whole call goes to jobq._checkout, which takes the keys, and finds that
--- row locked by this transaction). Every other call is jobq._checkout's, whose one statement
+-- row locked by this transaction): src/sql/twins/pasted/checkout_one.sql, the statements
+-- jobq_complete_and_checkout runs too. Every other call is jobq._checkout's, whose one statement
 -- claims up to max_jobs jobs: its layers and its start-up (some forty plan nodes) make a job
 -- checked out alone there cost a quarter more CPU, checkout and completion together
 -- (bench/instructions.sh, row jobq_sql; docs/performance.md). A near-copy of jobq._checkout's
@@ -106,52 +107,8 @@ DECLARE
     c        record;
     j        jobq.job;
 BEGIN
-    IF max_jobs = 1 AND wait IS NULL
-       AND (queues IS NULL OR (cardinality(queues) > 0 AND array_position(queues, NULL) IS NULL))
-       AND current_setting('transaction_isolation') = 'read committed'
-       AND NOT EXISTS (SELECT 1 FROM jobq.pauses) AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
-       -- (Two looks, as jobq._checkout's: one condition for both would read every key's row.)
-       AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness_keys)
-                     ELSE EXISTS (SELECT 1 FROM jobq.fairness_keys f WHERE f.queue = ANY (queues)) END)
-       AND jobq._usable_worker(worker) THEN
-        v_now := clock_timestamp();
-        -- The two differ only in the queue condition, so that each gets the index that serves
-        -- its order (as jobq._checkout's).
-        IF cardinality(queues) = 1 THEN
-            SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
-             WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.fairness_key IS NULL
-               AND r.run_at <= v_now
-             ORDER BY r.priority, r.run_at, r.id
-             LIMIT 1
-               FOR UPDATE SKIP LOCKED;
-        ELSE
-            SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
-             WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL
-               AND r.run_at <= v_now
-             ORDER BY r.priority, r.run_at, r.id
-             LIMIT 1
-               FOR UPDATE SKIP LOCKED;
-        END IF;
-        IF NOT FOUND THEN
-            RETURN;
-        ELSIF NOT c.keyed THEN
-            DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
-            UPDATE jobq.live_jobs x
-               SET state = 'executing', worker_id = jobq_checkout.worker, attempt = x.attempt + 1, started_at = v_now
-             WHERE x.id = c.id AND x.state = 'ready'
-            RETURNING x.id, x.queue, x.kind, x.payload, x.priority, x.attempt, x.max_attempts, x.run_at,
-                      x.enqueued_at, x.unique_key, x.concurrency_key, x.interrupted_at, x.last_error,
-                      x.unique_strategy, x.concurrency_limit, x.started_at, x.depends_on, x.checkpoints,
-                      x.fairness_key INTO j;
-            IF FOUND THEN
-                IF octet_length(j.queue) <= 200 THEN
-                    INSERT INTO jobq.tallies
-                    VALUES (j.queue, jobq._tally_minute(v_now), 2::smallint, jobq._tally_took(j.run_at, v_now));
-                END IF;
-                RETURN NEXT j;
-            END IF;
-            RETURN;
-        END IF;
+    IF max_jobs = 1 AND wait IS NULL THEN
+        @paste checkout_one@
     END IF;
     RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, wait);
 END $$;
@@ -209,12 +166,13 @@ END $$;
 -- one job; through jobq._complete_and_checkout, which completes through jobq_complete_many,
 -- one job in hand cost the call 1,243,492 instructions against 849,202 (bench/instructions.sh,
 -- row jobq_sql_worker, cbdbf83). Every other call is jobq._complete_and_checkout's.
--- The checkout of one job below is a copy of jobq_checkout's, the price of speed: called as
+-- The checkout of one job runs here as in jobq_checkout, the same statements pasted into both
+-- bodies by scripts/build-sql-edition.py (src/sql/twins/pasted/checkout_one.sql): called as
 -- jobq_checkout (a statement of its own, a function scan, its settings and its rows copied
 -- twice) it cost each job 53,000 instructions more, 902,208 (02c5f8b) against 849,202 (cbdbf83,
 -- row jobq_sql_worker); a function both share, called as an expression, cost the two-call
--- path 12,000 more (its call and its composite result). tests/sql_edition.rs holds the copy to
--- the general path as it holds jobq_checkout's. The function makes its statements' plans
+-- path 12,000 more (its call and its composite result). tests/sql_edition.rs holds this call's
+-- checkout to the general path as it holds jobq_checkout's. The function makes its statements' plans
 -- generic (plan_cache_mode), as jobq_checkout does; the setting holds for what it calls as
 -- well (jobq_complete, and for a batch jobq._complete_and_checkout), whose plans are then
 -- generic too.
@@ -233,51 +191,8 @@ BEGIN
         IF NOT @extschema@.jobq_complete(job_ids[1], worker, results[1]) THEN
             PERFORM jobq._refuse_fenced(worker, job_ids, '{}');
         END IF;
-        -- jobq_checkout's one job, under its conditions (jobq_checkout above says why each).
-        IF max_jobs = 1
-           AND (queues IS NULL OR (cardinality(queues) > 0 AND array_position(queues, NULL) IS NULL))
-           AND current_setting('transaction_isolation') = 'read committed'
-           AND NOT EXISTS (SELECT 1 FROM jobq.pauses) AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
-           AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness_keys)
-                         ELSE EXISTS (SELECT 1 FROM jobq.fairness_keys f WHERE f.queue = ANY (queues)) END)
-           AND jobq._usable_worker(worker) THEN
-            v_now := clock_timestamp();
-            IF cardinality(queues) = 1 THEN
-                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
-                 WHERE r.queue_hash = hashtext(v_queue) AND r.queue = v_queue AND r.fairness_key IS NULL
-                   AND r.run_at <= v_now
-                 ORDER BY r.priority, r.run_at, r.id
-                 LIMIT 1
-                   FOR UPDATE SKIP LOCKED;
-            ELSE
-                SELECT r.ctid AS rid, r.id, r.keyed INTO c FROM jobq.ready r
-                 WHERE (queues IS NULL OR r.queue = ANY (queues)) AND r.fairness_key IS NULL
-                   AND r.run_at <= v_now
-                 ORDER BY r.priority, r.run_at, r.id
-                 LIMIT 1
-                   FOR UPDATE SKIP LOCKED;
-            END IF;
-            IF NOT FOUND THEN
-                RETURN;
-            ELSIF NOT c.keyed THEN
-                DELETE FROM jobq.ready r WHERE r.ctid = c.rid;
-                UPDATE jobq.live_jobs x
-                   SET state = 'executing', worker_id = jobq_complete_and_checkout.worker, attempt = x.attempt + 1,
-                       started_at = v_now
-                 WHERE x.id = c.id AND x.state = 'ready'
-                RETURNING x.id, x.queue, x.kind, x.payload, x.priority, x.attempt, x.max_attempts, x.run_at,
-                          x.enqueued_at, x.unique_key, x.concurrency_key, x.interrupted_at, x.last_error,
-                          x.unique_strategy, x.concurrency_limit, x.started_at, x.depends_on, x.checkpoints,
-                          x.fairness_key INTO j;
-                IF FOUND THEN
-                    IF octet_length(j.queue) <= 200 THEN
-                        INSERT INTO jobq.tallies
-                        VALUES (j.queue, jobq._tally_minute(v_now), 2::smallint, jobq._tally_took(j.run_at, v_now));
-                    END IF;
-                    RETURN NEXT j;
-                END IF;
-                RETURN;
-            END IF;
+        IF max_jobs = 1 THEN
+            @paste checkout_one@
         END IF;
         RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, NULL);
     ELSE
