@@ -678,32 +678,26 @@ fn the_workers_call_claims_what_the_general_path_claims() {
     let c = installed("sqlfused", &[], "app");
     let mut su = c.connect("app");
     let w = register(&mut su);
-    // (job returned, jobq_checkout called, jobq._checkout called) of one call at `isolation`.
-    // `queues`: the call's argument, as SQL.
+    // (job returned, jobq_checkout called, jobq._checkout called) of one call at `isolation`
+    // (common::calls_sql, which counts jobq._checkout's calls). `queues`: the call's argument, as SQL.
     let call = |su: &mut Client, isolation: &str, in_hand: i64, queues: &str, max: i32| {
-        let mut t = su.transaction().unwrap();
-        t.batch_execute(&format!("SET TRANSACTION ISOLATION LEVEL {isolation}; SET LOCAL track_functions = 'pl'")).unwrap();
-        let calls = |t: &mut postgres::Transaction| -> (i64, i64) {
-            let r = t
-                .query_one(
-                    "SELECT coalesce(sum(calls) FILTER (WHERE funcname = 'jobq_checkout'), 0)::bigint,
-                            coalesce(sum(calls) FILTER (WHERE schemaname = 'jobq' AND funcname = '_checkout'), 0)::bigint
-                       FROM pg_stat_xact_user_functions",
-                    &[],
-                )
-                .unwrap();
-            (r.get(0), r.get(1))
-        };
-        let before = calls(&mut t);
-        let got: Vec<serde_json::Value> = t
-            .query(&format!("SELECT to_jsonb(j) FROM jobq_complete_and_checkout($1, ARRAY[$2::bigint], NULL, {queues}, $3) j"), &[&w, &in_hand, &max])
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let after = calls(&mut t);
-        t.commit().unwrap();
-        (got, after.0 > before.0, after.1 > before.1)
+        let ((got, checkout), general) = calls_sql(su, isolation, "_checkout", |t| {
+            // jobq_checkout is of the installer's schema, not jobq's (pending_calls).
+            let checkouts = |t: &mut postgres::Transaction| -> i64 {
+                t.query_one("SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions WHERE funcname = 'jobq_checkout'", &[])
+                    .unwrap()
+                    .get(0)
+            };
+            let before = checkouts(t);
+            let got: Vec<serde_json::Value> = t
+                .query(&format!("SELECT to_jsonb(j) FROM jobq_complete_and_checkout($1, ARRAY[$2::bigint], NULL, {queues}, $3) j"), &[&w, &in_hand, &max])
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            (got, checkouts(t) > before)
+        });
+        (got, checkout, general)
     };
     let jobs = ["'@', '{\"n\": 1}', kind => 'Plain'", "'@', '{\"n\": 2}', priority => -1, max_attempts => 7", "'@', '{\"n\": 3}'"];
     let mut enqueued = std::collections::HashMap::new();
