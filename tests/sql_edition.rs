@@ -570,7 +570,8 @@ fn pg_cron_runs_the_passes() {
 /// same jobs in two queues, one checked out a job at a time under READ COMMITTED (which the
 /// twin must serve without jobq._checkout), the other under REPEATABLE READ (which only
 /// jobq._checkout serves); the same rows returned, in the same order, and left the same. Then
-/// every case the twin hands on: a key to take, a pause, several jobs, a stopping worker.
+/// every case the twin hands on: a key to take, a pause, several jobs, a stopping worker, a
+/// worker bound to a session that has ended.
 #[test]
 fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     let c = installed("sqlcheckout", &[], "app");
@@ -624,6 +625,24 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     });
     assert_eq!((got, general), (id, false));
     assert!(su.query_one("SELECT jobq_complete($1, $2)", &[&id, &bound]).unwrap().get::<_, bool>(0));
+    // A worker bound to a session that has ended is dead, its heartbeat fresh or not: the twin's
+    // look at the worker takes only unbound ones, and the general path refuses it (JQ001).
+    let gone: uuid::Uuid = {
+        let mut s = c.connect("app");
+        s.query_one("SELECT jobq_register_worker('gone', bind_to_session => true)", &[]).unwrap().get(0)
+    };
+    wait_until("the bound session to end", PATIENCE, || {
+        let n: i64 = su
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = 'app' AND pid <> pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
+        n == 0
+    });
+    let id: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
+    let e = su.query("SELECT id FROM jobq_checkout($1, '{b}')", &[&gone]).unwrap_err();
+    assert_eq!(sqlstate(&e), "JQ001", "a dead session's worker claimed");
+    let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(state, "ready", "a dead session's worker claimed");
     // A first job with a key to take goes to the general path, which takes its slot; a plain
     // job behind it is then the twin's again.
     let keyed: i64 = su.query_one("SELECT jobq_enqueue('k', concurrency_key => 'ck')", &[]).unwrap().get(0);

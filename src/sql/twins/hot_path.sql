@@ -117,7 +117,8 @@ END $$;
 -- unique or concurrency key to release, executing under the caller's own worker (its role, no
 -- role set), where no queue grant limits a role, leaves jobq.live_jobs here, as jobq._complete
 -- moves it: the same DELETE, the same counter, the same copy in jobq.finished_jobs, the same
--- look for the edges that wait on it. Without that function's layer, its call of jobq._tally
+-- look for the edges that wait on it (src/sql/twins/pasted/complete_one.sql, the statements
+-- jobq_complete_and_checkout runs too). Without that function's layer, its call of jobq._tally
 -- and its wait for a compaction (never, in this edition: src/sql/twins/compact.sql), which
 -- cost each job some 50,000 instructions (bench/instructions.sh, row jobq_sql). Every other
 -- completion, and any call whose DELETE finds nothing here (another worker's job, a job not
@@ -126,56 +127,34 @@ END $$;
 CREATE FUNCTION jobq_complete(job_id bigint, worker uuid, result jsonb DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp AS $$
 DECLARE
-    j  jobq.live_jobs;
+    v_done    boolean;
+    d         jobq.live_jobs;
 BEGIN
-    IF current_setting('transaction_isolation') = 'read committed' THEN
-        DELETE FROM jobq.live_jobs x
-         WHERE x.id = jobq_complete.job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
-           AND x.unique_key IS NULL AND x.concurrency_key IS NULL
-           AND EXISTS (SELECT 1 FROM jobq.workers w
-                        WHERE w.id = worker AND w.owner::oid = jobq._caller()
-                          AND pg_catalog.current_setting('role') = 'none')
-           AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
-        RETURNING x.* INTO j;
-        IF FOUND THEN
-            j.finished_at := clock_timestamp();
-            IF octet_length(j.queue) <= 200 THEN
-                INSERT INTO jobq.tallies
-                VALUES (j.queue, jobq._tally_minute(j.finished_at), 3::smallint, jobq._tally_took(j.started_at, j.finished_at));
-            END IF;
-            IF jobq.retention_ms() > 0 THEN
-                j.state := 'completed';
-                j.result := jobq_complete.result;
-                -- The row as one function scan's columns: `SELECT (j).*` reads each column out of the
-                -- record in an expression of its own, which cost each job 19,000 instructions more
-                -- (bench/instructions.sh, row jobq_sql).
-                INSERT INTO jobq.finished_jobs SELECT * FROM pg_catalog.unnest(ARRAY[j]);
-            END IF;
-            IF EXISTS (SELECT 1 FROM jobq.edges x WHERE x.parent = job_id AND NOT x.settled) THEN
-                PERFORM jobq._settle(ARRAY[job_id], ARRAY['completed']);
-            END IF;
-            RETURN true;
-        END IF;
+    @paste complete_one@
+    IF v_done THEN
+        RETURN true;
     END IF;
     RETURN jobq._complete(job_id, worker, result);
 END $$;
 
 -- jobq_complete_and_checkout: the twin of src/complete.rs's. One job in hand, a worker's
--- common call: that job completed by jobq_complete (a job no longer in hand refused by
--- jobq._refuse_fenced: JQ001 or JQ002) and the next checked out as jobq_checkout checks out
--- one job; through jobq._complete_and_checkout, which completes through jobq_complete_many,
--- one job in hand cost the call 1,243,492 instructions against 849,202 (bench/instructions.sh,
--- row jobq_sql_worker, cbdbf83). Every other call is jobq._complete_and_checkout's.
--- The checkout of one job runs here as in jobq_checkout, the same statements pasted into both
--- bodies by scripts/build-sql-edition.py (src/sql/twins/pasted/checkout_one.sql): called as
--- jobq_checkout (a statement of its own, a function scan, its settings and its rows copied
--- twice) it cost each job 53,000 instructions more, 902,208 (02c5f8b) against 849,202 (cbdbf83,
--- row jobq_sql_worker); a function both share, called as an expression, cost the two-call
--- path 12,000 more (its call and its composite result). tests/sql_edition.rs holds this call's
--- checkout to the general path as it holds jobq_checkout's. The function makes its statements' plans
--- generic (plan_cache_mode), as jobq_checkout does; the setting holds for what it calls as
--- well (jobq_complete, and for a batch jobq._complete_and_checkout), whose plans are then
--- generic too.
+-- common call: that job completed as jobq_complete completes it (a job no longer in hand
+-- refused by jobq._refuse_fenced: JQ001 or JQ002) and the next checked out as jobq_checkout
+-- checks out one job; through jobq._complete_and_checkout, which completes through
+-- jobq_complete_many, one job in hand cost the call 1,243,492 instructions against 849,202
+-- (bench/instructions.sh, row jobq_sql_worker, cbdbf83). Every other call is
+-- jobq._complete_and_checkout's. Both steps run here as in those two functions, the same
+-- statements pasted into each body by scripts/build-sql-edition.py
+-- (src/sql/twins/pasted/complete_one.sql, checkout_one.sql): called as jobq_checkout (a
+-- statement of its own, a function scan, its settings and its rows copied twice) the checkout
+-- cost each job 53,000 instructions more (902,208 at 02c5f8b against 849,202 at cbdbf83), and
+-- called as jobq_complete (a function call with its settings) the completion 16,000 more; a
+-- function both share, called as an expression, cost the two-call path 12,000 more (its call
+-- and its composite result). tests/sql_edition.rs holds this call's checkout to the general
+-- path as it holds jobq_checkout's. The function makes its statements' plans generic
+-- (plan_cache_mode), as jobq_checkout does; the setting holds for what it calls as well
+-- (jobq._complete, and for a batch jobq._complete_and_checkout), whose plans are then generic
+-- too.
 CREATE FUNCTION jobq_complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL,
                                            queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
 RETURNS SETOF jobq.job LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
@@ -185,10 +164,17 @@ DECLARE
     v_now    timestamptz;
     c        record;
     j        jobq.job;
+    job_id   bigint;
+    result   jsonb;
+    v_done   boolean;
+    d        jobq.live_jobs;
 BEGIN
     IF cardinality(job_ids) = 1 AND job_ids[1] IS NOT NULL AND worker IS NOT NULL
        AND (results IS NULL OR cardinality(results) = 1) THEN
-        IF NOT @extschema@.jobq_complete(job_ids[1], worker, results[1]) THEN
+        job_id := job_ids[1];
+        result := results[1];
+        @paste complete_one@
+        IF NOT v_done AND NOT jobq._complete(job_id, worker, result) THEN
             PERFORM jobq._refuse_fenced(worker, job_ids, '{}');
         END IF;
         IF max_jobs = 1 THEN

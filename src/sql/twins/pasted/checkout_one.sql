@@ -5,13 +5,21 @@
 -- the function with the job claimed, or with none when none is due; it falls through to the
 -- general path (jobq._checkout) when a condition fails or the first job has a key to take.
 -- Both bodies declare v_queue (queues[1]), v_now, c (record) and j (jobq.job).
+-- The worker: the common case of jobq._usable_worker (an unbound worker of the caller's with a
+-- fresh heartbeat, no role set) tested here, in the condition's one statement, saved each job
+-- about 9,000 and 11,000 instructions (rows jobq_sql, jobq_sql_worker); every other worker (one bound
+-- to its session, as the client libraries' are) is that function's to decide whole.
 IF (queues IS NULL OR (cardinality(queues) > 0 AND array_position(queues, NULL) IS NULL))
    AND current_setting('transaction_isolation') = 'read committed'
    AND NOT EXISTS (SELECT 1 FROM jobq.pauses) AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
    -- (Two looks, as jobq._checkout's: one condition for both would read every key's row.)
    AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness_keys)
                  ELSE EXISTS (SELECT 1 FROM jobq.fairness_keys f WHERE f.queue = ANY (queues)) END)
-   AND jobq._usable_worker(worker) THEN
+   AND (EXISTS (SELECT 1 FROM jobq.workers w
+                 WHERE w.id = worker AND w.stopping_at IS NULL AND w.backend_pid IS NULL
+                   AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
+                   AND w.owner::oid = jobq._caller() AND pg_catalog.current_setting('role') = 'none')
+        OR jobq._usable_worker(worker)) THEN
     v_now := clock_timestamp();
     -- The two differ only in the queue condition, so that each gets the index that serves
     -- its order (as jobq._checkout's).
