@@ -141,14 +141,15 @@ END $$;
 -- common call: that job completed as jobq_complete completes it (a job no longer in hand
 -- refused by jobq._refuse_fenced: JQ001 or JQ002) and the next checked out as jobq_checkout
 -- checks out one job; through jobq._complete_and_checkout, which completes through
--- jobq_complete_many, one job in hand cost the call 1,243,492 instructions against 849,202
--- (bench/instructions.sh, row jobq_sql_worker, cbdbf83). Every other call is
+-- jobq_complete_many, one job in hand cost the call 1,243,492 instructions against 822,698
+-- (bench/instructions.sh, row jobq_sql_worker, 5a79413). Every other call is
 -- jobq._complete_and_checkout's. Both steps run here as in those two functions, the same
 -- statements pasted into each body by scripts/build-sql-edition.py
 -- (src/sql/twins/pasted/complete_one.sql, checkout_one.sql): called as jobq_checkout (a
 -- statement of its own, a function scan, its settings and its rows copied twice) the checkout
 -- cost each job 53,000 instructions more (902,208 at 02c5f8b against 849,202 at cbdbf83), and
--- called as jobq_complete (a function call with its settings) the completion 16,000 more; a
+-- called as jobq_complete (a function call with its settings) the completion 16,000 more
+-- (849,709 at 9920aa1 against 833,425 with only that changed); a
 -- function both share, called as an expression, cost the two-call path 12,000 more (its call
 -- and its composite result). tests/sql_edition.rs holds this call's checkout to the general
 -- path as it holds jobq_checkout's. The function makes its statements' plans generic
