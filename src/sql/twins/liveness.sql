@@ -24,23 +24,47 @@ BEGIN
 END $$;
 
 -- Checkout's test: registered, alive, not stopping, and the caller may act for it. The common
--- case (a fresh heartbeat, no bound session, the caller's own worker, no role set) is decided here without
+-- cases (a fresh heartbeat, the caller's own worker, no role set, and the worker unbound or
+-- bound to this very session, as the client libraries bind theirs) are decided here without
 -- calling the two functions that decide the others (each call of a function with a pinned
 -- search_path costs a job about 10 µs: bench/results/instructions.md, row jobq_sql).
+-- A worker bound to this session's pid is alive by jobq.worker_alive's rule unless its row
+-- names another start of the pid than this session's, as these functions' role sees it (a
+-- start it may not see is no start: the pid alone decides). That start is read from the
+-- sessions once a session (pg_stat_get_activity reads every session's entry: about 27 µs a
+-- call with 60 sessions, which a checkout of a bound worker paid each time) and kept in the
+-- session's setting jobq.session_start ('unseen' for a start it may not see). A role that
+-- sets that setting itself can make only its own workers, bound to its own pid, alive to itself.
 -- These twins leave the search_path to their callers, jobq's functions, which pin it (as the
 -- keyed claim's helpers of src/sql/checkout.sql do): no jobq role may call them.
 CREATE FUNCTION jobq._usable_worker(worker uuid) RETURNS boolean
 LANGUAGE plpgsql STRICT VOLATILE PARALLEL UNSAFE AS $$
 DECLARE
-    w jobq.workers;
+    w       jobq.workers;
+    v_start text;
 BEGIN
     SELECT * INTO w FROM jobq.workers x WHERE x.id = worker;
     IF NOT FOUND OR w.stopping_at IS NOT NULL THEN
         RETURN false;
     END IF;
-    IF w.backend_pid IS NULL AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
+    IF w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
        AND w.owner::oid = jobq._caller() AND pg_catalog.current_setting('role') = 'none' THEN  -- (a role set: the rule below)
-        RETURN true;
+        IF w.backend_pid IS NULL OR (w.backend_pid = pg_catalog.pg_backend_pid() AND w.backend_start IS NULL) THEN
+            RETURN true;
+        ELSIF w.backend_pid = pg_catalog.pg_backend_pid() THEN
+            v_start := pg_catalog.current_setting('jobq.session_start', true);
+            IF coalesce(v_start, '') = '' THEN
+                SELECT coalesce(pg_catalog.date_part('epoch', a.backend_start)::text, 'unseen') INTO v_start
+                  FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a
+                 WHERE a.pid = pg_catalog.pg_backend_pid();
+                IF v_start IS NOT NULL THEN
+                    PERFORM pg_catalog.set_config('jobq.session_start', v_start, false);
+                END IF;
+            END IF;
+            IF v_start IN ('unseen', pg_catalog.date_part('epoch', w.backend_start)::text) THEN
+                RETURN true;
+            END IF;
+        END IF;
     END IF;
     RETURN jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) AND jobq._may_act_for(w.owner);
 END $$;
