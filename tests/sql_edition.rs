@@ -633,30 +633,42 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     });
     assert_eq!((got, alive_read), (id, false));
     assert!(su.query_one("SELECT jobq_complete($1, $2)", &[&id, &bound]).unwrap().get::<_, bool>(0));
-    // Where jobq's role sees the session's start, the row names it: a row that names another
-    // start of this pid is another session's worker, dead (JQ001); its own start, alive, the
-    // sessions read once.
+    // Where jobq's role sees the session's start, the row names it. Its own start: alive, the
+    // sessions read once and the start kept in the session; a row that names another start of
+    // this pid is another session's worker, dead (JQ001), whether the start is kept yet or not.
     su.batch_execute(&format!("GRANT pg_read_all_stats TO {INSTALLER}")).unwrap();
+    let forge = |su: &mut Client, w: &uuid::Uuid, by: &str| {
+        su.batch_execute(&format!("UPDATE jobq.workers SET backend_start = backend_start + interval '{by}' WHERE id = '{w}'")).unwrap();
+    };
+    let refused = |seen: &mut Client, su: &mut Client, w: &uuid::Uuid| {
+        let id: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
+        let e = seen.query("SELECT id FROM jobq_checkout($1, '{b}')", &[w]).unwrap_err();
+        assert_eq!(sqlstate(&e), "JQ001", "a worker of another start of this pid claimed");
+        let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+        assert_eq!(state, "ready");
+        id
+    };
     let mut seen = c.connect("app");
     let sw: uuid::Uuid = seen.query_one("SELECT jobq_register_worker('seen', bind_to_session => true)", &[]).unwrap().get(0);
     let started: bool = su.query_one("SELECT backend_start IS NOT NULL FROM jobq.workers WHERE id = $1", &[&sw]).unwrap().get(0);
     assert!(started, "the row names its session's start");
-    let id: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
-    su.batch_execute(&format!("UPDATE jobq.workers SET backend_start = backend_start - interval '1 s' WHERE id = '{sw}'")).unwrap();
-    let e = seen.query("SELECT id FROM jobq_checkout($1, '{b}')", &[&sw]).unwrap_err();
-    assert_eq!(sqlstate(&e), "JQ001", "a worker of another start of this pid claimed");
-    let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
-    assert_eq!(state, "ready");
-    su.batch_execute(&format!("UPDATE jobq.workers SET backend_start = backend_start + interval '1 s' WHERE id = '{sw}'")).unwrap();
-    let mut next = id;
+    forge(&mut su, &sw, "-1 s");
+    let mut next = refused(&mut seen, &mut su, &sw);
+    forge(&mut su, &sw, "1 s");
     for _ in 0..2 {
         let (got, alive_read) = calls_sql(&mut seen, "READ COMMITTED", "worker_alive", |t| {
             t.query_one("SELECT id FROM jobq_checkout($1, '{b}')", &[&sw]).unwrap().get::<_, i64>(0)
         });
         assert_eq!((got, alive_read), (next, false));
+        let kept: String = seen.query_one("SELECT current_setting('jobq.session_start', true)", &[]).unwrap().get(0);
+        assert!(!kept.is_empty(), "the session's start is kept");
         assert!(seen.query_one("SELECT jobq_complete($1, $2)", &[&next, &sw]).unwrap().get::<_, bool>(0));
         next = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
     }
+    // The start kept, another one named: refused all the same.
+    forge(&mut su, &sw, "1 microsecond");
+    refused(&mut seen, &mut su, &sw);
+    forge(&mut su, &sw, "-1 microsecond");
     su.batch_execute(&format!("REVOKE pg_read_all_stats FROM {INSTALLER}")).unwrap();
     drop(seen);
     // A worker bound to a session that has ended is dead, its heartbeat fresh or not: the twin's

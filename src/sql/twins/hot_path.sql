@@ -4,8 +4,8 @@
 -- serves every case but the enqueue of a job without keys, the checkout of one plain job and
 -- the completion of a job without keys, which jobq_enqueue, jobq_checkout and jobq_complete
 -- below serve with statements of their own, as the extension serves them in Rust; and
--- jobq_complete_and_checkout with one job in hand, which completes it through jobq_complete
--- and checks out one plain job with jobq_checkout's statements (src/sql/twins/pasted/).
+-- jobq_complete_and_checkout with one job in hand, which completes it with jobq_complete's
+-- statements and checks out one plain job with jobq_checkout's (src/sql/twins/pasted/).
 -- Every twin is PL/pgSQL, not SQL: PL/pgSQL keeps its statements' plans for the session, where
 -- a SQL function called from another statement is parsed and planned again at each call (that
 -- cost a job ten times the extension's instructions: bench/results/instructions.md).

@@ -30,11 +30,12 @@ END $$;
 -- search_path costs a job about 10 µs: bench/results/instructions.md, row jobq_sql).
 -- A worker bound to this session's pid is alive by jobq.worker_alive's rule unless its row
 -- names another start of the pid than this session's, as these functions' role sees it (a
--- start it may not see is no start: the pid alone decides). That start is read from the
--- sessions once a session (pg_stat_get_activity reads every session's entry: about 27 µs a
--- call with 60 sessions, which a checkout of a bound worker paid each time) and kept in the
--- session's setting jobq.session_start ('unseen' for a start it may not see). A role that
--- sets that setting itself can make only its own workers, bound to its own pid, alive to itself.
+-- start it may not see is no start: the pid alone decides). pg_stat_get_activity reads every
+-- session's entry, so the session's start is read once a session, and kept in the session's
+-- setting jobq.session_start (in microseconds since 1970, text that no setting of the session
+-- renders otherwise); a start this role may not see is read again at each call, as the rule
+-- reads it. A role that sets jobq.session_start itself can make only its own workers, bound
+-- to its own pid, alive to itself. bench/bound.sh measures a bound worker's checkouts.
 -- These twins leave the search_path to their callers, jobq's functions, which pin it (as the
 -- keyed claim's helpers of src/sql/checkout.sql do): no jobq role may call them.
 CREATE FUNCTION jobq._usable_worker(worker uuid) RETURNS boolean
@@ -54,14 +55,16 @@ BEGIN
         ELSIF w.backend_pid = pg_catalog.pg_backend_pid() THEN
             v_start := pg_catalog.current_setting('jobq.session_start', true);
             IF coalesce(v_start, '') = '' THEN
-                SELECT coalesce(pg_catalog.date_part('epoch', a.backend_start)::text, 'unseen') INTO v_start
+                SELECT (pg_catalog.date_part('epoch', a.backend_start) * 1e6)::bigint::text INTO v_start
                   FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a
                  WHERE a.pid = pg_catalog.pg_backend_pid();
-                IF v_start IS NOT NULL THEN
+                IF FOUND AND v_start IS NULL THEN
+                    RETURN true;  -- a start this role may not see
+                ELSIF v_start IS NOT NULL THEN
                     PERFORM pg_catalog.set_config('jobq.session_start', v_start, false);
                 END IF;
             END IF;
-            IF v_start IN ('unseen', pg_catalog.date_part('epoch', w.backend_start)::text) THEN
+            IF v_start = (pg_catalog.date_part('epoch', w.backend_start) * 1e6)::bigint::text THEN
                 RETURN true;
             END IF;
         END IF;

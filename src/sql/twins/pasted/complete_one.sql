@@ -5,8 +5,8 @@
 -- unique or concurrency key to release, executing under the caller's own worker (its role, no
 -- role set), where no queue grant limits a role, leaves jobq.live_jobs as jobq._complete moves
 -- it. It sets v_done when it did; every other completion is jobq._complete's, which decides it
--- whole. Both bodies name job_id (the job's id), result (its result), v_done and d
--- (jobq.live_jobs).
+-- whole. Both bodies name worker (the worker's id), job_id (the job's id), result (its
+-- result), v_done and d (jobq.live_jobs).
 v_done := false;
 IF current_setting('transaction_isolation') = 'read committed' THEN
     DELETE FROM jobq.live_jobs x
