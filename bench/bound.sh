@@ -20,16 +20,7 @@ rm -rf "$WORK"; mkdir -p "$WORK/a"
 git archive "$REF" | tar -x -C "$WORK/a"
 (cd "$WORK/a" && python3 scripts/build-sql-edition.py "$WORK/A.sql" >/dev/null)
 python3 scripts/build-sql-edition.py "$WORK/B.sql" >/dev/null
-install -d -o postgres -g postgres "$D"
-as_pg "$PGBIN/initdb" -D "$D" -U postgres --auth=trust -E UTF8 >/dev/null
-cat >> "$D/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $P
-unix_socket_directories = '$D'
-max_connections = 200
-shared_buffers = '1GB'
-CONF
-as_pg "$PGBIN/pg_ctl" -D "$D" -l "$D/server.log" -w start >/dev/null
+init_cluster "$D" "$P" on 200 ""
 trap 'as_pg "$PGBIN/pg_ctl" -D "$D" -m fast stop >/dev/null 2>&1 || true' EXIT
 Q=(env PGOPTIONS='-c client_min_messages=warning' psql -X -q -h 127.0.0.1 -p $P -v ON_ERROR_STOP=1)
 "${Q[@]}" -U postgres -d postgres -c "CREATE ROLE bench_installer LOGIN CREATEROLE" -c "CREATE ROLE bench_app LOGIN"

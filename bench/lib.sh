@@ -10,8 +10,9 @@ PY=$PWD/.venv/bin/python
 
 as_pg() { if [ "$(id -u)" = 0 ]; then sudo -u postgres "$@"; else "$@"; fi; }
 
-# init_cluster DIR PORT SYNC MAX_CONNECTIONS: a fresh cluster in DIR (one running there is
-# stopped first), jobq preloaded and serving database `bench`, synchronous_commit=SYNC, started.
+# init_cluster DIR PORT SYNC MAX_CONNECTIONS [PRELOAD]: a fresh cluster in DIR (one running there
+# is stopped first), jobq preloaded and serving database `bench` (PRELOAD '' for a server without
+# jobq's library: the SQL edition's), synchronous_commit=SYNC, started.
 # BENCH_CONF, when set, is appended to postgresql.conf (experiments: BENCH_CONF="wal_compression = on").
 init_cluster() {
   as_pg "$PGBIN/pg_ctl" -D "$1" -m immediate stop >/dev/null 2>&1 || true
@@ -24,7 +25,7 @@ unix_socket_directories = '$1'
 max_connections = $4
 shared_buffers = '1GB'
 synchronous_commit = $3
-shared_preload_libraries = 'jobq'
+shared_preload_libraries = '${5-jobq}'
 jobq.database = 'bench'
 ${BENCH_CONF:-}
 CONF

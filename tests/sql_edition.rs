@@ -341,6 +341,28 @@ fn pg_dump_and_restore_keep_everything() {
     assert!(r.query_one("SELECT jobq_complete($1, $2)", &[&running, &w]).unwrap().get::<_, bool>(0));
 }
 
+/// Waits until `c`'s is the only session of database `app`: a bound worker's session has ended.
+fn others_ended(c: &mut Client) {
+    wait_until("the bound session to end", PATIENCE, || {
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = 'app' AND pid <> pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
+        n == 0
+    });
+}
+
+/// A job enqueued in queue `b` that `c`'s checkout for worker `w` must refuse as a dead
+/// worker's (JQ001), leaving it ready: its id.
+fn refused(c: &mut Client, w: &uuid::Uuid, why: &str) -> i64 {
+    let id: i64 = c.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
+    let e = c.query("SELECT id FROM jobq_checkout($1, '{b}')", &[w]).unwrap_err();
+    assert_eq!(sqlstate(&e), "JQ001", "{why}");
+    let state: String = c.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
+    assert_eq!(state, "ready", "{why}");
+    id
+}
+
 /// jobq_reap() is the whole pass: a dead worker's job back to ready, a schedule's due tick
 /// enqueued, the counters moved, the pass noted for jobq.health; a worker bound to a session
 /// that ended is dead at the next pass.
@@ -357,13 +379,7 @@ fn a_pass_does_what_the_background_worker_does() {
     let none: i32 = su.query_one("SELECT workers_reaped FROM jobq_reap()", &[]).unwrap().get(0);
     assert_eq!(none, 0, "the bound session lives");
     drop(bound);
-    wait_until("the bound session to end", PATIENCE, || {
-        let n: i64 = su
-            .query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = 'app' AND pid <> pg_backend_pid()", &[])
-            .unwrap()
-            .get(0);
-        n == 0
-    });
+    others_ended(&mut su);
     let r = su.query_one("SELECT workers_reaped, jobs_requeued FROM jobq_reap()", &[]).unwrap();
     assert_eq!((r.get::<_, i32>(0), r.get::<_, i32>(1)), (1, 1));
     let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
@@ -640,20 +656,12 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     let forge = |su: &mut Client, w: &uuid::Uuid, by: &str| {
         su.batch_execute(&format!("UPDATE jobq.workers SET backend_start = backend_start + interval '{by}' WHERE id = '{w}'")).unwrap();
     };
-    let refused = |seen: &mut Client, su: &mut Client, w: &uuid::Uuid| {
-        let id: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
-        let e = seen.query("SELECT id FROM jobq_checkout($1, '{b}')", &[w]).unwrap_err();
-        assert_eq!(sqlstate(&e), "JQ001", "a worker of another start of this pid claimed");
-        let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
-        assert_eq!(state, "ready");
-        id
-    };
     let mut seen = c.connect("app");
     let sw: uuid::Uuid = seen.query_one("SELECT jobq_register_worker('seen', bind_to_session => true)", &[]).unwrap().get(0);
     let started: bool = su.query_one("SELECT backend_start IS NOT NULL FROM jobq.workers WHERE id = $1", &[&sw]).unwrap().get(0);
     assert!(started, "the row names its session's start");
     forge(&mut su, &sw, "-1 s");
-    let mut next = refused(&mut seen, &mut su, &sw);
+    let mut next = refused(&mut seen, &sw, "a worker of another start of this pid claimed");
     forge(&mut su, &sw, "1 s");
     for _ in 0..2 {
         let (got, alive_read) = calls_sql(&mut seen, "READ COMMITTED", "worker_alive", |t| {
@@ -667,7 +675,7 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     }
     // The start kept, another one named: refused all the same.
     forge(&mut su, &sw, "1 microsecond");
-    refused(&mut seen, &mut su, &sw);
+    refused(&mut seen, &sw, "a worker of another start of this pid claimed");
     forge(&mut su, &sw, "-1 microsecond");
     su.batch_execute(&format!("REVOKE pg_read_all_stats FROM {INSTALLER}")).unwrap();
     drop(seen);
@@ -677,18 +685,8 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
         let mut s = c.connect("app");
         s.query_one("SELECT jobq_register_worker('gone', bind_to_session => true)", &[]).unwrap().get(0)
     };
-    wait_until("the bound session to end", PATIENCE, || {
-        let n: i64 = su
-            .query_one("SELECT count(*) FROM pg_stat_activity WHERE datname = 'app' AND pid <> pg_backend_pid()", &[])
-            .unwrap()
-            .get(0);
-        n == 0
-    });
-    let id: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
-    let e = su.query("SELECT id FROM jobq_checkout($1, '{b}')", &[&gone]).unwrap_err();
-    assert_eq!(sqlstate(&e), "JQ001", "a dead session's worker claimed");
-    let state: String = su.query_one("SELECT state FROM jobq.jobs WHERE id = $1", &[&id]).unwrap().get(0);
-    assert_eq!(state, "ready", "a dead session's worker claimed");
+    others_ended(&mut su);
+    refused(&mut su, &gone, "a dead session's worker claimed");
     // A first job with a key to take goes to the general path, which takes its slot; a plain
     // job behind it is then the twin's again.
     let keyed: i64 = su.query_one("SELECT jobq_enqueue('k', concurrency_key => 'ck')", &[]).unwrap().get(0);

@@ -50,9 +50,12 @@ BEGIN
     END IF;
     IF w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
        AND w.owner::oid = jobq._caller() AND pg_catalog.current_setting('role') = 'none' THEN  -- (a role set: the rule below)
-        IF w.backend_pid IS NULL OR (w.backend_pid = pg_catalog.pg_backend_pid() AND w.backend_start IS NULL) THEN
+        IF w.backend_pid IS NULL THEN
             RETURN true;
         ELSIF w.backend_pid = pg_catalog.pg_backend_pid() THEN
+            IF w.backend_start IS NULL THEN
+                RETURN true;  -- a start the registration could not see: the pid decides
+            END IF;
             v_start := pg_catalog.current_setting('jobq.session_start', true);
             IF coalesce(v_start, '') = '' THEN
                 SELECT (pg_catalog.date_part('epoch', a.backend_start) * 1e6)::bigint::text INTO v_start
