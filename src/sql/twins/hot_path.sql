@@ -106,6 +106,7 @@ DECLARE
     v_now    timestamptz;
     c        record;
     j        jobq.job;
+    v_done   boolean;  -- (NULL: no completion here, checkout_one.sql)
 BEGIN
     IF max_jobs = 1 AND wait IS NULL THEN
         @paste checkout_one@
