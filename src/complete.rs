@@ -96,7 +96,7 @@ pub extern "C" fn pg_finfo_jobq_complete_and_checkout() -> &'static pg_sys::Pg_f
 /// are, the checkout's rows put in this call's result; a job no longer in hand goes to
 /// `jobq._refuse_fenced`, which raises JQ001 or JQ002. Through a PL/pgSQL function that called
 /// both and returned the checkout's rows as its own, the call cost a job 415,658 instructions,
-/// 6 % more than the two calls it stands for; here 330,390, 16 % less (bench/instructions.sh,
+/// 6 % more than the two calls it stands for; here 330,352, 16 % less (bench/instructions.sh,
 /// rows jobq_worker and jobq). Every other call (a batch in hand, none, bad input) is
 /// `jobq._complete_and_checkout`'s.
 ///

@@ -352,7 +352,7 @@ AS 'MODULE_PATHNAME', 'jobq_complete_and_checkout';
 -- A batch in hand, or none: through jobq_complete_many, whose checks of the batch (ids that
 -- could repeat, lists of other lengths, the caller's worker) and lock of the children (the
 -- tellings of several jobs in order, src/sql/workflows.sql) one job does not need: through it,
--- one job in hand cost the call 702,634 instructions a job where the Rust's costs 330,390
+-- one job in hand cost the call 702,634 instructions a job where the Rust's costs 330,352
 -- (bench/instructions.sh, row jobq_worker).
 CREATE FUNCTION jobq._complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[], queues text[],
                                             max_jobs integer)

@@ -151,11 +151,11 @@ END $$;
 -- cost each job 53,000 instructions more (902,208 at 02c5f8b against 849,202 at cbdbf83), and
 -- called as jobq_complete (a function call with its settings) the completion 16,000 more
 -- (849,709 at 9920aa1 against 833,425 with only that changed); a function both share, called
--- as an expression, cost the two-call path 12,000 more (its call and its composite result). tests/sql_edition.rs holds this call's checkout to the general
--- path as it holds jobq_checkout's. The function makes its statements' plans generic
--- (plan_cache_mode), as jobq_checkout does; the setting holds for what it calls as well
--- (jobq._complete, and for a batch jobq._complete_and_checkout), whose plans are then generic
--- too.
+-- as an expression, cost the two-call path 12,000 more (its call and its composite result).
+-- tests/sql_edition.rs holds this call's checkout to the general path as it holds
+-- jobq_checkout's. The function makes its statements' plans generic (plan_cache_mode), as
+-- jobq_checkout does; the setting holds for what it calls as well (jobq._complete, and for a
+-- batch jobq._complete_and_checkout), whose plans are then generic too.
 CREATE FUNCTION jobq_complete_and_checkout(worker uuid, job_ids bigint[], results jsonb[] DEFAULT NULL,
                                            queues text[] DEFAULT NULL, max_jobs integer DEFAULT 1)
 RETURNS SETOF jobq.job LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, jobq, pg_temp
