@@ -27,7 +27,9 @@
 //!   waits to lock its database exclusively (`DROP DATABASE`, `ALTER DATABASE … RENAME`), and
 //!   then leaves, as autovacuum does, so that such a command is never blocked by it. Woken
 //!   through its latch by the commits of enqueues with `jobq.notify = deferred`, it sends
-//!   their NOTIFYs (`src/wakes.rs`). After each pass it compacts the hot tables when a held
+//!   their NOTIFYs (`src/wakes.rs`); woken so by a checkout whose walk of the turns passed many
+//!   keys with no waiting job, it prunes the turns at once (`jobq._prune_fairness`, at most
+//!   every 100 ms; src/fairness.rs says why). After each pass it compacts the hot tables when a held
 //!   horizon has filled them with dead versions (`jobq._compact_pass(missed)`, src/compact.rs).
 //!
 //! Both re-read the configuration on SIGHUP, exit promptly on SIGTERM (with code 1, so a
@@ -55,6 +57,10 @@ const FLOOR_TICK: Duration = Duration::from_millis(200);
 /// added to a wake-up's delay, and only when one was sent just before; a stream of enqueues
 /// then costs at most one NOTIFY transaction (and its commit's flush) per gap, not one each.
 const SEND_GAP: Duration = Duration::from_millis(2);
+/// The prune of the turns a checkout asked for (src/wakes.rs, ask_prune): the pass's last step
+/// alone (src/sql/fairness.sql), its errors logged and the reaper kept, as `jobq._reap_pass` does.
+const PRUNE: &str = "DO $$ BEGIN PERFORM jobq._prune_fairness(); EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'jobq reaper: prune of the turns failed: % (SQLSTATE %)', SQLERRM, SQLSTATE; END $$";
 /// The version of the SQL this library serves; a database at another one waits for
 /// `ALTER EXTENSION jobq UPDATE`.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -460,6 +466,7 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
     let mut sweep = true;
     let mut last_send = Instant::now().checked_sub(SEND_GAP).unwrap_or_else(Instant::now);
     let mut compact_backoff = Backoff::default();
+    let mut last_prune = Instant::now().checked_sub(wakes::PRUNE_GAP).unwrap_or_else(Instant::now);
     let tick = || interval().min(FLOOR_TICK);
     let mut last_tick = Instant::now().checked_sub(FLOOR_TICK).unwrap_or_else(Instant::now);
     // Rounded up to whole milliseconds, the unit of WaitLatch: rounded down, the last
@@ -483,6 +490,13 @@ pub extern "C-unwind" fn jobq_reaper_main(arg: pg_sys::Datum) {
             }
             wakes::send(std::mem::take(&mut sweep));
             last_send = Instant::now();
+        }
+        // A checkout's walk of the turns passed many keys with no waiting job (src/wakes.rs,
+        // ask_prune): their rows go now rather than at the next pass, at most once per
+        // PRUNE_GAP. Errors are logged, as a pass's.
+        if serving == Some(true) && wakes::prune_asked() && last_prune.elapsed() >= wakes::PRUNE_GAP {
+            last_prune = Instant::now();
+            BackgroundWorker::transaction(|| hold_extension() && Spi::run(PRUNE).is_ok());
         }
         // Wake-ups set the latch often; the rest runs on its ticks.
         if last_tick.elapsed() < tick() {

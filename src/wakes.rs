@@ -22,6 +22,9 @@
 //!
 //! A transaction that rolls back notes nothing; PREPARE TRANSACTION of one that noted a queue
 //! is refused, as PostgreSQL refuses it for a transaction that ran NOTIFY.
+//!
+//! The background worker is woken the same way by a checkout that asks it to prune the turns of
+//! fair queues at once ([`ask_prune`], src/fairness.rs says when).
 use crate::{gucs, my_db};
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
@@ -43,6 +46,7 @@ struct Server {
     pid: i32,
     latch: usize,    // the background worker's latch (in shared memory, valid in every process)
     overflow: bool,  // a note found no room: sweep every queue with a due job
+    prune: bool,     // a checkout asked for the turns to be pruned now (ask_prune)
 }
 
 #[derive(Copy, Clone)]
@@ -64,7 +68,7 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Called from _PG_init while preloading.
 pub fn init() {
-    const FREE_SERVER: Server = Server { db: 0, pid: 0, latch: 0, overflow: false };
+    const FREE_SERVER: Server = Server { db: 0, pid: 0, latch: 0, overflow: false, prune: false };
     const FREE_NOTE: Noted = Noted { db: 0, len: 0, name: [0; NAME_MAX] };
     pg_shmem_init!(WAKES = Wakes { servers: [FREE_SERVER; SERVERS], noted: [FREE_NOTE; NOTED] });
     ENABLED.store(true, Ordering::Relaxed);
@@ -151,9 +155,46 @@ pub fn serve() -> bool {
     let mut w = WAKES.exclusive();
     let Some(s) = w.servers.iter_mut().find(|s| s.db == db || s.db == 0) else { return false };
     // overflow: the sweep at the first send covers whatever was noted before.
-    *s = Server { db, pid: unsafe { pg_sys::MyProcPid }, latch: unsafe { pg_sys::MyLatch } as usize, overflow: false };
+    *s = Server { db, pid: unsafe { pg_sys::MyProcPid }, latch: unsafe { pg_sys::MyLatch } as usize, overflow: false, prune: false };
     unsafe { pg_sys::before_shmem_exit(Some(leave), pg_sys::Datum::from(0)) };
     true
+}
+
+/// The least time between two asks of one backend, and between two prunes a background worker
+/// runs on asks ([`ask_prune`]).
+pub const PRUNE_GAP: Duration = Duration::from_millis(100);
+
+thread_local! {
+    /// When this backend last asked for a prune.
+    static LAST_ASK: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// A checkout's walk of the turns passed many keys that have no waiting job (src/fairness.rs):
+/// asks the background worker of this database to prune the turns now (`jobq._prune_fairness`)
+/// rather than at its next pass, and wakes it. At most once per [`PRUNE_GAP`] per backend;
+/// nothing where no background worker serves this database.
+pub(crate) fn ask_prune() {
+    if !ENABLED.load(Ordering::Relaxed) || LAST_ASK.get().is_some_and(|t| t.elapsed() < PRUNE_GAP) {
+        return;
+    }
+    LAST_ASK.set(Some(Instant::now()));
+    let db = my_db();
+    let latch = {
+        let mut w = WAKES.exclusive();
+        let Some(s) = w.servers.iter_mut().find(|s| s.db == db) else { return };
+        if std::mem::replace(&mut s.prune, true) {
+            return; // asked already: the background worker is awake
+        }
+        s.latch
+    };
+    unsafe { pg_sys::SetLatch(latch as *mut pg_sys::Latch) };
+}
+
+/// The background worker of this database takes the ask for a prune, if there is one.
+pub fn prune_asked() -> bool {
+    let db = my_db();
+    let mut w = WAKES.exclusive();
+    w.servers.iter_mut().find(|s| s.db == db).is_some_and(|s| std::mem::take(&mut s.prune))
 }
 
 #[pg_guard]

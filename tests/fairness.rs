@@ -2,7 +2,8 @@
 //! connections: the keys of a queue take turns whatever the order and volume of their enqueues;
 //! jobs without a key are one key of their own; a weight gives a key more jobs per turn;
 //! priority still comes first, and a checkout of several queues keeps their order; a key's job
-//! that goes back to waiting after the pass pruned its key is served; the arguments are checked
+//! that goes back to waiting after the pass pruned its key is served; keys left without jobs are
+//! pruned at once when walks pass many of them, not at the next pass; the arguments are checked
 //! and the weight is jobq_admin's; many checkouts at once, in every isolation level, take every
 //! job once and still serve the small keys long before the backlog is done.
 mod common;
@@ -697,6 +698,48 @@ fn a_new_key_joins_the_turns_at_the_back() {
 /// A key at the back of the turns (its `served` the last the sequence gave) stays there when it
 /// is served: its row is not written while it is served alone, and a key that joins behind it
 /// is served after one more of its jobs, as if it had moved at each claim.
+/// Keys whose jobs have all been taken keep their rows at the front of the turns until a prune
+/// drops them, and every walk passes them: a walk that passes many (src/fairness.rs,
+/// PRUNE_ASK) has the background worker prune at once, not at its next pass, which here is an
+/// hour away (the test checks that none ran meanwhile).
+#[test]
+fn keys_left_without_jobs_are_pruned_at_once_when_walks_pass_many() {
+    let cluster = Cluster::start("prune", &["jobq.database = 'prune'", "jobq.reap_interval = '1h'"]);
+    cluster.connect("postgres").batch_execute("CREATE DATABASE prune").unwrap();
+    let mut c = cluster.connect("prune");
+    c.batch_execute("SET client_min_messages = error; CREATE EXTENSION jobq").unwrap();
+    let last_pass = |c: &mut Client| -> Option<String> {
+        c.query_one("SELECT last_pass_at::text FROM jobq.health", &[]).unwrap().get(0)
+    };
+    wait_until("the background worker's first pass", std::time::Duration::from_secs(60), || last_pass(&mut c).is_some());
+    let first = last_pass(&mut c);
+    let w = register(&mut c);
+    enqueue(&mut c, "q", Some("big"), 20);
+    let mut tx = c.transaction().unwrap();
+    for i in 0..100 {
+        enqueue(&mut tx, "q", Some(&format!("k{i}")), 1);
+    }
+    tx.commit().unwrap();
+    let small = |c: &mut Client| -> i64 {
+        c.query_one("SELECT count(*) FROM jobq.fairness WHERE queue = 'q' AND fairness_key LIKE 'k%'", &[]).unwrap().get(0)
+    };
+    // Each small key's one job, in turns with the big key's: then every walk passes the small
+    // keys' rows, none of which has a job waiting.
+    let mut taken = BTreeMap::<Option<String>, usize>::new();
+    for _ in 0..103 {
+        let (_, key) = take(&mut c, w, Some(&["q"])).expect("a job waits");
+        *taken.entry(key).or_default() += 1;
+    }
+    assert_eq!(taken.len(), 101, "every small key was served");
+    assert_eq!(taken.get(&k("big")), Some(&3), "in turns with the big one");
+    wait_until("the rows of the keys left without jobs to be pruned", std::time::Duration::from_secs(30), || small(&mut c) == 0);
+    assert_eq!(last_pass(&mut c), first, "pruned by no pass: the next is an hour away");
+    assert_eq!(copies_astray(&mut c), 0);
+    let rest = drain(&mut c, w, "q");
+    assert_eq!(rest, vec![k("big"); 17], "the big key's other jobs are all still served");
+    assert_job_tables_consistent(&mut c);
+}
+
 #[test]
 fn a_key_served_alone_keeps_its_row_until_another_joins() {
     // A server of its own: the extension keeps the turn the last claim left server-wide
