@@ -46,11 +46,12 @@ lsn() { "${PSQL[@]}" -d bench -c "SELECT pg_current_wal_lsn()"; }
 for s in $SYSTEMS; do
   "${s}_reset" 100000
   opts="${s}_PGOPTIONS"
+  vars="${s}_PGBENCH"  # the script's variables (jobq_w, jobq_sql_w: the job in hand, batch 1)
   scripts="${s}_SCRIPTS"
   script="bench/scripts/${!scripts:-$s}_${WORKLOAD}.sql"
-  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t 500 -f "$script" bench >/dev/null
+  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t 500 ${!vars:-} -f "$script" bench >/dev/null
   a=$(lsn)
-  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t $((JOBS / 4)) -f "$script" bench >/dev/null
+  PGOPTIONS="${!opts:-}" pgbench -h 127.0.0.1 -p "$PORT" -U postgres -n -M prepared -c 4 -j 4 -t $((JOBS / 4)) ${!vars:-} -f "$script" bench >/dev/null
   b=$(lsn)
   "${PSQL[@]}" -d bench -c "SELECT pg_switch_wal()" >/dev/null
   # pg_waldump --stats: per resource manager "Type N (%) record-size (%) FPI-size (%) combined (%)";
