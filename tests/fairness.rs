@@ -3,7 +3,8 @@
 //! jobs without a key are one key of their own; a weight gives a key more jobs per turn;
 //! priority still comes first, and a checkout of several queues keeps their order; a key's job
 //! that goes back to waiting after the pass pruned its key is served; keys left without jobs are
-//! pruned at once when walks pass many of them, not at the next pass; the arguments are checked
+//! pruned at once when walks pass many of them, not at the next pass, and checkouts at once take
+//! every job once while such prunes run; the arguments are checked
 //! and the weight is jobq_admin's; many checkouts at once, in every isolation level, take every
 //! job once and still serve the small keys long before the backlog is done.
 mod common;
@@ -698,21 +699,30 @@ fn a_new_key_joins_the_turns_at_the_back() {
 /// A key at the back of the turns (its `served` the last the sequence gave) stays there when it
 /// is served: its row is not written while it is served alone, and a key that joins behind it
 /// is served after one more of its jobs, as if it had moved at each claim.
+/// When the background worker's last pass ended, as `jobq.health` shows it.
+fn last_pass(c: &mut Client) -> Option<String> {
+    c.query_one("SELECT last_pass_at::text FROM jobq.health", &[]).unwrap().get(0)
+}
+
+/// A server of its own whose background worker serves database `name`, with jobq, and passes
+/// an hour apart: the cluster, a connection, and the end of the first pass, which has run.
+fn served_once(name: &str) -> (Cluster, Client, Option<String>) {
+    let cluster = Cluster::start(name, &[&format!("jobq.database = '{name}'"), "jobq.reap_interval = '1h'"]);
+    cluster.connect("postgres").batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    let mut c = cluster.connect(name);
+    c.batch_execute("SET client_min_messages = error; CREATE EXTENSION jobq").unwrap();
+    wait_until("the background worker's first pass", std::time::Duration::from_secs(60), || last_pass(&mut c).is_some());
+    let first = last_pass(&mut c);
+    (cluster, c, first)
+}
+
 /// Keys whose jobs have all been taken keep their rows at the front of the turns until a prune
 /// drops them, and every walk passes them: a walk that passes many (src/fairness.rs,
 /// PRUNE_ASK) has the background worker prune at once, not at its next pass, which here is an
 /// hour away (the test checks that none ran meanwhile).
 #[test]
 fn keys_left_without_jobs_are_pruned_at_once_when_walks_pass_many() {
-    let cluster = Cluster::start("prune", &["jobq.database = 'prune'", "jobq.reap_interval = '1h'"]);
-    cluster.connect("postgres").batch_execute("CREATE DATABASE prune").unwrap();
-    let mut c = cluster.connect("prune");
-    c.batch_execute("SET client_min_messages = error; CREATE EXTENSION jobq").unwrap();
-    let last_pass = |c: &mut Client| -> Option<String> {
-        c.query_one("SELECT last_pass_at::text FROM jobq.health", &[]).unwrap().get(0)
-    };
-    wait_until("the background worker's first pass", std::time::Duration::from_secs(60), || last_pass(&mut c).is_some());
-    let first = last_pass(&mut c);
+    let (_cluster, mut c, first) = served_once("prune");
     let w = register(&mut c);
     enqueue(&mut c, "q", Some("big"), 20);
     let mut tx = c.transaction().unwrap();
@@ -737,6 +747,57 @@ fn keys_left_without_jobs_are_pruned_at_once_when_walks_pass_many() {
     assert_eq!(copies_astray(&mut c), 0);
     let rest = drain(&mut c, w, "q");
     assert_eq!(rest, vec![k("big"); 17], "the big key's other jobs are all still served");
+    assert_job_tables_consistent(&mut c);
+}
+
+/// Eight checkouts at once over keys that run out one after another, new keys arriving all
+/// the while, in a database whose background worker prunes the turns whenever walks pass many
+/// keys left without jobs: every job is taken once and completed, none is left behind a pruned
+/// key, and the rows of the keys that ran out were pruned during the run.
+#[test]
+fn checkouts_take_every_job_once_while_keys_left_without_jobs_are_pruned_at_once() {
+    const WORKERS: usize = 8;
+    let (cluster, mut c, first) = served_once("prunes");
+    c.execute("SELECT count(*) FROM jobq_enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[400]), fairness_key => 'big')", &[]).unwrap();
+    for k in 0..200 {
+        c.execute("SELECT count(*) FROM jobq_enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[2]), fairness_key => $1)", &[&format!("k{k}")])
+            .unwrap();
+    }
+    let total = 400 + 400 + 100;
+    let taken = Mutex::new(Vec::<i64>::new());
+    let start = std::time::Instant::now();
+    std::thread::scope(|s| {
+        let mut producer = cluster.connect("prunes");
+        s.spawn(move || {
+            for n in 0..100 {
+                enqueue(&mut producer, "q", Some(&format!("new{n}")), 1);
+            }
+        });
+        for _ in 0..WORKERS {
+            let mut conn = cluster.connect("prunes");
+            let taken = &taken;
+            s.spawn(move || {
+                let w = register(&mut conn);
+                while taken.lock().unwrap().len() < total && start.elapsed() < std::time::Duration::from_secs(120) {
+                    if let Some((id, _)) = take(&mut conn, w, Some(&["q"])) {
+                        assert!(conn.query_one("SELECT jobq_complete($1, $2)", &[&id, &w]).unwrap().get::<_, bool>(0));
+                        taken.lock().unwrap().push(id);
+                    }
+                }
+            });
+        }
+    });
+    let taken = taken.into_inner().unwrap();
+    assert_eq!(taken.len(), total, "every job taken (none left behind a pruned key)");
+    assert_eq!(taken.iter().collect::<BTreeSet<_>>().len(), total, "each once");
+    let done: i64 = c.query_one("SELECT count(*) FROM jobq.jobs WHERE queue = 'q' AND state = 'completed'", &[]).unwrap().get(0);
+    assert_eq!(done, total as i64);
+    // The small keys ran out within their first turns, while the big one still had jobs for
+    // many walks more: their rows were pruned meanwhile, by no pass.
+    let small: i64 = c.query_one("SELECT count(*) FROM jobq.fairness WHERE queue = 'q' AND fairness_key LIKE 'k%'", &[]).unwrap().get(0);
+    assert!(small < 200, "the rows of the small keys left without jobs were pruned during the run ({small} of 200 left)");
+    assert_eq!(last_pass(&mut c), first, "pruned by no pass: the next is an hour away");
+    assert_eq!(copies_astray(&mut c), 0);
     assert_job_tables_consistent(&mut c);
 }
 
