@@ -696,9 +696,6 @@ fn a_new_key_joins_the_turns_at_the_back() {
     assert_job_tables_consistent(&mut c);
 }
 
-/// A key at the back of the turns (its `served` the last the sequence gave) stays there when it
-/// is served: its row is not written while it is served alone, and a key that joins behind it
-/// is served after one more of its jobs, as if it had moved at each claim.
 /// When the background worker's last pass ended, as `jobq.health` shows it.
 fn last_pass(c: &mut Client) -> Option<String> {
     c.query_one("SELECT last_pass_at::text FROM jobq.health", &[]).unwrap().get(0)
@@ -801,6 +798,9 @@ fn checkouts_take_every_job_once_while_keys_left_without_jobs_are_pruned_at_once
     assert_job_tables_consistent(&mut c);
 }
 
+/// A key at the back of the turns (its `served` the last the sequence gave) stays there when it
+/// is served: its row is not written while it is served alone, and a key that joins behind it
+/// is served after one more of its jobs, as if it had moved at each claim.
 #[test]
 fn a_key_served_alone_keeps_its_row_until_another_joins() {
     // A server of its own: the extension keeps the turn the last claim left server-wide
