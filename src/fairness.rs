@@ -851,19 +851,24 @@ impl Turns {
         found
     }
 
-    /// Whether this backend remembers key `key` at `priority` as having no waiting job at all,
-    /// due or not ([`IDLE`]): a row the pass drops.
-    unsafe fn gone(&self, key: Option<&[u8]>, priority: i32) -> bool {
-        let Some(n) = self.counts.map(|n| n.ready) else { return false };
+    /// What this backend remembers of key `key` at `priority` having no due job ([`IDLE`]): the
+    /// run_at of its first job to come (i64::MAX: none waits at all); None when nothing is
+    /// remembered under the current count.
+    unsafe fn idle_until(&self, key: Option<&[u8]>, priority: i32) -> Option<i64> {
+        let n = self.counts?.ready;
         let id = (self.floor_id(priority), key.map(<[u8]>::to_vec));
-        key.is_some() && IDLE.with(|m| m.borrow().get(n, &id) == Some(i64::MAX))
+        IDLE.with(|m| m.borrow().get(n, &id))
+    }
+
+    /// Whether this backend remembers key `key` at `priority` as having no waiting job at all,
+    /// due or not: a row the pass drops (the queue's row for its jobs without a key excepted).
+    unsafe fn gone(&self, key: Option<&[u8]>, priority: i32) -> bool {
+        key.is_some() && self.idle_until(key, priority) == Some(i64::MAX)
     }
 
     /// Whether this backend remembers key `key` at `priority` as having no due job ([`IDLE`]).
     unsafe fn idle(&self, now: pg_sys::TimestampTz, key: Option<&[u8]>, priority: i32) -> bool {
-        let Some(n) = self.counts.map(|n| n.ready) else { return false };
-        let id = (self.floor_id(priority), key.map(<[u8]>::to_vec));
-        IDLE.with(|m| m.borrow().get(n, &id).is_some_and(|until| now < until))
+        self.idle_until(key, priority).is_some_and(|until| now < until)
     }
 
     /// The claim of the job whose ready row `tid` the look for a due job found first (the
