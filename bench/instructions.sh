@@ -9,7 +9,7 @@
 # bounds jobs/s once both cores are busy (16 and 64 clients; docs/performance.md).
 #
 #   bench/instructions.sh [--rows "baseline jobq jobq_tenant jobq_any jobq_ckey jobq_fair jobq_sql statements layout
-#                                  jobq_worker jobq_sql_worker jobq_enqueue jobq_sql_enqueue"]
+#                                  jobq_worker jobq_sql_worker jobq_sql_bound jobq_enqueue jobq_sql_enqueue"]
 #   bench/instructions.sh --check   CI: rows baseline and jobq only; fails when jobq/baseline is more than
 #                                   10 % above bench/results/instructions-reference, a CPU regression of
 #                                   the hot path that jobs/s here (10-20 % noise) could not show. Writes
@@ -38,6 +38,10 @@
 #                  the workers' protocol instead (clients/*): one call and one transaction a job,
 #                  jobq_complete_and_checkout(worker, ARRAY[the job in hand], NULL, ARRAY['bench']),
 #                  by the extension (database bench) and by the SQL edition (bench_sql)
+#   jobq_sql_bound row jobq_sql_worker with its worker bound to the backend's session, as the client
+#                  libraries bind theirs: its row names the backend's pid and a start, which the
+#                  session's setting jobq.session_start names too, as the SQL edition keeps it after a
+#                  session's first call (a single-user backend has no entry in pg_stat_activity)
 #   jobq_enqueue, jobq_sql_enqueue
 #                  an enqueue instead: jobq_enqueue('enq') of one job without keys, one transaction
 #                  per job, by the extension (database bench) and by the SQL edition (bench_sql)
@@ -48,7 +52,7 @@
 # Output: bench/results/instructions.md. Needs valgrind (Debian's package; installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS="baseline jobq jobq_tenant jobq_any jobq_ckey jobq_fair jobq_sql statements layout jobq_worker jobq_sql_worker jobq_enqueue jobq_sql_enqueue"; CHECK=0
+ROWS="baseline jobq jobq_tenant jobq_any jobq_ckey jobq_fair jobq_sql statements layout jobq_worker jobq_sql_worker jobq_sql_bound jobq_enqueue jobq_sql_enqueue"; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) ROWS=$2; shift 2 ;;
@@ -79,7 +83,7 @@ baseline_reset 2000
 "${PSQL[@]}" -d bench -c "SELECT count(jobq_enqueue('keyed', concurrency_key => 'k' || (g % 100), concurrency_limit => 5)) FROM generate_series(1, 2000) g" >/dev/null
 "${PSQL[@]}" -d bench -c "UPDATE jobq.workers SET id = '$W' WHERE name = 'bench-0'"
 # The SQL edition in database bench_sql, its worker $W and 2,000 ready jobs (ids 1 to 2,000).
-if [[ " $ROWS " == *" jobq_sql "* || " $ROWS " == *" jobq_sql_worker "* || " $ROWS " == *" jobq_sql_enqueue "* ]]; then
+if [[ " $ROWS " == *" jobq_sql "* || " $ROWS " == *" jobq_sql_worker "* || " $ROWS " == *" jobq_sql_bound "* || " $ROWS " == *" jobq_sql_enqueue "* ]]; then
   sqlfile=$(python3 scripts/build-sql-edition.py)
   "${PSQL[@]}" -d postgres -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'bench_installer') THEN CREATE ROLE bench_installer LOGIN CREATEROLE; END IF; END \$\$" -c "CREATE DATABASE bench_sql OWNER bench_installer" >/dev/null
   psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U bench_installer -d bench_sql -f "$sqlfile" >/dev/null
@@ -135,7 +139,11 @@ script() {
     layout)
       echo "PREPARE ck AS WITH cand AS (SELECT r.ctid AS rid FROM jobq.ready r WHERE r.queue_hash = hashtext('bench') AND r.queue = 'bench' AND r.fairness_key IS NULL AND r.run_at <= clock_timestamp() ORDER BY r.priority, r.run_at, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED), taken AS (DELETE FROM jobq.ready r WHERE r.ctid = ANY (ARRAY(SELECT cand.rid FROM cand)) RETURNING r.id) UPDATE jobq.live_jobs j SET state = 'executing', worker_id = '$W', attempt = j.attempt + 1, started_at = clock_timestamp() WHERE j.id = ANY (ARRAY(SELECT taken.id FROM taken)) AND j.state = 'ready' RETURNING j.id;"
       echo "PREPARE cm(bigint) AS WITH d AS (DELETE FROM jobq.live_jobs x WHERE $FENCE RETURNING x.*) $HISTORY;" ;;
-    jobq_worker|jobq_sql_worker)
+    jobq_worker|jobq_sql_worker|jobq_sql_bound)
+      if [ "$row" = jobq_sql_bound ]; then
+        echo "UPDATE jobq.workers SET backend_pid = pg_backend_pid(), backend_start = '2026-01-01 00:00:00+00' WHERE id = '$W';"
+        echo "SET jobq.session_start = '$(date -u -d '2026-01-01 00:00:00' +%s)000000';"
+      fi
       # The first call has no job in hand; each after completes the job the one before took.
       echo "PREPARE wk(bigint[]) AS SELECT j.id FROM jobq_complete_and_checkout('$W', \$1, NULL, ARRAY['bench']) j;"
       echo "EXECUTE wk('{}');"
@@ -161,7 +169,7 @@ count() {
   rm -rf "$WORK"; cp -a "$SNAP" "$WORK"
   script "$row" "$n" > "$WORK.in"; chmod 644 "$WORK.in"
   local db=bench
-  case $row in jobq_sql|jobq_sql_worker|jobq_sql_enqueue) db=bench_sql ;; jobq_fair) db=bench_fair ;; esac
+  case $row in jobq_sql|jobq_sql_worker|jobq_sql_bound|jobq_sql_enqueue) db=bench_sql ;; jobq_fair) db=bench_fair ;; esac
   as_pg valgrind --tool=callgrind --callgrind-out-file="$PROF/$row.$n.out" "$PGBIN/postgres" --single -D "$WORK" "$db" \
     < "$WORK.in" > "$WORK.out" 2> "$WORK.err"
   if grep -q 'ERROR' "$WORK.out"; then grep -m3 ERROR "$WORK.out" >&2; exit 1; fi

@@ -883,6 +883,7 @@ fn every_function_pins_its_search_path() {
             "jobq._tally_minute(timestamp with time zone)",
             "jobq._tally_row(text,smallint,timestamp with time zone,timestamp with time zone)",
             "jobq._tally_took(timestamp with time zone,timestamp with time zone)",
+            "jobq._usable_here(uuid,boolean,integer,timestamp with time zone)",
             "jobq._usable_worker(uuid)",
             "jobq._wake(text,timestamp with time zone,bigint)",
             "jobq.compact_after()",

@@ -109,7 +109,7 @@ fn edition_only(x: &str) -> bool {
         "jobq._require_pg_cron(", "jobq_schedule_passes(", "jobq_unschedule_passes(", "jobq._bucket_of(",
         "jobq._histogram(", "jobq._tally_minute(", "jobq._tally_took(", "jobq._cron_", "col rings.", "rel rings", "last_pass", "tallies", "settle_later",
         "trigger CREATE CONSTRAINT TRIGGER ring_", "rel _cron", "jobq._cron_parse", "jobq._cron_field", "rel cron_",
-        "pending_notifies", "jobq._worth_a_look(", "jobq._doze(", "jobq._rung(",
+        "pending_notifies", "jobq._worth_a_look(", "jobq._doze(", "jobq._rung(", "jobq._usable_here(",
     ];
     ONLY.iter().any(|o| x.contains(o))
 }
@@ -641,14 +641,24 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     });
     assert_eq!((got, general), (id, false));
     assert!(su.query_one("SELECT jobq_complete($1, $2)", &[&id, &bound]).unwrap().get::<_, bool>(0));
-    // Its checkouts judge it without jobq.worker_alive, which reads every session: here by its
-    // pid alone (jobq's role may not see a superuser's session start, so its row has none).
-    let id: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
-    let (got, alive_read) = calls_sql(&mut su, "READ COMMITTED", "worker_alive", |t| {
-        t.query_one("SELECT id FROM jobq_checkout($1, '{b}')", &[&bound]).unwrap().get::<_, i64>(0)
-    });
-    assert_eq!((got, alive_read), (id, false));
-    assert!(su.query_one("SELECT jobq_complete($1, $2)", &[&id, &bound]).unwrap().get::<_, bool>(0));
+    // Its checkouts judge it without jobq.worker_alive, which reads every session, and without
+    // jobq._usable_worker, which reads its row again: here by its pid alone (jobq's role may not
+    // see a superuser's session start, so its row has none); the workers' call as well.
+    for function in ["worker_alive", "_usable_worker"] {
+        let id: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
+        let (got, read) = calls_sql(&mut su, "READ COMMITTED", function, |t| {
+            t.query_one("SELECT id FROM jobq_checkout($1, '{b}')", &[&bound]).unwrap().get::<_, i64>(0)
+        });
+        assert_eq!((got, read), (id, false), "{function}");
+        let next: i64 = su.query_one("SELECT jobq_enqueue('b')", &[]).unwrap().get(0);
+        let (got, read) = calls_sql(&mut su, "READ COMMITTED", function, |t| {
+            t.query_one("SELECT id FROM jobq_complete_and_checkout($1, ARRAY[$2::bigint], NULL, '{b}')", &[&bound, &id])
+                .unwrap()
+                .get::<_, i64>(0)
+        });
+        assert_eq!((got, read), (next, false), "{function}");
+        assert!(su.query_one("SELECT jobq_complete($1, $2)", &[&next, &bound]).unwrap().get::<_, bool>(0));
+    }
     // Where jobq's role sees the session's start, the row names it. Its own start: alive, the
     // sessions read once and the start kept in the session; a row that names another start of
     // this pid is another session's worker, dead (JQ001), whether the start is kept yet or not.
@@ -663,11 +673,13 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
     forge(&mut su, &sw, "-1 s");
     let mut next = refused(&mut seen, &sw, "a worker of another start of this pid claimed");
     forge(&mut su, &sw, "1 s");
-    for _ in 0..2 {
-        let (got, alive_read) = calls_sql(&mut seen, "READ COMMITTED", "worker_alive", |t| {
+    // (Once the start is kept, not even jobq._usable_worker is called: the look's row decides.)
+    for k in 0..3 {
+        let function = if k < 2 { "worker_alive" } else { "_usable_worker" };
+        let (got, read) = calls_sql(&mut seen, "READ COMMITTED", function, |t| {
             t.query_one("SELECT id FROM jobq_checkout($1, '{b}')", &[&sw]).unwrap().get::<_, i64>(0)
         });
-        assert_eq!((got, alive_read), (next, false));
+        assert_eq!((got, read), (next, false), "{function}");
         let kept: String = seen.query_one("SELECT current_setting('jobq.session_start', true)", &[]).unwrap().get(0);
         assert!(!kept.is_empty(), "the session's start is kept");
         assert!(seen.query_one("SELECT jobq_complete($1, $2)", &[&next, &sw]).unwrap().get::<_, bool>(0));
@@ -724,7 +736,7 @@ fn the_checkout_of_one_job_claims_what_the_general_path_claims() {
             .unwrap();
         (r.get(0), r.get(1))
     };
-    assert_eq!((started, completed), (16, 16));
+    assert_eq!((started, completed), (20, 20));
 }
 
 /// The workers' call with one job in hand (src/sql/twins/hot_path.sql,

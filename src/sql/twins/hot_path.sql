@@ -84,12 +84,15 @@ END $$;
 -- jobq_checkout: the twin of src/checkout.rs's fast path. A call for one job claims it with
 -- three short statements when nothing calls for the general path: no wait, READ COMMITTED,
 -- queue names that are all there (or none: every queue), no pause, no queue grant, no fair
--- queue among them, a worker usable as it is (jobq._usable_worker, whole: the client
--- libraries' workers are bound to their sessions, which a test of its first case alone would
--- send to the general path), and a first waiting job with no key to take (a concurrency, rate
+-- queue among them (src/sql/twins/pasted/look_one.sql), a worker usable as it is (the
+-- caller's own, unbound or bound to this session, decided from the look; any other worker by
+-- jobq._usable_worker, whole), and a first waiting job with no key to take (a concurrency, rate
 -- or unique key: the whole call goes to jobq._checkout, which takes the keys, and finds that
 -- row locked by this transaction): src/sql/twins/pasted/checkout_one.sql, the statements
--- jobq_complete_and_checkout runs too. Every other call is jobq._checkout's, whose one statement
+-- jobq_complete_and_checkout runs too. (The look, a statement apart from the checkout's
+-- condition so that jobq_complete_and_checkout makes it once for both its steps, costs this
+-- call some 12,000 instructions more than one statement would: row jobq_sql, 866,814 at
+-- 803ea29 against 878,527.) Every other call is jobq._checkout's, whose one statement
 -- claims up to max_jobs jobs: its layers and its start-up (some forty plan nodes) make a job
 -- checked out alone there cost a quarter more CPU, checkout and completion together
 -- (bench/instructions.sh, row jobq_sql; docs/performance.md). A near-copy of jobq._checkout's
@@ -106,9 +109,15 @@ DECLARE
     v_now    timestamptz;
     c        record;
     j        jobq.job;
-    v_done   boolean;  -- (NULL: no completion here, checkout_one.sql)
+    v_mine      boolean;  -- the look (src/sql/twins/pasted/look_one.sql)
+    v_ungranted boolean;
+    v_live      boolean;
+    v_pid       integer;
+    v_start     timestamptz;
+    v_plain     boolean;
 BEGIN
     IF max_jobs = 1 AND wait IS NULL THEN
+        @paste look_one@
         @paste checkout_one@
     END IF;
     RETURN QUERY SELECT * FROM jobq._checkout(worker, queues, max_jobs, wait);
@@ -119,7 +128,10 @@ END $$;
 -- role set), where no queue grant limits a role, leaves jobq.live_jobs here, as jobq._complete
 -- moves it: the same DELETE, the same counter, the same copy in jobq.finished_jobs, the same
 -- look for the edges that wait on it (src/sql/twins/pasted/complete_one.sql, the statements
--- jobq_complete_and_checkout runs too). Without that function's layer, its call of jobq._tally
+-- jobq_complete_and_checkout runs too, after a DELETE of its own that tests the same job
+-- without testing the worker: its look at the worker, look_one.sql, does). The test of the
+-- worker and of the queue grants is this DELETE's, where the look, a statement of its own, would
+-- cost this call some 14,000 instructions more (bench/instructions.sh, row jobq_sql). Without that function's layer, its call of jobq._tally
 -- and its wait for a compaction (never, in this edition: src/sql/twins/compact.sql), which
 -- cost each job some 50,000 instructions (bench/instructions.sh, row jobq_sql). Every other
 -- completion, and any call whose DELETE finds nothing here (another worker's job, a job not
@@ -131,7 +143,18 @@ DECLARE
     v_done    boolean;
     d         jobq.live_jobs;
 BEGIN
-    @paste complete_one@
+    v_done := false;
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        DELETE FROM jobq.live_jobs x
+         WHERE x.id = job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+           AND x.unique_key IS NULL AND x.concurrency_key IS NULL
+           AND EXISTS (SELECT 1 FROM jobq.workers w
+                        WHERE w.id = worker AND w.owner::oid = jobq._caller()
+                          AND pg_catalog.current_setting('role') = 'none')
+           AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
+        RETURNING x.* INTO d;
+        @paste complete_one@
+    END IF;
     IF v_done THEN
         RETURN true;
     END IF;
@@ -146,7 +169,11 @@ END $$;
 -- (bench/instructions.sh, row jobq_sql_worker, 5a79413). Every other call is
 -- jobq._complete_and_checkout's. Both steps run here as in those two functions, the same
 -- statements pasted into each body by scripts/build-sql-edition.py
--- (src/sql/twins/pasted/complete_one.sql, checkout_one.sql): called as jobq_checkout (a
+-- (src/sql/twins/pasted/look_one.sql, complete_one.sql, checkout_one.sql), but for the
+-- completion's DELETE, which tests only the job: the look, made once for both steps, tested the
+-- worker and the grants (40,000 instructions a job less than each step's own tests and the
+-- checkout's look at pauses and fair queues in its condition: row jobq_sql_worker, 812,663 at
+-- 803ea29 against 772,915). Called as jobq_checkout (a
 -- statement of its own, a function scan, its settings and its rows copied twice) the checkout
 -- cost each job 53,000 instructions more (902,208 at 02c5f8b against 849,202 at cbdbf83), and
 -- called as jobq_complete (a function call with its settings) the completion 16,000 more
@@ -169,12 +196,26 @@ DECLARE
     result   jsonb;
     v_done   boolean;
     d        jobq.live_jobs;
+    v_mine      boolean;  -- the look (src/sql/twins/pasted/look_one.sql)
+    v_ungranted boolean;
+    v_live      boolean;
+    v_pid       integer;
+    v_start     timestamptz;
+    v_plain     boolean;
 BEGIN
     IF cardinality(job_ids) = 1 AND job_ids[1] IS NOT NULL AND worker IS NOT NULL
        AND (results IS NULL OR cardinality(results) = 1) THEN
         job_id := job_ids[1];
         result := results[1];
-        @paste complete_one@
+        @paste look_one@
+        v_done := false;
+        IF v_mine AND v_ungranted THEN
+            DELETE FROM jobq.live_jobs x
+             WHERE x.id = job_id AND (CASE WHEN x.state = 'executing' THEN x.worker_id END) = worker
+               AND x.unique_key IS NULL AND x.concurrency_key IS NULL
+            RETURNING x.* INTO d;
+            @paste complete_one@
+        END IF;
         IF NOT v_done AND NOT jobq._complete(job_id, worker, result) THEN
             PERFORM jobq._refuse_fenced(worker, job_ids, '{}');
         END IF;

@@ -74,3 +74,24 @@ BEGIN
     END IF;
     RETURN jobq.worker_alive(w.heartbeat_at, w.backend_pid, w.backend_start) AND jobq._may_act_for(w.owner);
 END $$;
+
+-- The fast checkouts' test of a worker that their look (src/sql/twins/pasted/look_one.sql) did
+-- not find usable as it is: `usable`, the look's answer but for the binding (the caller's own,
+-- not stopping, a fresh heartbeat), with the session the worker is bound to. A worker bound to
+-- this very session, as the client libraries bind theirs, is decided here from what the look
+-- read and the session's start kept in jobq.session_start, or by its pid alone where its row
+-- names no start (jobq._usable_worker's rule and setting); every other worker is jobq._usable_worker's to decide whole, which reads its row
+-- again and sets jobq.session_start on a session's first call. Through jobq._usable_worker,
+-- a job of a bound worker cost 89,000 instructions more than one of an unbound worker; through
+-- this, 24,000 more (bench/instructions.sh, rows jobq_sql_worker and jobq_sql_bound: 812,663 and
+-- 901,913 at 803ea29, 772,915 and 796,743 with it).
+CREATE FUNCTION jobq._usable_here(worker uuid, usable boolean, pid integer, start timestamptz) RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
+BEGIN
+    IF usable AND pid = pg_catalog.pg_backend_pid()
+       AND (start IS NULL  -- a start the registration could not see: the pid decides
+            OR (pg_catalog.date_part('epoch', start) * 1e6)::bigint::text = pg_catalog.current_setting('jobq.session_start', true)) THEN
+        RETURN true;
+    END IF;
+    RETURN jobq._usable_worker(worker);
+END $$;

@@ -1,29 +1,17 @@
 -- The checkout of one plain job, pasted by scripts/build-sql-edition.py where a twin's body says
--- `@paste checkout_one@` (this header left out): in jobq_checkout, under its conditions
--- (src/sql/twins/hot_path.sql says why each), and in jobq_complete_and_checkout with one job in
--- hand, where a call of jobq_checkout cost each job 53,000 instructions more. It returns from
--- the function with the job claimed, or with none when none is due; it falls through to the
--- general path (jobq._checkout) when a condition fails or the first job has a key to take.
--- Both bodies declare v_queue (queues[1]), v_now, c (record), j (jobq.job) and v_done: true
--- where this call's completion left the job by complete_one.sql's DELETE, which found the worker
--- the caller's own (no role set) in this transaction; NULL in jobq_checkout. A worker's owner
--- never changes and a role is not set within the call: the test of the caller is not made
--- again, 10,000 instructions a job (row jobq_sql_worker, 822,698 at 5a79413 against 812,757).
--- The worker: the common case of jobq._usable_worker (an unbound worker of the caller's with a
--- fresh heartbeat, no role set) tested here, in the condition's one statement, saved each job
--- about 9,000 and 11,000 instructions (rows jobq_sql, jobq_sql_worker); every other worker (one bound
--- to its session, as the client libraries' are) is that function's to decide whole.
+-- `@paste checkout_one@` (this header left out), after look_one.sql: in jobq_checkout, under its
+-- conditions (src/sql/twins/hot_path.sql says why each), and in jobq_complete_and_checkout with
+-- one job in hand, where a call of jobq_checkout cost each job 53,000 instructions more. It
+-- returns from the function with the job claimed, or with none when none is due; it falls
+-- through to the general path (jobq._checkout) when a condition fails or the first job has a key
+-- to take. Both bodies declare v_queue (queues[1]), v_now, c (record) and j (jobq.job).
+-- The worker: the common cases of jobq._usable_worker (the caller's own worker, not stopping, a
+-- fresh heartbeat, no role set; unbound, or bound to this session as the client libraries bind
+-- theirs) are decided from what the look read (jobq._usable_here, src/sql/twins/liveness.sql,
+-- for a bound one); every other worker is jobq._usable_worker's to decide whole.
 IF (queues IS NULL OR (cardinality(queues) > 0 AND array_position(queues, NULL) IS NULL))
-   AND current_setting('transaction_isolation') = 'read committed'
-   AND NOT EXISTS (SELECT 1 FROM jobq.pauses) AND NOT EXISTS (SELECT 1 FROM jobq.queue_grants)
-   -- (Two looks, as jobq._checkout's: one condition for both would read every key's row.)
-   AND NOT (CASE WHEN queues IS NULL THEN EXISTS (SELECT 1 FROM jobq.fairness_keys)
-                 ELSE EXISTS (SELECT 1 FROM jobq.fairness_keys f WHERE f.queue = ANY (queues)) END)
-   AND (EXISTS (SELECT 1 FROM jobq.workers w
-                 WHERE w.id = worker AND w.stopping_at IS NULL AND w.backend_pid IS NULL
-                   AND w.heartbeat_at > clock_timestamp() - jobq._setting('jobq.heartbeat_timeout', '30 s')
-                   AND (v_done OR w.owner::oid = jobq._caller() AND pg_catalog.current_setting('role') = 'none'))
-        OR jobq._usable_worker(worker)) THEN
+   AND (v_ungranted AND v_plain) IS TRUE
+   AND (v_mine AND v_live AND v_pid IS NULL OR jobq._usable_here(worker, v_mine AND v_live, v_pid, v_start)) THEN
     v_now := clock_timestamp();
     -- The two differ only in the queue condition, so that each gets the index that serves
     -- its order (as jobq._checkout's).
