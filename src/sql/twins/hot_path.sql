@@ -131,9 +131,10 @@ END $$;
 -- jobq_complete_and_checkout runs too, after a DELETE of its own that tests the same job
 -- without testing the worker: its look at the worker, look_one.sql, does). The test of the
 -- worker and of the queue grants is this DELETE's, where the look, a statement of its own, would
--- cost this call some 14,000 instructions more (bench/instructions.sh, row jobq_sql). Without that function's layer, its call of jobq._tally
--- and its wait for a compaction (never, in this edition: src/sql/twins/compact.sql), which
--- cost each job some 50,000 instructions (bench/instructions.sh, row jobq_sql). Every other
+-- cost this call some 14,000 instructions more (bench/instructions.sh, row jobq_sql). Without
+-- jobq._complete's layer, its call of jobq._tally and its wait for a compaction (never, in this
+-- edition: src/sql/twins/compact.sql), which cost each job some 50,000 instructions
+-- (bench/instructions.sh, row jobq_sql). Every other
 -- completion, and any call whose DELETE finds nothing here (another worker's job, a job not
 -- executing, a NULL argument), is jobq._complete's, which decides it whole; tests/sql_edition.rs
 -- holds the two paths' rows equal.
