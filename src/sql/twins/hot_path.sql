@@ -92,7 +92,7 @@ END $$;
 -- jobq_complete_and_checkout runs too. (The look, a statement apart from the checkout's
 -- condition so that jobq_complete_and_checkout makes it once for both its steps, costs this
 -- call some 12,000 instructions more than one statement would: row jobq_sql, 866,814 at
--- 803ea29 against 878,527.) Every other call is jobq._checkout's, whose one statement
+-- 803ea29 against 878,464 at df75f5a.) Every other call is jobq._checkout's, whose one statement
 -- claims up to max_jobs jobs: its layers and its start-up (some forty plan nodes) make a job
 -- checked out alone there cost a quarter more CPU, checkout and completion together
 -- (bench/instructions.sh, row jobq_sql; docs/performance.md). A near-copy of jobq._checkout's
@@ -174,7 +174,7 @@ END $$;
 -- completion's DELETE, which tests only the job: the look, made once for both steps, tested the
 -- worker and the grants (40,000 instructions a job less than each step's own tests and the
 -- checkout's look at pauses and fair queues in its condition: row jobq_sql_worker, 812,663 at
--- 803ea29 against 772,915). Called as jobq_checkout (a
+-- 803ea29 against 772,917 at df75f5a). Called as jobq_checkout (a
 -- statement of its own, a function scan, its settings and its rows copied twice) the checkout
 -- cost each job 53,000 instructions more (902,208 at 02c5f8b against 849,202 at cbdbf83), and
 -- called as jobq_complete (a function call with its settings) the completion 16,000 more

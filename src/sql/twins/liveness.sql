@@ -80,11 +80,12 @@ END $$;
 -- not stopping, a fresh heartbeat), with the session the worker is bound to. A worker bound to
 -- this very session, as the client libraries bind theirs, is decided here from what the look
 -- read and the session's start kept in jobq.session_start, or by its pid alone where its row
--- names no start (jobq._usable_worker's rule and setting); every other worker is jobq._usable_worker's to decide whole, which reads its row
--- again and sets jobq.session_start on a session's first call. Through jobq._usable_worker,
--- a job of a bound worker cost 89,000 instructions more than one of an unbound worker; through
--- this, 24,000 more (bench/instructions.sh, rows jobq_sql_worker and jobq_sql_bound: 812,663 and
--- 901,913 at 803ea29, 772,915 and 796,743 with it).
+-- names no start (jobq._usable_worker's rule and setting); every other worker is
+-- jobq._usable_worker's to decide whole, which reads its row again and sets jobq.session_start
+-- on a session's first call. Through jobq._usable_worker, a job of a bound worker cost 89,000
+-- instructions more than one of an unbound worker; through this, 25,000 more
+-- (bench/instructions.sh, rows jobq_sql_worker and jobq_sql_bound: 812,663 and 901,913 at
+-- 803ea29, 772,917 and 798,264 at df75f5a).
 CREATE FUNCTION jobq._usable_here(worker uuid, usable boolean, pid integer, start timestamptz) RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE AS $$
 BEGIN

@@ -3,9 +3,9 @@
 -- out): one statement reads the worker's row and looks at the tables that send a call to the
 -- general path, once for both steps of a worker's call. Read apart, by the completion's DELETE
 -- and the checkout's condition, they cost each job 40,000 instructions more (row jobq_sql_worker,
--- 812,663 at 803ea29 against 772,915): the worker's row read twice, jobq.queue_grants looked at
--- twice. Under READ COMMITTED only, the fast paths' level: under any other the variables stay
--- NULL and every step is the general path's. It sets
+-- 812,663 at 803ea29 against 772,917 at df75f5a): the worker's row read twice,
+-- jobq.queue_grants looked at twice. Under READ COMMITTED only, the fast paths' level: under
+-- any other the variables stay NULL and every step is the general path's. It sets
 --   v_mine       the worker is the caller's own (its role, no role set);
 --   v_ungranted  no queue grant limits any role;
 --   v_live       the worker is not stopping and its heartbeat is fresh;
